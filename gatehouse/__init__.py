@@ -1,0 +1,1 @@
+"""Gatehouse: the command line and the helpers that load and run the YAML pipelines."""

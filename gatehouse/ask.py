@@ -1,0 +1,47 @@
+"""Asking questions through `pipelines/ask.yml`."""
+
+from typing import Any
+
+from haystack import Pipeline
+
+from gatehouse.pipelines import load_pipeline
+
+_pipelines: dict[str, Pipeline] = {}
+
+
+def ask_pipeline(name: str = "ask") -> Pipeline:
+    """The loaded and warmed-up ask pipeline (loaded once per process and name)."""
+    if name not in _pipelines:
+        pipeline = load_pipeline(name)
+        pipeline.warm_up()
+        _pipelines[name] = pipeline
+    return _pipelines[name]
+
+
+def ask(
+    question: str,
+    *,
+    kb: str | None = None,
+    tenant: str | None = None,
+    mode: str | None = None,
+    context: str | None = None,
+    history: list[dict[str, Any]] | None = None,
+    pipeline: str = "ask",
+) -> dict[str, Any]:
+    """
+    Ask a question and return the response contract.
+
+    :param question: The question.
+    :param kb: A knowledge base to search instead of routing.
+    :param tenant: The caller's tenant.
+    :param mode: `full-corpus`, `constrained-context` or `hybrid`.
+    :param context: Text for the constrained and hybrid modes.
+    :param history: Earlier turns, `{role, content}`.
+    :param pipeline: Pipeline name or YAML path.
+    :returns: The response dict.
+    """
+    result = ask_pipeline(pipeline).run(
+        {"intake": {"query": question, "kb": kb, "tenant": tenant, "mode": mode, "context": context,
+                    "history": history}}
+    )
+    return result["response"]["response"]

@@ -1,0 +1,132 @@
+"""The `gatehouse` command line: ingest knowledge bases and ask questions."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gatehouse import runtime
+
+SAMPLE_QUESTION = "How do I rotate an API key?"
+
+
+def _load_history(path: str | None) -> list[dict[str, Any]]:
+    if not path:
+        return []
+    try:
+        history = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise SystemExit(f"gatehouse: cannot read the history file {path}: {error}") from error
+    if not isinstance(history, list):
+        raise SystemExit(f"gatehouse: the history file {path} must hold a JSON list of {{role, content}} turns.")
+    return history
+
+
+def format_response(response: dict[str, Any]) -> str:
+    """A human-readable rendering of the response contract."""
+    meta = response["metadata"]
+    lines = [response["answer"] or "(no answer)", ""]
+    if response["citations"]:
+        lines.append("Sources:")
+        lines += [f"  [{c['id']}] {c['text']} — {c['url']}" for c in response["citations"]]
+        lines.append("")
+    lines.append(f"status: {response['status']}" + (f" ({response['error_message']})" if response["error_message"] else ""))
+    lines.append(
+        f"intent: {meta['intent']}  kb: {meta['kb']}  attempts: {meta['attempts']}  quality: {meta['quality_score']}"
+        f"  total: {meta['latency_ms'].get('total')} ms"
+    )
+    warnings = response["validation"]["confidence_warnings"] + response["validation"]["boundary_violations"]
+    if warnings:
+        lines.append("warnings: " + "; ".join(warnings))
+    lines.append("path: " + " → ".join(response["path"]))
+    return "\n".join(lines)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """`gatehouse ingest`."""
+    from gatehouse.ingest import format_summary, ingest, path_groups, sample_groups
+
+    if args.paths:
+        if not args.kb:
+            print("gatehouse: --kb is required when ingesting your own files.", file=sys.stderr)
+            return 2
+        groups = path_groups(args.paths, args.kb, args.tenant)
+    else:
+        groups = [g for g in sample_groups() if (not args.kb or g.kb == args.kb)]
+        if args.tenant:
+            groups = [g for g in groups if g.tenant == args.tenant]
+    try:
+        summary = ingest(groups, force=args.force, progress=not args.json)
+    except ValueError as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary.as_dict(), indent=2) if args.json else format_summary(summary))
+    return 1 if summary.failed and not summary.documents_written and not summary.skipped else 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """`gatehouse ask`."""
+    from gatehouse.ask import ask
+
+    context = args.context
+    if context and context.startswith("@"):
+        context = Path(context[1:]).read_text(encoding="utf-8")
+    response = ask(
+        args.question, kb=args.kb, tenant=args.tenant, mode=args.mode, context=context,
+        history=_load_history(args.history),
+    )
+    print(json.dumps(response, indent=2, ensure_ascii=False) if args.json else format_response(response))
+    return 0 if response["status"] != "error" else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`gatehouse demo`: ingest the sample knowledge bases and ask a sample question."""
+    from gatehouse.ask import ask
+    from gatehouse.ingest import format_summary, ingest, sample_groups
+
+    print("Ingesting the sample knowledge bases...")
+    print(format_summary(ingest(sample_groups())))
+    print(f"\nQ: {args.question}\n")
+    print(format_response(ask(args.question)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    parser = argparse.ArgumentParser(prog="gatehouse", description="Agentic RAG with verified citations.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    ingest = commands.add_parser("ingest", help="ingest files (default: the sample knowledge bases)")
+    ingest.add_argument("paths", nargs="*", help="files or folders (txt, md, html, pdf)")
+    ingest.add_argument("--kb", help="knowledge base to ingest into (required with paths)")
+    ingest.add_argument("--tenant", help="owning tenant (default: public)")
+    ingest.add_argument("--force", action="store_true", help="rewrite unchanged files too")
+    ingest.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ingest.set_defaults(handler=cmd_ingest)
+
+    ask = commands.add_parser("ask", help="ask a question")
+    ask.add_argument("question")
+    ask.add_argument("--kb", help="search this knowledge base instead of routing")
+    ask.add_argument("--tenant", help="the caller's tenant (default: public)")
+    ask.add_argument("--mode", default="full-corpus", choices=["full-corpus", "constrained-context", "hybrid"])
+    ask.add_argument("--context", help="text for constrained-context/hybrid modes (@FILE reads a file)")
+    ask.add_argument("--history", help="JSON file with earlier turns: [{role, content}, ...]")
+    ask.add_argument("--json", action="store_true", help="print the response contract as JSON, nothing else")
+    ask.set_defaults(handler=cmd_ask)
+
+    demo = commands.add_parser("demo", help="ingest the sample knowledge bases and ask a sample question")
+    demo.add_argument("question", nargs="?", default=SAMPLE_QUESTION)
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `gatehouse` command."""
+    runtime.configure()
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Ingesting files into knowledge bases through `pipelines/index.yml`."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from components.settings import PROJECT_ROOT
+from gatehouse.pipelines import load_pipeline
+
+SAMPLE_KB_DIR = PROJECT_ROOT / "kb"
+BATCH_SIZE = 16
+
+
+@dataclass
+class IngestGroup:
+    """Files of one knowledge base of one tenant, named relative to `root`."""
+
+    kb: str
+    tenant: str | None
+    root: Path
+    files: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest run did."""
+
+    documents_written: int = 0
+    chunks_written: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    written: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, report: dict[str, Any]) -> None:
+        """Merge one pipeline run's report."""
+        self.documents_written += report["totals"]["documents_written"]
+        self.chunks_written += report["totals"]["chunks_written"]
+        self.skipped.extend(report.get("skipped", []))
+        self.failed.extend(report.get("failed", []))
+        self.written.extend(report.get("written", []))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as a JSON-serialisable dict."""
+        return {
+            "documents_written": self.documents_written,
+            "chunks_written": self.chunks_written,
+            "skipped": len(self.skipped),
+            "failed": self.failed,
+        }
+
+
+def _files_under(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return [path]
+
+
+def sample_groups(root: Path = SAMPLE_KB_DIR) -> list[IngestGroup]:
+    """
+    The sample knowledge bases: `kb/<kb>/` for the public tenant, `kb/tenants/<tenant>/<kb>/` for private ones.
+
+    :param root: The sample folder.
+    :returns: One group per (tenant, kb).
+    """
+    groups = [IngestGroup(kb=d.name, tenant=None, root=d, files=_files_under(d)) for d in sorted(root.iterdir())
+              if d.is_dir() and d.name != "tenants"]
+    tenants = root / "tenants"
+    if tenants.is_dir():
+        for tenant_dir in sorted(d for d in tenants.iterdir() if d.is_dir()):
+            for kb_dir in sorted(d for d in tenant_dir.iterdir() if d.is_dir()):
+                groups.append(IngestGroup(kb=kb_dir.name, tenant=tenant_dir.name, root=kb_dir,
+                                          files=_files_under(kb_dir)))
+    return groups
+
+
+def path_groups(paths: list[str], kb: str, tenant: str | None) -> list[IngestGroup]:
+    """
+    Groups for user-given paths: a folder's files are named relative to the folder, a file by its name.
+
+    :param paths: Files or folders.
+    :param kb: The knowledge base to ingest into.
+    :param tenant: The owning tenant.
+    """
+    groups: dict[Path, IngestGroup] = {}
+    for raw in paths:
+        path = Path(raw).expanduser().resolve()
+        root = path if path.is_dir() else path.parent
+        group = groups.setdefault(root, IngestGroup(kb=kb, tenant=tenant, root=root))
+        group.files.extend(_files_under(path) if path.exists() else [path])
+    return list(groups.values())
+
+
+def ingest(groups: list[IngestGroup], *, force: bool = False, progress: bool = True) -> IngestSummary:
+    """
+    Run the index pipeline over the groups in batches, with a progress bar over files.
+
+    :param groups: What to ingest.
+    :param force: Rewrite unchanged files too.
+    :param progress: Show a progress bar (on stderr).
+    :returns: The summary.
+    """
+    pipeline = load_pipeline("index")
+    summary = IngestSummary()
+    total = sum(len(group.files) for group in groups)
+    with tqdm(total=total, unit="file", desc="ingest", disable=not progress) as bar:
+        for group in groups:
+            for start in range(0, len(group.files), BATCH_SIZE):
+                batch = group.files[start : start + BATCH_SIZE]
+                result = pipeline.run(
+                    {
+                        "planner": {
+                            "sources": [str(p) for p in batch],
+                            "kb": group.kb,
+                            "tenant": group.tenant,
+                            "root": str(group.root),
+                            "force": force,
+                        }
+                    }
+                )
+                summary.add(result["writer"]["report"])
+                bar.update(len(batch))
+    return summary
+
+
+def format_summary(summary: IngestSummary) -> str:
+    """A human-readable summary."""
+    by_kb: dict[str, int] = defaultdict(int)
+    for item in summary.written:
+        by_kb[item["doc_id"].rsplit("/", 1)[0]] += item["chunks"]
+    lines = [
+        f"written: {summary.documents_written} documents, {summary.chunks_written} chunks",
+        f"skipped (unchanged): {len(summary.skipped)}",
+        f"failed: {len(summary.failed)}",
+    ]
+    lines += [f"  {kb}: {chunks} chunks" for kb, chunks in sorted(by_kb.items())]
+    lines += [f"  failed {item['source']}: {item['reason']}" for item in summary.failed]
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""End-to-end behaviour of the YAML pipelines on the sample knowledge bases (real MiniLM, Qdrant, BM25)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from haystack import Pipeline
+
+from gatehouse.ask import ask
+from gatehouse.ingest import ingest, sample_groups
+from gatehouse.pipelines import ALLOWED_MODULES, load_pipeline, pipelines_dir
+
+QUESTIONS = yaml.safe_load((Path(__file__).parent / "fixtures" / "kb_questions.yml").read_text())
+NONSENSE = "asdkjh qwpoeiru zxmcnv"
+
+
+@pytest.fixture(scope="module")
+def ingested():
+    summary = ingest(sample_groups(), progress=False)
+    assert summary.failed == []
+    return summary
+
+
+@pytest.mark.parametrize("name", ["index", "retrieve", "ask"])
+def test_yaml_round_trip(name):
+    pipeline = load_pipeline(name)
+    again = Pipeline.loads(pipeline.dumps(), allowed_modules=ALLOWED_MODULES)
+    first, second = pipeline.to_dict(), again.to_dict()
+    assert second["components"] == first["components"]
+    edges = {(c["sender"], c["receiver"]) for c in first["connections"]}
+    assert {(c["sender"], c["receiver"]) for c in second["connections"]} == edges
+    original = yaml.safe_load((pipelines_dir() / f"{name}.yml").read_text())
+    assert set(again.to_dict()["components"]) == set(original["components"])
+
+
+def test_reingest_skips_unchanged_files(ingested):
+    assert ingested.documents_written >= 45
+    again = ingest(sample_groups(), progress=False)
+    assert again.documents_written == 0
+    assert len(again.skipped) == ingested.documents_written
+
+
+def test_rotate_api_key_is_answered_from_the_faq_section(ingested):
+    response = ask("How do I rotate an API key?")
+    assert response["status"] == "success"
+    assert response["metadata"]["kb"] == "faq"
+    assert any(c["kb"] == "faq" and c["url"].endswith("#rotate-an-api-key") for c in response["citations"])
+    assert "attempt_0_score_" in " ".join(response["path"])
+    json.dumps(response)
+
+
+def test_nonsense_loops_to_max_retries_then_falls_back(ingested):
+    response = ask(NONSENSE)
+    assert response["status"] == "fallback"
+    assert response["citations"] == []
+    path = response["path"]
+    attempts = [step for step in path if step.startswith("attempt_")]
+    assert [step.split("_score_")[0] for step in attempts] == ["attempt_0", "attempt_1", "attempt_2"]
+    assert path.count("rewrite_and_retry") == 2
+    assert "max_retries_reached" in path
+    assert response["metadata"]["attempts"] == 3
+    assert "couldn't locate" in response["answer"]
+
+
+def test_direct_question_skips_retrieval(ingested):
+    response = ask("What is 12 * 7?")
+    assert "84" in response["answer"]
+    assert "skip_retrieval" in response["path"]
+    assert not any(step.startswith(("attempt_", "route_to_")) for step in response["path"])
+    assert response["metadata"]["chunks_retrieved"] == 0
+
+
+def test_code_writing_request_is_refused(ingested):
+    response = ask("Write a Python script that scrapes a website")
+    assert response["status"] == "refused"
+    assert "capability:code_generation" in response["validation"]["boundary_violations"]
+    assert response["citations"] == []
+
+
+def test_router_picks_the_right_kb_for_clear_questions(ingested):
+    first = searched = 0
+    for item in QUESTIONS:
+        routed = (ask(item["question"])["metadata"]["kb"] or "").split("+")
+        first += routed[0] == item["kb"]
+        searched += item["kb"] in routed
+    assert first / len(QUESTIONS) >= 0.85, f"{first}/{len(QUESTIONS)} routed first to the expected KB"
+    assert searched / len(QUESTIONS) >= 0.9, f"{searched}/{len(QUESTIONS)} searched the expected KB"
+
+
+def test_tenant_isolation(ingested):
+    question = "What does the Project Quasar contract addendum say about refunds?"
+    public = ask(question, kb="faq")
+    assert all("globex" not in (c["source"] or "") for c in public["citations"])
+    assert "Quasar" not in public["answer"]
+    globex = ask(question, kb="faq", tenant="globex")
+    assert any(c["source"] == "globex-contract.md" for c in globex["citations"])
+    other = ask(question, kb="faq", tenant="initech")
+    assert other["citations"] == [] or all(c["source"] != "globex-contract.md" for c in other["citations"])
+    retrieve = load_pipeline("retrieve")
+    for tenant in (None, "public", "initech"):
+        docs = retrieve.run({"tenant_filter": {"tenant": tenant}, "query_embedder": {"text": question},
+                             "lexical": {"query": question}, "ranker": {"query": question}})["ranker"]["documents"]
+        assert all(doc.meta["tenant"] != "globex" for doc in docs)
+
+
+def test_pii_is_redacted_before_retrieval_and_never_echoed(ingested):
+    email, card = "jane.doe@example.com", "4111 1111 1111 1111"
+    response = ask(f"My email is {email} and my card is {card}. How do I reset my password?")
+    text = json.dumps(response)
+    assert email not in text and card not in text
+    assert "redacted_pii:email" in response["validation"]["guardrail_actions"]
+    assert response["metadata"]["kb"] == "faq"
+
+
+def test_constrained_context_never_retrieves(ingested):
+    context = (
+        "Refund requests for annual plans must be filed within 30 days of the renewal date. "
+        "After that, the plan runs until the end of the term and no refund is issued."
+    )
+    response = ask("How long do I have to ask for a refund?", mode="constrained-context", context=context)
+    assert response["metadata"]["chunks_retrieved"] == 0
+    assert not any(step.startswith(("attempt_", "route_to_")) for step in response["path"])
+    assert response["citations"] and all(c["source"] == "user-context" for c in response["citations"])
+    assert "30 days" in response["answer"]
+    short = ask("How long?", mode="constrained-context", context="too short")
+    assert short["status"] == "error" and "at least 50 characters" in short["error_message"]
+
+
+def test_threshold_edited_in_yaml_changes_behaviour(ingested, tmp_path):
+    spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())
+    for kb in spec["components"]["router"]["init_parameters"]["knowledge_bases"]:
+        kb["threshold"] = 0.999
+    strict = tmp_path / "ask-strict.yml"
+    strict.write_text(yaml.safe_dump(spec))
+    baseline = ask("How do I rotate an API key?")
+    edited = ask("How do I rotate an API key?", pipeline=str(strict))
+    assert "rewrite_and_retry" not in baseline["path"]
+    assert edited["path"].count("rewrite_and_retry") == 2
+    assert "max_retries_reached" in edited["path"]

@@ -1,0 +1,292 @@
+from copy import deepcopy
+
+import pytest
+from haystack import Document
+
+from components.citation_verifier import CitationVerifier
+from components.extractive_answerer import ExtractiveAnswerer
+from components.passage_assembler import PassageAssembler
+from components.state import new_state
+
+
+def passage(content: str, source_id: str | None, **overrides) -> Document:
+    meta = {
+        "kb": "docs",
+        "tenant": "public",
+        "source": "security/api-keys.md",
+        "title": "API keys",
+        "section": "Rotating a key",
+        "section_id": "rotating-a-key",
+        "url": "https://docs.example.com/security/api-keys",
+        "doc_id": "api-keys",
+    }
+    meta.update(overrides)
+    meta = {k: v for k, v in meta.items() if v is not None}
+    if source_id:
+        meta["source_id"] = source_id
+    return Document(content=content, meta=meta)
+
+
+ROTATE = passage(
+    "## Rotating a key\n\n"
+    "API keys should be rotated every 90 days or immediately when a team member with access leaves.\n\n"
+    "To rotate an API key:\n\n"
+    "1. Open **Settings** and select **API keys**.\n"
+    "2. Click **Rotate** next to the key you want to replace.\n\n"
+    "The old key keeps working for 24 hours so that clients can switch over without downtime.",
+    "S1",
+)
+REFUNDS = passage(
+    "## Refunds\n\nRefunds are issued to the original payment method within 14 days. Annual plans can be refunded "
+    "pro rata during the first 30 days.",
+    "S2",
+    kb="billing",
+    source="billing/refunds.md",
+    title="Refunds",
+    section="Refunds",
+    section_id="refunds",
+    url="https://docs.example.com/billing/refunds#refunds",
+    doc_id="refunds",
+)
+PASSAGES = [ROTATE, REFUNDS]
+
+VERBATIM_1 = "API keys should be rotated every 90 days or immediately when a team member with access leaves."
+VERBATIM_2 = "Refunds are issued to the original payment method within 14 days."
+FABRICATED = "You can rotate keys from the mobile app by shaking your phone twice."
+UNMARKED = "Rotated keys are also archived in the audit log for compliance reviews."
+
+
+@pytest.fixture(scope="module")
+def verifier() -> CitationVerifier:
+    component = CitationVerifier(cache_dir="off")
+    component.warm_up()
+    return component
+
+
+def verify(verifier: CitationVerifier, answer: str, passages=PASSAGES, **fields) -> dict:
+    state = new_state("How do I rotate an API key?", passages=passages, answer=answer, status="success", **fields)
+    return verifier.run(state=state)["state"]
+
+
+def test_init():
+    component = CitationVerifier()
+    assert component.min_supported_ratio == 0.5
+    assert 0 < component.support_threshold < 1
+    assert component.url_template == "kb://{kb}/{source}"
+    assert component.skip_statuses is None
+    assert component.connective_max_words == 6
+
+
+def test_to_dict():
+    data = CitationVerifier(support_threshold=0.7, min_supported_ratio=0.8, skip_statuses=["fallback"]).to_dict()
+    assert data["type"] == "components.citation_verifier.CitationVerifier"
+    params = data["init_parameters"]
+    assert params["support_threshold"] == 0.7
+    assert params["min_supported_ratio"] == 0.8
+    assert params["skip_statuses"] == ["fallback"]
+    assert params["citation_pattern"] == CitationVerifier().citation_pattern
+    assert "_backend" not in params
+
+
+def test_from_dict():
+    original = CitationVerifier(snippet_chars=80, url_template="https://kb.local/{kb}/{source}", cache_dir="off")
+    restored = CitationVerifier.from_dict(original.to_dict())
+    assert restored.snippet_chars == 80
+    assert restored.url_template == "https://kb.local/{kb}/{source}"
+    assert restored.to_dict() == original.to_dict()
+
+
+def test_run_removes_invalid_citations(verifier):
+    out = verify(verifier, f"{VERBATIM_1} [S1, S9] {VERBATIM_2} [S2][S9] Extra claim about keys here. [S7]")
+    assert "[S9]" not in out["answer"] and "S9" not in out["answer"] and "[S7]" not in out["answer"]
+    assert f"{VERBATIM_1} [S1]" in out["answer"]
+    assert f"{VERBATIM_2} [S2]" in out["answer"]
+    actions = out["validation"]["guardrail_actions"]
+    assert actions == ["removed_invalid_citation:S9", "removed_invalid_citation:S7"]
+    assert [c["id"] for c in out["citations"]] == ["S1", "S2"]
+    # The sentence that lost its only marker is now an unsupported claim (never connective text, however short).
+    assert "Extra claim about keys here." in out["validation"]["unsupported_sentences"]
+
+
+def test_run_verbatim_sentences_are_supported(verifier):
+    out = verify(verifier, f"{VERBATIM_1} [S1]\n\nTo rotate an API key: [S1]\n\n"
+                 "1. Open **Settings** and select **API keys**. [S1]\n"
+                 "2. Click **Rotate** next to the key you want to replace. [S1]")
+    scores = out["support"]["scores"]
+    assert len(scores) == 4
+    assert all(s["score"] >= 0.99 and s["supported"] for s in scores)
+    assert out["support"]["supported"] is True
+    assert out["support"]["supported_ratio"] == 1.0
+    assert out["citation_coverage"] == 1.0
+    assert out["validation"]["unsupported_sentences"] == []
+    assert out["path"][-1] == "verify_citations"
+
+
+def test_run_flags_fabricated_sentence(verifier):
+    out = verify(verifier, f"{VERBATIM_1} [S1] {FABRICATED} [S1] The capital of France is Paris. [S2]")
+    unsupported = out["validation"]["unsupported_sentences"]
+    assert FABRICATED in unsupported
+    assert "The capital of France is Paris." in unsupported
+    assert VERBATIM_1 not in unsupported
+    scores = {s["sentence"]: s["score"] for s in out["support"]["scores"]}
+    assert scores[VERBATIM_1] >= 0.99
+    assert scores[FABRICATED] < verifier.support_threshold
+    assert scores["The capital of France is Paris."] < 0.3
+    assert out["support"]["supported"] is False  # 1 of 3 claims supported < 0.5
+    assert out["support"]["supported_ratio"] == pytest.approx(1 / 3, abs=1e-3)
+
+
+def test_run_unrelated_passage_citation_fails(verifier):
+    out = verify(verifier, f"{VERBATIM_2} [S1]")  # a true sentence, but cited to the wrong passage
+    assert out["support"]["scores"][0]["supported"] is False
+    assert out["support"]["supported"] is False
+
+
+def test_run_paraphrase_is_supported_and_wrong_number_is_not(verifier):
+    out = verify(verifier, "Rotate API keys every 90 days, or right away when someone with access leaves. [S1] "
+                 "The old key keeps working for 48 hours. [S1]")
+    scores = out["support"]["scores"]
+    assert scores[0]["supported"] is True
+    assert scores[1]["supported"] is False  # 48 is not in the cited passage
+    assert out["validation"]["unsupported_sentences"] == ["The old key keeps working for 48 hours."]
+
+
+def test_run_coverage_on_hand_made_answer(verifier):
+    answer = (
+        f"Here is what I found:\n\n{VERBATIM_1} [S1] {VERBATIM_2} [S2] {FABRICATED} [S1] {UNMARKED}"
+    )
+    out = verify(verifier, answer)
+    # 5 sentences: 1 connective, 2 supported, 1 fabricated, 1 unmarked claim.
+    assert len(out["support"]["scores"]) == 5
+    assert out["citation_coverage"] == pytest.approx(2 / 5)
+    assert out["support"]["supported_ratio"] == pytest.approx(0.5)
+    assert out["support"]["supported"] is True  # 0.5 >= min_supported_ratio
+    assert out["validation"]["unsupported_sentences"] == [FABRICATED, UNMARKED]
+    connective = [s for s in out["support"]["scores"] if s["connective"]]
+    assert [s["sentence"] for s in connective] == ["Here is what I found:"]
+
+    stricter = CitationVerifier(min_supported_ratio=0.75, cache_dir="off")
+    assert verify(stricter, answer)["support"]["supported"] is False
+
+
+def test_run_citations_urls_name_the_section(verifier):
+    out = verify(verifier, f"{VERBATIM_2} [S2] {VERBATIM_1} [S1]")
+    citations = out["citations"]
+    assert [c["id"] for c in citations] == ["S2", "S1"]  # order of first use
+    refunds, rotate = citations
+    assert refunds["url"] == "https://docs.example.com/billing/refunds#refunds"  # already anchored, kept
+    assert rotate["url"] == "https://docs.example.com/security/api-keys#rotating-a-key"  # anchor appended
+    assert rotate["text"] == "API keys › Rotating a key"
+    assert refunds["text"] == "Refunds"  # section equal to title is not repeated
+    assert rotate["chunk_id"] == ROTATE.id
+    assert rotate["source"] == "security/api-keys.md"
+    assert rotate["kb"] == "docs"
+    assert rotate["confidence"] == pytest.approx(1.0, abs=0.01)
+    assert rotate["snippet"].startswith("API keys should be rotated")
+    assert len(rotate["snippet"]) <= 201
+    assert "#" not in rotate["snippet"]
+
+
+def test_run_document_level_url_without_section(verifier):
+    whole_doc = passage(
+        "The status page lists incidents of the last 90 days.",
+        "S1",
+        section=None,
+        section_id=None,
+        title="Status page",
+        source="ops/status.md",
+        url="https://docs.example.com/ops/status",
+    )
+    out = verify(verifier, "The status page lists incidents of the last 90 days. [S1]", passages=[whole_doc])
+    citation = out["citations"][0]
+    assert citation["url"] == "https://docs.example.com/ops/status"
+    assert citation["text"] == "Status page"
+
+
+def test_run_kb_url_fallback(verifier):
+    no_url = passage("The status page lists incidents of the last 90 days.", "S1", url=None,
+                     source="ops/status.md", section_id="incidents", title=None, section=None)
+    out = verify(verifier, "The status page lists incidents of the last 90 days. [S1]", passages=[no_url])
+    citation = out["citations"][0]
+    assert citation["url"] == "kb://docs/ops/status.md#incidents"
+    assert citation["text"] == "ops/status.md"  # no title: the source name
+
+    user_text = Document(content="Our VPN client must be version 5.2 or later.",
+                         meta={"source_id": "S1", "source": "selection"})
+    out = verify(verifier, "Our VPN client must be version 5.2 or later. [S1]", passages=[user_text],
+                 mode="constrained-context")
+    citation = out["citations"][0]
+    assert citation["url"] == "kb://context/selection"
+    assert citation["kb"] is None
+    assert out["support"]["supported"] is True
+
+
+def test_run_no_passages_passes_through(verifier):
+    state = new_state("Hello!", answer="Hello! I can answer questions about the docs.", status="success",
+                      route="direct")
+    out = verifier.run(state=state)["state"]
+    assert out["path"] == state["path"] + ["verify_citations"]
+    assert {k: v for k, v in out.items() if k not in ("path", "latency_ms")} == {
+        k: v for k, v in state.items() if k not in ("path", "latency_ms")
+    }
+    assert "citations" not in out and "support" not in out
+
+
+def test_run_markers_without_passages_are_removed(verifier):
+    state = new_state("Hi", answer="Paris is the capital of France. [S1] It is large [S2, S3].", passages=[])
+    out = verifier.run(state=state)["state"]
+    assert out["answer"] == "Paris is the capital of France. It is large."
+    assert out["validation"]["guardrail_actions"] == [
+        "removed_invalid_citation:S1",
+        "removed_invalid_citation:S2",
+        "removed_invalid_citation:S3",
+    ]
+
+
+def test_run_skips_fallback_status(verifier):
+    state = new_state("q", passages=PASSAGES, answer="I couldn't find an answer.", status="fallback")
+    out = verifier.run(state=state)["state"]
+    assert out["answer"] == state["answer"]
+    assert "support" not in out
+    assert out["path"][-1] == "verify_citations"
+
+
+def test_run_empty_answer_with_passages(verifier):
+    out = verify(verifier, "")
+    assert out["citation_coverage"] == 0.0
+    assert out["support"]["supported"] is False
+    assert out["citations"] == []
+
+
+def test_run_does_not_mutate_input_state(verifier):
+    state = new_state("q", passages=PASSAGES, answer=f"{VERBATIM_1} [S1] {FABRICATED} [S9]", status="success")
+    snapshot = deepcopy(state)
+    out = verifier.run(state=state)["state"]
+    assert state == snapshot
+    assert out["validation"] is not state["validation"]
+    assert state["validation"]["guardrail_actions"] == []
+
+
+def test_run_unicode(verifier):
+    french = passage("Les clés API expirent après 90 jours — renouvelez-les à temps.", "S1",
+                     section="Expiration", section_id="expiration")
+    out = verify(verifier, "Les clés API expirent après 90 jours — renouvelez-les à temps. [S1]", passages=[french])
+    assert out["support"]["scores"][0]["score"] >= 0.99
+    assert out["citations"][0]["url"].endswith("#expiration")
+    assert out["citations"][0]["text"] == "API keys › Expiration"
+
+
+def test_run_after_assembler_and_extractive_answerer(verifier):
+    documents = [
+        Document(content=d.content, score=score, meta={k: v for k, v in d.meta.items() if k != "source_id"})
+        for d, score in ((REFUNDS, 0.2), (ROTATE, 0.9))
+    ]
+    state = new_state("How do I rotate an API key?", documents=documents)
+    state = PassageAssembler().run(state=state)["passages"]
+    state = ExtractiveAnswerer(cache_dir="off").run(state=state)["state"]
+    out = verifier.run(state=state)["state"]
+    assert out["support"]["supported"] is True
+    assert out["citation_coverage"] == 1.0
+    assert out["citations"][0]["id"] == "S1"
+    assert out["citations"][0]["url"] == "https://docs.example.com/security/api-keys#rotating-a-key"
+    assert out["path"][-3:] == ["assemble_context", "generate_extractive", "verify_citations"]

@@ -1,0 +1,214 @@
+from copy import deepcopy
+
+import pytest
+from haystack.components.generators.chat import OpenAIChatGenerator
+
+from components.direct_answerer import (
+    DEFAULT_NO_MODEL_MESSAGE,
+    DirectAnswerer,
+    ExpressionTooLargeError,
+    UnsafeExpressionError,
+    evaluate_arithmetic,
+)
+from components.state import new_state
+
+
+@pytest.fixture(scope="module")
+def answerer():
+    return DirectAnswerer()
+
+
+def answer(component, question, **fields):
+    return component.run(state=new_state(question, **fields))["state"]
+
+
+def unreachable_generator():
+    return OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
+
+
+def test_init():
+    component = DirectAnswerer()
+    assert component.chat_generator is None
+    assert component.max_exponent == 1000
+    assert component.no_model_message == DEFAULT_NO_MODEL_MESSAGE
+    assert component.operator_words is None
+
+    custom = DirectAnswerer(max_exponent=10, greeting_message="Hi! Ask me about billing.")
+    assert custom.max_exponent == 10
+    assert custom.greeting_message == "Hi! Ask me about billing."
+
+
+def test_to_dict():
+    data = DirectAnswerer(max_exponent=50, thanks_message="Anytime.").to_dict()
+    assert data["type"] == "components.direct_answerer.DirectAnswerer"
+    params = data["init_parameters"]
+    assert params["max_exponent"] == 50
+    assert params["thanks_message"] == "Anytime."
+    assert params["chat_generator"] is None
+    assert params["no_model_message"] == DEFAULT_NO_MODEL_MESSAGE
+
+
+def test_from_dict(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    original = DirectAnswerer(chat_generator=unreachable_generator(), system_prompt="Be brief.")
+    data = original.to_dict()
+    assert data["init_parameters"]["chat_generator"]["type"].endswith("OpenAIChatGenerator")
+    restored = DirectAnswerer.from_dict(data)
+    assert isinstance(restored.chat_generator, OpenAIChatGenerator)
+    assert restored.system_prompt == "Be brief."
+    assert restored.to_dict() == data
+
+    plain = DirectAnswerer.from_dict(
+        {"type": "components.direct_answerer.DirectAnswerer", "init_parameters": {"max_exponent": 5}}
+    )
+    assert plain.max_exponent == 5 and plain.chat_generator is None
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("What is 12 * 7?", "12 * 7 = 84."),
+        ("what's 12 times 7", "12 * 7 = 84."),
+        ("What is 100 divided by 8?", "100 / 8 = 12.5."),
+        ("Calculate (2 + 3) * -4", "(2 + 3) * -4 = -20."),
+        ("What is 2 to the power of 10?", "2 ** 10 = 1024."),
+        ("17 // 5 and 17 % 5?", "17 // 5 = 3."),
+        ("What is 10 mod 3?", "10 % 3 = 1."),
+        ("What is 0.1 + 0.2?", "0.1 + 0.2 = 0.3."),
+        ("7/3?", "7 / 3 = 2.33333333333."),
+        ("What is 1,000 + 2,500?", "1000 + 2500 = 3500."),
+        ("What is 15% of 200?", "15 / 100 * 200 = 30."),
+        ("5 × 6 − 1", "5 * 6 - 1 = 29."),
+        ("What is 9 minus 12 plus 1?", "9 - 12 + 1 = -2."),
+    ],
+)
+def test_run_arithmetic(answerer, question, expected):
+    out = answer(answerer, question)
+    assert out["answer"] == expected
+    assert out["status"] == "success"
+    assert out["generator"] == "arithmetic"
+    assert out["citations"] == []
+    assert out["path"] == ["start", "direct_answer"]
+    assert "direct_answerer" in out["latency_ms"]
+
+
+def test_run_division_by_zero(answerer):
+    for question in ("What is 1/0?", "What is 5 % 0?", "10 divided by 0"):
+        out = answer(answerer, question)
+        assert out["generator"] == "arithmetic"
+        assert "division by zero" in out["answer"]
+        assert "=" not in out["answer"]
+
+
+def test_run_huge_exponents_are_refused(answerer):
+    for question in ("what is 9**9**9?", "What is 2 ** 100000?", "10 ** -400"):
+        out = answer(answerer, question)
+        assert out["generator"] == "arithmetic"
+        assert out["status"] == "partial"
+        assert "outside the range" in out["answer"]
+
+
+def test_evaluate_arithmetic_rejects_unsafe_expressions():
+    for expression in (
+        "__import__('os')",
+        "__import__('os').system('ls')",
+        "a + 1",
+        "'a' * 3",
+        "[1] * 3",
+        "True + 1",
+        "(lambda: 1)()",
+        "1 if 1 else 2",
+        "().__class__",
+        "2 < 3",
+    ):
+        with pytest.raises(UnsafeExpressionError):
+            evaluate_arithmetic(expression)
+    with pytest.raises(ExpressionTooLargeError):
+        evaluate_arithmetic("2 ** 5000")
+    with pytest.raises(ExpressionTooLargeError):
+        evaluate_arithmetic("10 ** 50 * 10 ** 60", max_result_digits=100)
+    with pytest.raises(ExpressionTooLargeError):
+        evaluate_arithmetic("2 ** 20", max_exponent=10)
+    with pytest.raises(ZeroDivisionError):
+        evaluate_arithmetic("1 // 0")
+    with pytest.raises(UnsafeExpressionError):
+        evaluate_arithmetic("(-8) ** 0.5")
+    assert evaluate_arithmetic("-(3 - 5) ** 2") == -4
+    assert evaluate_arithmetic("2 ** -1") == 0.5
+
+
+def test_run_unsafe_question_is_not_evaluated(answerer):
+    out = answer(answerer, "What is __import__('os').system('echo hacked')?")
+    assert out["generator"] == "none"
+    assert out["answer"] == DEFAULT_NO_MODEL_MESSAGE
+    assert "hacked" not in out["answer"]
+
+
+@pytest.mark.parametrize(
+    ("question", "message_attribute"),
+    [
+        ("Hi!", "greeting_message"),
+        ("hello there", "greeting_message"),
+        ("Good morning", "greeting_message"),
+        ("¡Hola!", "greeting_message"),
+        ("Thanks a lot!", "thanks_message"),
+        ("thank you", "thanks_message"),
+        ("bye", "farewell_message"),
+    ],
+)
+def test_run_greetings(answerer, question, message_attribute):
+    out = answer(answerer, question)
+    assert out["answer"] == getattr(answerer, message_attribute)
+    assert out["generator"] == "greeting"
+    assert out["status"] == "success"
+    assert out["citations"] == []
+
+
+def test_greeting_message_says_what_it_can_do(answerer):
+    assert "knowledge bases" in answerer.greeting_message
+
+
+def test_run_long_message_starting_with_hi_is_not_a_greeting(answerer):
+    out = answer(answerer, "Hi, what is the capital city of France these days?")
+    assert out["generator"] == "none"
+
+
+def test_run_honest_reply_without_model(answerer):
+    out = answer(answerer, "What is the capital of France?")
+    assert out["answer"] == DEFAULT_NO_MODEL_MESSAGE
+    assert "Paris" not in out["answer"]
+    assert out["status"] == "partial"
+    assert out["generator"] == "none"
+    assert out["citations"] == []
+    assert out["path"][-1] == "direct_answer"
+
+
+def test_run_custom_no_model_message():
+    component = DirectAnswerer(no_model_message="No general model here.")
+    assert answer(component, "Who wrote Hamlet?")["answer"] == "No general model here."
+
+
+def test_run_empty_question(answerer):
+    out = answer(answerer, "")
+    assert out["generator"] == "none"
+    assert out["status"] == "partial"
+
+
+def test_run_llm_failure_is_honest(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    component = DirectAnswerer(chat_generator=unreachable_generator())
+    out = answer(component, "What is the capital of France?")
+    assert out["answer"] == component.llm_error_message
+    assert out["status"] == "partial"
+    assert out["generator"] == "none"
+    assert any("general model failed" in w for w in out["validation"]["confidence_warnings"])
+    # Arithmetic never needs the model.
+    assert answer(component, "What is 6 * 7?")["answer"] == "6 * 7 = 42."
+
+
+def test_run_does_not_mutate_input(answerer):
+    for question in ("What is 12 * 7?", "Hi", "What is the capital of France?"):
+        state = new_state(question, history=[{"role": "user", "content": "earlier"}])
+        snapshot = deepcopy(state)
+        answerer.run(state=state)
+        assert state == snapshot

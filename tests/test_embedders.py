@@ -1,0 +1,125 @@
+import numpy as np
+import pytest
+from haystack import Document
+
+from components.document_embedder import DocumentEmbedder
+from components.embedding import EmbeddingBackend
+from components.text_embedder import TextEmbedder
+
+
+@pytest.fixture(scope="module")
+def text_embedder() -> TextEmbedder:
+    e = TextEmbedder()
+    e.warm_up()
+    return e
+
+
+def cosine(a, b) -> float:
+    return float(np.dot(np.asarray(a), np.asarray(b)))
+
+
+def test_init():
+    t = TextEmbedder(model="m", cache_dir=None, prefix="query: ")
+    assert (t.model, t.cache_dir, t.prefix) == ("m", None, "query: ")
+    assert TextEmbedder().cache_dir == "off"
+    d = DocumentEmbedder(cache_dir="off", meta_fields_to_embed=["title"], embedding_separator=" | ", batch_size=4)
+    assert (d.cache_dir, d.meta_fields_to_embed, d.embedding_separator, d.batch_size) == ("off", ["title"], " | ", 4)
+    assert DocumentEmbedder().meta_fields_to_embed == [] and DocumentEmbedder().cache_dir is None
+
+
+def test_to_dict():
+    assert TextEmbedder(prefix="q: ").to_dict() == {
+        "type": "components.text_embedder.TextEmbedder",
+        "init_parameters": {"model": None, "cache_dir": "off", "prefix": "q: "},
+    }
+    assert DocumentEmbedder(meta_fields_to_embed=["title"]).to_dict() == {
+        "type": "components.document_embedder.DocumentEmbedder",
+        "init_parameters": {
+            "model": None,
+            "cache_dir": None,
+            "meta_fields_to_embed": ["title"],
+            "embedding_separator": "\n",
+            "batch_size": 32,
+            "progress_bar": False,
+        },
+    }
+
+
+def test_from_dict():
+    t = TextEmbedder.from_dict(TextEmbedder(prefix="q: ", cache_dir="/tmp/x").to_dict())
+    assert (t.prefix, t.cache_dir) == ("q: ", "/tmp/x")
+    d = DocumentEmbedder.from_dict(DocumentEmbedder(meta_fields_to_embed=["section"], batch_size=8).to_dict())
+    assert (d.meta_fields_to_embed, d.batch_size) == (["section"], 8)
+
+
+def test_run_text_embedder_dimension_and_norm(text_embedder):
+    emb = text_embedder.run(text="How do I rotate an API key?")["embedding"]
+    assert isinstance(emb, list) and len(emb) == 384
+    assert np.linalg.norm(emb) == pytest.approx(1.0, abs=1e-4)
+    near = text_embedder.run(text="Rotating API keys")["embedding"]
+    far = text_embedder.run(text="Chocolate cake recipe with strawberries")["embedding"]
+    assert cosine(emb, near) > cosine(emb, far) + 0.2
+
+
+def test_run_text_embedder_unicode_and_empty(text_embedder):
+    assert len(text_embedder.run(text="Schlüssel drehen ✓ 鍵")["embedding"]) == 384
+    assert len(text_embedder.run(text="")["embedding"]) == 384
+
+
+def test_run_text_embedder_prefix_changes_vector(text_embedder):
+    prefixed = TextEmbedder(prefix="query: ")
+    a = text_embedder.run(text="api key")["embedding"]
+    b = prefixed.run(text="api key")["embedding"]
+    assert not np.allclose(a, b)
+
+
+def test_run_text_embedder_type_error(text_embedder):
+    with pytest.raises(TypeError, match="DocumentEmbedder"):
+        text_embedder.run(text=["a list"])
+    with pytest.raises(TypeError):
+        text_embedder.run(text=Document(content="doc"))
+
+
+def test_run_document_embedder_matches_text_embedder(text_embedder):
+    docs = [Document(content="Rotate API keys every 90 days.", meta={"title": "API keys"}), Document(content="")]
+    out = DocumentEmbedder(cache_dir="off").run(documents=docs)["documents"]
+    assert [len(d.embedding) for d in out] == [384, 384]
+    assert np.linalg.norm(out[0].embedding) == pytest.approx(1.0, abs=1e-4)
+    assert np.allclose(out[0].embedding, text_embedder.run(text=docs[0].content)["embedding"], atol=1e-5)
+    assert docs[0].embedding is None  # inputs are copied, not changed
+    assert out[0].meta == docs[0].meta and out[0].id == docs[0].id
+
+
+def test_run_meta_fields_change_vector():
+    doc = Document(content="Click Rotate next to the key.", meta={"title": "Billing invoices", "section": None})
+    plain = DocumentEmbedder(cache_dir="off").run(documents=[doc])["documents"][0].embedding
+    with_title = DocumentEmbedder(cache_dir="off", meta_fields_to_embed=["title", "section"]).run(documents=[doc])
+    vec = with_title["documents"][0].embedding
+    assert not np.allclose(plain, vec)
+    expected = TextEmbedder().run(text="Billing invoices\nClick Rotate next to the key.")["embedding"]
+    assert np.allclose(vec, expected, atol=1e-5)  # missing/None fields are left out
+
+
+def test_run_cache_dir_reuse(tmp_path):
+    cache = tmp_path / "cache"
+    docs = [Document(content=f"Cached chunk number {i} about keys.") for i in range(3)]
+    embedder = DocumentEmbedder(cache_dir=str(cache))
+    first = embedder.run(documents=docs)["documents"]
+    backend = EmbeddingBackend.get(cache_dir=str(cache))
+    assert embedder._backend is backend  # noqa: SLF001
+    assert (cache / "embeddings.sqlite").is_file()
+    before = backend.encoded_count
+    second = DocumentEmbedder(cache_dir=str(cache)).run(documents=docs)["documents"]
+    assert backend.encoded_count == before  # every vector came from the cache
+    assert all(np.allclose(a.embedding, b.embedding) for a, b in zip(first, second))
+    DocumentEmbedder(cache_dir=str(cache)).run(documents=[*docs, Document(content="A new one.")])
+    assert backend.encoded_count == before + 1
+
+
+def test_run_document_embedder_empty_and_type_errors():
+    embedder = DocumentEmbedder(cache_dir="off")
+    assert embedder.run(documents=[])["documents"] == []
+    with pytest.raises(TypeError, match="TextEmbedder"):
+        embedder.run(documents="a query")
+    with pytest.raises(TypeError):
+        embedder.run(documents=[Document(content="ok"), "not a doc"])

@@ -1,0 +1,127 @@
+import pytest
+from haystack import Document
+
+from components.document_embedder import DocumentEmbedder
+from components.index_writer import IndexWriter
+from components.stores.dense_document_store import DenseDocumentStore
+from components.stores.lexical_document_store import LexicalDocumentStore
+
+DOC_ID = "public/faq/api-keys.md"
+
+
+@pytest.fixture(scope="module")
+def embedder() -> DocumentEmbedder:
+    e = DocumentEmbedder(cache_dir="off")
+    e.warm_up()
+    return e
+
+
+@pytest.fixture
+def stores(tmp_path, monkeypatch):
+    monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
+    monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+    dense = DenseDocumentStore(index="writer_test", path=str(tmp_path / "qdrant"))
+    lexical = LexicalDocumentStore(local={"path": str(tmp_path / "bm25")})
+    return dense, lexical
+
+
+def chunks(texts: list[str], doc_id: str = DOC_ID) -> list[Document]:
+    return [
+        Document(id=f"{doc_id}#{i}:{text}"[:200], content=text,
+                 meta={"doc_id": doc_id, "kb": "faq", "tenant": "public", "content_hash": "h1", "chunk_index": i})
+        for i, text in enumerate(texts)
+    ]
+
+
+def plan(*doc_ids: str) -> dict:
+    return {
+        "kb": "faq",
+        "tenant": "public",
+        "planned": [{"source": d.rsplit("/", 1)[-1], "doc_id": d, "changed": False} for d in doc_ids],
+        "skipped": [{"source": "old.md", "doc_id": "public/faq/old.md", "reason": "unchanged"}],
+        "failed": [{"source": "x.png", "reason": "unsupported file type '.png'"}],
+    }
+
+
+def test_init(stores):
+    dense, lexical = stores
+    writer = IndexWriter(dense_store=dense, lexical_store=lexical)
+    assert writer.dense_store is dense and writer.lexical_store is lexical
+
+
+def test_to_dict(stores):
+    dense, lexical = stores
+    data = IndexWriter(dense_store=dense, lexical_store=lexical).to_dict()
+    assert data["type"] == "components.index_writer.IndexWriter"
+    assert data["init_parameters"] == {"dense_store": dense.to_dict(), "lexical_store": lexical.to_dict()}
+
+
+def test_from_dict(stores, monkeypatch):
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    dense, lexical = stores
+    restored = IndexWriter.from_dict(IndexWriter(dense_store=dense, lexical_store=lexical).to_dict())
+    assert isinstance(restored.dense_store, DenseDocumentStore)
+    assert isinstance(restored.lexical_store, LexicalDocumentStore)
+    assert restored.dense_store.path == dense.path
+    assert restored.lexical_store.to_dict() == lexical.to_dict()
+
+
+def test_run_writes_both_stores(stores, embedder):
+    dense, lexical = stores
+    writer = IndexWriter(dense_store=dense, lexical_store=lexical)
+    embedded = embedder.run(documents=chunks(["Rotate API keys every 90 days.", "Old keys work for 24 hours."]))["documents"]
+    report = writer.run(report=plan(DOC_ID), documents=embedded)["report"]
+    assert report["written"] == [
+        {"source": "api-keys.md", "doc_id": DOC_ID, "changed": False, "chunks": 2, "replaced_chunks": 0}
+    ]
+    assert report["totals"] == {"documents_written": 1, "chunks_written": 2, "skipped": 1, "failed": 1}
+    assert dense.count_documents() == 2 and lexical.count_documents() == 2
+    assert [d.id for d in lexical.bm25_retrieval("rotate", top_k=1)] == [embedded[0].id]
+    hits = dense._query_by_embedding(embedded[1].embedding, top_k=1)  # noqa: SLF001
+    assert hits[0].id == embedded[1].id
+
+
+def test_run_rewrite_removes_stale_chunks(stores, embedder):
+    dense, lexical = stores
+    writer = IndexWriter(dense_store=dense, lexical_store=lexical)
+    other = embedder.run(documents=chunks(["Invoices are monthly."], doc_id="public/faq/billing.md"))["documents"]
+    v1 = embedder.run(documents=chunks(["Keep this chunk.", "Drop this chunk.", "And drop this one."]))["documents"]
+    writer.run(report=plan(DOC_ID, "public/faq/billing.md"), documents=v1 + other)
+    assert dense.count_documents() == 4 and lexical.count_documents() == 4
+
+    v2 = embedder.run(documents=chunks(["Keep this chunk.", "A brand new chunk."]))["documents"]
+    report = writer.run(report=plan(DOC_ID), documents=v2)["report"]
+    assert report["written"][0]["chunks"] == 2 and report["written"][0]["replaced_chunks"] == 2
+    expected = {d.id for d in v2} | {other[0].id}
+    doc_filter = {"field": "meta.doc_id", "operator": "==", "value": DOC_ID}
+    assert {d.id for d in lexical.filter_documents()} == expected
+    assert {d.id for d in dense.filter_documents()} == expected
+    assert {d.content for d in dense.filter_documents(doc_filter)} == {"Keep this chunk.", "A brand new chunk."}
+    assert lexical.bm25_retrieval("drop") == []
+
+
+def test_run_planned_without_chunks_fails(stores):
+    dense, lexical = stores
+    report = IndexWriter(dense_store=dense, lexical_store=lexical).run(report=plan("public/faq/scan.pdf"))["report"]
+    assert report["written"] == []
+    assert {"source": "scan.pdf", "reason": "no text could be extracted"} in report["failed"]
+    assert report["totals"]["failed"] == 2  # the planner's failure is kept
+    assert dense.count_documents() == 0 and lexical.count_documents() == 0
+
+
+def test_run_unplanned_chunks_still_written(stores, embedder):
+    dense, lexical = stores
+    embedded = embedder.run(documents=chunks(["Extra chunk text."], doc_id="public/faq/extra.md"))["documents"]
+    report = IndexWriter(dense_store=dense, lexical_store=lexical).run(report={}, documents=embedded)["report"]
+    assert report["written"][0]["doc_id"] == "public/faq/extra.md"
+    assert lexical.count_documents() == 1 and dense.count_documents() == 1
+
+
+def test_run_chunk_without_embedding_raises(stores):
+    dense, lexical = stores
+    writer = IndexWriter(dense_store=dense, lexical_store=lexical)
+    with pytest.raises(ValueError, match="no doc_id or no embedding"):
+        writer.run(report=plan(DOC_ID), documents=chunks(["Not embedded."]))
+    with pytest.raises(ValueError, match="no doc_id or no embedding"):
+        writer.run(report=plan(DOC_ID), documents=[Document(content="no doc id", embedding=[0.0] * 384)])
+    assert lexical.count_documents() == 0 and dense.count_documents() == 0

@@ -1,0 +1,164 @@
+import pytest
+from haystack import Document
+
+from components.section_splitter import SectionSplitter, slugify
+
+MD = """---
+title: API keys
+url: https://docs.example.com/security/api-keys
+---
+# Keys overview
+
+Keys identify your application to the API and must be kept secret at all times.
+
+## Rotate an API key
+
+Open Settings, choose API keys and click Rotate next to the key you want to replace.
+
+## Scopes {#key-scopes}
+
+Each key carries scopes that limit what it is allowed to do in your account.
+
+## FAQ
+
+First FAQ section explains where keys are shown in the console.
+
+## FAQ
+
+Second FAQ section explains who may create keys for a team.
+
+```bash
+# Not a heading inside a fence
+curl -H "Authorization: Bearer KEY" https://api.example.com
+```
+"""
+
+
+def md_doc(content: str = MD, **meta) -> Document:
+    return Document(
+        content=content,
+        meta={"doc_id": "public/docs/api-keys.md", "source": "security/api-keys.md", "mime_type": "text/markdown",
+              "kb": "docs", "tenant": "public", "file_path": "api-keys.md", **meta},
+    )
+
+
+def test_init():
+    splitter = SectionSplitter(max_words=100, overlap_words=10, min_words=2, heading_level=2)
+    assert (splitter.max_words, splitter.overlap_words, splitter.min_words, splitter.heading_level) == (100, 10, 2, 2)
+    default = SectionSplitter()
+    assert (default.max_words, default.overlap_words, default.min_words, default.heading_level) == (220, 30, 5, 3)
+
+
+def test_init_overlap_too_large():
+    with pytest.raises(ValueError, match="overlap_words"):
+        SectionSplitter(max_words=10, overlap_words=10)
+
+
+def test_to_dict():
+    assert SectionSplitter(max_words=50, overlap_words=5).to_dict() == {
+        "type": "components.section_splitter.SectionSplitter",
+        "init_parameters": {"max_words": 50, "overlap_words": 5, "min_words": 5, "heading_level": 3},
+    }
+
+
+def test_from_dict():
+    restored = SectionSplitter.from_dict(SectionSplitter(max_words=70, heading_level=2).to_dict())
+    assert restored.max_words == 70 and restored.heading_level == 2 and restored.overlap_words == 30
+
+
+def test_run_markdown_sections():
+    chunks = SectionSplitter().run(documents=[md_doc()])["documents"]
+    ids = [c.meta["section_id"] for c in chunks]
+    assert ids == ["keys-overview", "rotate-an-api-key", "key-scopes", "faq", "faq-1"]
+    by_id = {c.meta["section_id"]: c for c in chunks}
+    # front matter title/url win over the H1; front matter text is not part of a chunk
+    assert all(c.meta["title"] == "API keys" for c in chunks)
+    assert all("---" not in c.content and "title:" not in c.content for c in chunks)
+    assert by_id["rotate-an-api-key"].meta["url"] == "https://docs.example.com/security/api-keys#rotate-an-api-key"
+    assert by_id["key-scopes"].meta["section"] == "Scopes"  # explicit {#id} stripped from the heading text
+    assert by_id["key-scopes"].meta["url"].endswith("#key-scopes")
+    assert by_id["faq-1"].meta["url"].endswith("#faq-1")
+    assert by_id["rotate-an-api-key"].meta["heading_path"] == ["Keys overview", "Rotate an API key"]
+    assert [c.meta["chunk_index"] for c in chunks] == [0, 1, 2, 3, 4]
+    assert all("file_path" not in c.meta for c in chunks)
+    assert all(c.meta["kb"] == "docs" and c.meta["doc_id"] == "public/docs/api-keys.md" for c in chunks)
+
+
+def test_run_code_fence_heading_ignored():
+    chunks = SectionSplitter().run(documents=[md_doc()])["documents"]
+    assert "not-a-heading-inside-a-fence" not in {c.meta["section_id"] for c in chunks}
+    last = chunks[-1]
+    assert last.meta["section_id"] == "faq-1"
+    assert "# Not a heading inside a fence" in last.content and "curl" in last.content
+
+
+def test_run_title_from_h1_without_front_matter():
+    text = "# Billing guide\n\nInvoices are sent on the first day of every month by email.\n"
+    chunks = SectionSplitter().run(documents=[md_doc(text)])["documents"]
+    assert len(chunks) == 1
+    assert chunks[0].meta["title"] == "Billing guide"
+    assert chunks[0].meta["section_id"] == "billing-guide"
+    assert chunks[0].meta["url"] is None  # no url anywhere
+
+
+def test_run_markdown_detected_by_extension():
+    doc = Document(content="## Setup\n\nInstall the agent and start it with the default settings.",
+                   meta={"source": "guide/setup.md", "doc_id": "x"})
+    chunks = SectionSplitter().run(documents=[doc])["documents"]
+    assert chunks[0].meta["section_id"] == "setup"
+    assert chunks[0].meta["title"] == "setup"
+
+
+def test_run_long_section_windowed_with_overlap():
+    words = [f"w{i}" for i in range(50)]
+    text = "## Long\n\n" + " ".join(words)
+    chunks = SectionSplitter(max_words=20, overlap_words=5, min_words=1).run(documents=[md_doc(text)])["documents"]
+    assert [c.content.split() for c in chunks] == [words[0:20], words[15:35], words[30:50]]
+    assert all(c.meta["section_id"] == "long" for c in chunks)
+    assert len({c.id for c in chunks}) == 3
+
+
+def test_run_paragraphs_grouped_up_to_max_words():
+    para = "one two three four five six"
+    text = "## Group\n\n" + "\n\n".join([para] * 4)
+    chunks = SectionSplitter(max_words=12, overlap_words=2, min_words=1).run(documents=[md_doc(text)])["documents"]
+    assert [len(c.content.split()) for c in chunks] == [12, 12]
+
+
+def test_run_plain_text_document():
+    doc = Document(
+        content="Refunds are issued within fourteen days.\n\nContact support to request one by email.",
+        meta={"source": "billing/refund-policy.txt", "doc_id": "public/billing/refund-policy.txt",
+              "mime_type": "text/plain", "url": "https://docs.example.com/refunds"},
+    )
+    chunks = SectionSplitter().run(documents=[doc])["documents"]
+    assert len(chunks) == 1
+    meta = chunks[0].meta
+    assert meta["section_id"] is None and meta["section"] is None
+    assert meta["url"] == "https://docs.example.com/refunds"  # document-level, no '#'
+    assert meta["title"] == "refund policy"
+
+
+def test_run_short_sections_dropped_and_empty_input():
+    splitter = SectionSplitter()
+    assert splitter.run(documents=[])["documents"] == []
+    assert splitter.run(documents=[md_doc("## Tiny\n\nToo short.")])["documents"] == []
+    assert splitter.run(documents=[Document(content="", meta={"source": "a.txt"})])["documents"] == []
+
+
+def test_run_stable_ids():
+    first = SectionSplitter().run(documents=[md_doc()])["documents"]
+    second = SectionSplitter().run(documents=[md_doc()])["documents"]
+    assert [c.id for c in first] == [c.id for c in second]
+    assert len({c.id for c in first}) == len(first)
+    other = SectionSplitter().run(documents=[md_doc(doc_id="public/docs/other.md")])["documents"]
+    assert not {c.id for c in other} & {c.id for c in first}  # the id depends on the document
+
+
+def test_run_unicode_heading_slug():
+    assert slugify("Überblick & Schlüssel!") == "uberblick-schlussel"
+    assert slugify("!!!") == "section"
+    text = "## Café crème\n\nLe café est servi chaud tous les matins à huit heures."
+    chunks = SectionSplitter().run(documents=[md_doc(text)])["documents"]
+    assert chunks[0].meta["section_id"] == "cafe-creme"
+    assert chunks[0].meta["section"] == "Café crème"
