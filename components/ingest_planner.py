@@ -48,7 +48,7 @@ class IngestPlanner:
         document_store: LexicalDocumentStore,
         mime_types: dict[str, str] | None = None,
         max_file_bytes: int = 20_000_000,
-        kb_pattern: str = r"^[a-z0-9][a-z0-9_-]{0,63}$",
+        kb_pattern: str = r"[a-z0-9][a-z0-9_-]{0,63}",
     ) -> None:
         """
         :param document_store: The store whose stored hashes tell what changed.
@@ -103,7 +103,7 @@ class IngestPlanner:
         """
         tenant = (tenant or "").strip() or PUBLIC_TENANT
         for label, value in (("knowledge base", kb), ("tenant", tenant)):
-            if not isinstance(value, str) or not re.match(self.kb_pattern, value):
+            if not isinstance(value, str) or not re.fullmatch(self.kb_pattern, value):
                 raise ValueError(f"Invalid {label} name '{value}': use lower-case letters, digits, '-' or '_'.")
         root_path = Path(root).resolve() if root else None
         planned: list[dict[str, Any]] = []

@@ -15,6 +15,7 @@ from components.tiered_classifier import (
     KeywordMatcher,
     PatternMatcher,
     ask_llm,
+    compile_pattern,
     decide,
     deserialize_chat_generator_inplace,
     fill_prompt,
@@ -178,7 +179,8 @@ DEFAULT_INTENT_PATTERNS = {
         r"\b(?:19|20)\d\d\b",
     ],
     "opinion": [
-        r"\b(?:should (?:i|we)|do you (?:think|recommend|like|prefer)|would you recommend|is it (?:worth|wise|a good idea)|"
+        r"\b(?:should (?:i|we)|do you (?:think|recommend|like|prefer)|would you recommend|"
+        r"is it (?:worth|wise|a good idea)|"
         r"your (?:opinion|recommendation|view)|what do you think|is .* any good)\b",
     ],
     "aggregation": [
@@ -248,6 +250,15 @@ Reply with JSON only, for example {"route": "retrieve", "intent": "procedural"}.
 Message: {query}"""
 
 
+def _string_list(value: list[str] | None, default: list[str], name: str) -> list[str]:
+    """A copy of a list-of-strings init parameter (or of its default), rejecting a bare string or a mapping."""
+    if value is None:
+        return list(default)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"'{name}' must be a list of strings, got {type(value).__name__}.")
+    return list(value)
+
+
 def _short(pattern: str, limit: int = 80) -> str:
     """A pattern quoted for a reason message, shortened to `limit` characters."""
     return repr(pattern if len(pattern) <= limit else pattern[: limit - 3] + "...")
@@ -266,8 +277,8 @@ class IntentGate:
     2. `keywords`: domain keywords (retrieve), refuse keywords, general-knowledge keywords (direct).
     3. `embedding`: cosine similarity to labelled example queries, with a threshold and a margin.
     4. `llm`: an optional chat generator (off by default); failures fall back to the non-LLM result.
-    5. `intent`: the intent implies the route (`intent_routes`, e.g. chitchat -> direct), when the intent was
-       decided by a tier rather than by default.
+    5. `intent`: the intent implies the route (`intent_routes`: chitchat -> direct, out_of_scope -> refuse) when
+       the intent was decided by one of `intent_route_tiers` (regex, keywords, llm).
     6. `default`: `default_route` (retrieve) and `default_intent` (factual).
 
     It writes `intent`, `intent_tier`, `route`, `decision_tier` and `decision_reason` into the state and emits it
@@ -306,6 +317,7 @@ class IntentGate:
         intent_embedding_threshold: float = 0.6,
         intent_embedding_margin: float = 0.05,
         intent_routes: dict[str, str] | None = None,
+        intent_route_tiers: list[str] | None = None,
         default_route: str = "retrieve",
         default_intent: str = "factual",
         refuse_intent: str | None = "out_of_scope",
@@ -339,7 +351,10 @@ class IntentGate:
         :param intent_examples: Labelled example queries per intent for the embedding tier.
         :param intent_embedding_threshold: Minimum similarity for the intent embedding tier to decide.
         :param intent_embedding_margin: Minimum lead over the second intent for the intent embedding tier.
-        :param intent_routes: Route implied by an intent when no route tier decided (e.g. `chitchat: direct`).
+        :param intent_routes: Route implied by an intent when no route tier decided (default: chitchat -> direct,
+            out_of_scope -> refuse).
+        :param intent_route_tiers: The intent tiers trusted enough for `intent_routes` (default: regex, keywords,
+            llm; an intent found only by embedding similarity does not change the route).
         :param default_route: Route when no tier decides.
         :param default_intent: Intent when no tier decides.
         :param refuse_intent: Intent recorded for refused requests (None keeps the classified intent).
@@ -352,15 +367,15 @@ class IntentGate:
         :param llm_prompt: Prompt for the LLM tier; `{query}` and `{intents}` are replaced.
         :raises ValueError: If a pattern does not compile, a list is malformed or a route name is unknown.
         """
-        self.refuse_patterns = list(DEFAULT_REFUSE_PATTERNS if refuse_patterns is None else refuse_patterns)
-        self.direct_patterns = list(DEFAULT_DIRECT_PATTERNS if direct_patterns is None else direct_patterns)
-        self.retrieve_patterns = list(DEFAULT_RETRIEVE_PATTERNS if retrieve_patterns is None else retrieve_patterns)
-        self.general_knowledge_patterns = list(
-            DEFAULT_GENERAL_KNOWLEDGE_PATTERNS if general_knowledge_patterns is None else general_knowledge_patterns
+        self.refuse_patterns = _string_list(refuse_patterns, DEFAULT_REFUSE_PATTERNS, "refuse_patterns")
+        self.direct_patterns = _string_list(direct_patterns, DEFAULT_DIRECT_PATTERNS, "direct_patterns")
+        self.retrieve_patterns = _string_list(retrieve_patterns, DEFAULT_RETRIEVE_PATTERNS, "retrieve_patterns")
+        self.general_knowledge_patterns = _string_list(
+            general_knowledge_patterns, DEFAULT_GENERAL_KNOWLEDGE_PATTERNS, "general_knowledge_patterns"
         )
-        self.domain_keywords = list(DEFAULT_DOMAIN_KEYWORDS if domain_keywords is None else domain_keywords)
-        self.refuse_keywords = list(DEFAULT_REFUSE_KEYWORDS if refuse_keywords is None else refuse_keywords)
-        self.general_keywords = list(DEFAULT_GENERAL_KEYWORDS if general_keywords is None else general_keywords)
+        self.domain_keywords = _string_list(domain_keywords, DEFAULT_DOMAIN_KEYWORDS, "domain_keywords")
+        self.refuse_keywords = _string_list(refuse_keywords, DEFAULT_REFUSE_KEYWORDS, "refuse_keywords")
+        self.general_keywords = _string_list(general_keywords, DEFAULT_GENERAL_KEYWORDS, "general_keywords")
         self.examples = deepcopy(DEFAULT_EXAMPLES if examples is None else examples)
         self.embedding_threshold = float(embedding_threshold)
         self.embedding_margin = float(embedding_margin)
@@ -372,6 +387,9 @@ class IntentGate:
         self.intent_embedding_margin = float(intent_embedding_margin)
         self.intent_routes = dict(
             {"chitchat": "direct", "out_of_scope": "refuse"} if intent_routes is None else intent_routes
+        )
+        self.intent_route_tiers = list(
+            ["regex", "keywords", "llm"] if intent_route_tiers is None else intent_route_tiers
         )
         self.default_route = default_route
         self.default_intent = default_intent
@@ -393,6 +411,9 @@ class IntentGate:
         if unknown:
             raise ValueError(f"'examples' keys must be routes ({', '.join(ROUTES)}); unknown: {', '.join(unknown)}.")
 
+        for name in ("refuse_patterns", "direct_patterns", "retrieve_patterns", "general_knowledge_patterns"):
+            for pattern in getattr(self, name):
+                compile_pattern(pattern, name)
         self._route_patterns = PatternMatcher(
             {
                 "refuse": self.refuse_patterns,
@@ -455,6 +476,7 @@ class IntentGate:
             intent_embedding_threshold=self.intent_embedding_threshold,
             intent_embedding_margin=self.intent_embedding_margin,
             intent_routes=self.intent_routes,
+            intent_route_tiers=self.intent_route_tiers,
             default_route=self.default_route,
             default_intent=self.default_intent,
             refuse_intent=self.refuse_intent,
@@ -475,6 +497,7 @@ class IntentGate:
         :param data: Dictionary to deserialize from.
         :returns: Deserialized component.
         """
+        data = deepcopy(data)
         deserialize_chat_generator_inplace(data.get("init_parameters", {}))
         return default_from_dict(cls, data)
 
@@ -589,7 +612,7 @@ class IntentGate:
 
             if intent is None:
                 intent, intent_tier = self.default_intent, "default"
-            if route is None and intent_tier != "default" and intent in self.intent_routes:
+            if route is None and intent_tier in self.intent_route_tiers and intent in self.intent_routes:
                 route, decision_tier, reason = self.intent_routes[intent], "intent", f"implied by intent {intent}"
             if route is None:
                 route, decision_tier, reason = self.default_route, "default", "no tier was confident"
@@ -610,5 +633,7 @@ class IntentGate:
         if warnings:
             new_state = with_validation(new_state, "confidence_warnings", *warnings)
         if route == "refuse":
-            new_state = with_validation(new_state, "boundary_violations", f"request refused ({decision_tier}: {reason})")
+            new_state = with_validation(
+                new_state, "boundary_violations", f"request refused ({decision_tier}: {reason})"
+            )
         return {route: new_state}

@@ -77,8 +77,8 @@ class KBRouter:
         self,
         *,
         knowledge_bases: list[dict[str, Any]] | None = None,
-        keyword_weight: float = 0.4,
-        embedding_weight: float = 0.6,
+        keyword_weight: float = 0.3,
+        embedding_weight: float = 0.7,
         pattern_weight: float = 2.0,
         keyword_saturation: float = 2.0,
         embedding_top_k: int = 2,
@@ -143,10 +143,18 @@ class KBRouter:
             raise ValueError("'keyword_weight' and 'embedding_weight' must be non-negative and not both zero.")
         self._kbs = self._validate(self.knowledge_bases, self.default_threshold)
         self.names = [kb["name"] for kb in self._kbs]
-        self._keywords = KeywordMatcher({kb["name"]: kb["keywords"] for kb in self._kbs}, owner="knowledge_bases keywords")
-        self._patterns = PatternMatcher({kb["name"]: kb["patterns"] for kb in self._kbs}, owner="knowledge_bases patterns")
+        self._keywords = KeywordMatcher(
+            {kb["name"]: kb["keywords"] for kb in self._kbs}, owner="knowledge_bases keywords"
+        )
+        self._patterns = PatternMatcher(
+            {kb["name"]: kb["patterns"] for kb in self._kbs}, owner="knowledge_bases patterns"
+        )
         self._index = ExampleIndex(
-            {kb["name"]: [kb["description"], *kb["examples"]] for kb in self._kbs if kb["description"] or kb["examples"]},
+            {
+                kb["name"]: [text for text in (kb["description"], *kb["examples"]) if text]
+                for kb in self._kbs
+                if kb["description"] or kb["examples"]
+            },
             embedding_model=embedding_model,
             cache_dir=cache_dir,
             top_k=self.embedding_top_k,
@@ -193,7 +201,9 @@ class KBRouter:
             threshold = kb.get("threshold", default_threshold)
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
                 raise ValueError(f"{where}: 'threshold' must be a number between 0 and 1, got {threshold!r}.")
-            normalised.append({"name": name, "description": description.strip(), "threshold": float(threshold), **lists})
+            normalised.append(
+                {"name": name, "description": description.strip(), "threshold": float(threshold), **lists}
+            )
         return normalised
 
     def warm_up(self) -> None:
@@ -236,6 +246,7 @@ class KBRouter:
         :param data: Dictionary to deserialize from.
         :returns: Deserialized component.
         """
+        data = deepcopy(data)
         deserialize_chat_generator_inplace(data.get("init_parameters", {}))
         return default_from_dict(cls, data)
 

@@ -51,7 +51,9 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
             raise ValueError("No LLM endpoint: set GATEHOUSE_LLM_URL or api_base_url to an OpenAI-compatible server.")
         if not os.environ.get("GATEHOUSE_LLM_API_KEY"):
             os.environ["GATEHOUSE_LLM_API_KEY"] = "not-needed"
-        super().__init__(
+        # `@component` rebuilds the class, so name the parent explicitly instead of using bare super().
+        OpenAIChatGenerator.__init__(
+            self,
             api_key=Secret.from_env_var("GATEHOUSE_LLM_API_KEY"),
             model=model or os.environ.get("GATEHOUSE_LLM_MODEL") or "local-model",
             api_base_url=base_url,

@@ -137,16 +137,18 @@ class SectionSplitter:
             sections = [{"heading": None, "id": None, "path": [], "lines": text.splitlines()}]
         base_url = meta.get("url")
         chunks: list[Document] = []
-        used_ids: dict[str, int] = {}
+        used_ids: set[str] = set()
         for section in sections:
             body = "\n".join(section["lines"]).strip()
             if len(body.split()) < self.min_words:
                 continue
             section_id = section["id"]
             if section_id:
-                seen = used_ids.get(section_id, 0)
-                used_ids[section_id] = seen + 1
-                section_id = f"{section_id}-{seen}" if seen else section_id
+                base, suffix = section_id, 0
+                while section_id in used_ids:
+                    suffix += 1
+                    section_id = f"{base}-{suffix}"
+                used_ids.add(section_id)
             for window in self._windows(body):
                 index = len(chunks)
                 chunk_meta = {

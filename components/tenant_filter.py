@@ -46,6 +46,8 @@ class TenantFilter:
         """
         if tenant is not None and not isinstance(tenant, str):
             raise ValueError("tenant must be a string.")
+        if isinstance(kbs, str):
+            kbs = [kbs]
         conditions: list[dict[str, Any]] = [
             {"field": "meta.tenant", "operator": "==", "value": (tenant or "").strip() or self.default_tenant}
         ]

@@ -77,7 +77,9 @@ class KeywordMatcher:
         :raises ValueError: If the lists are malformed.
         """
         if not isinstance(keywords, dict):
-            raise ValueError(f"'{owner}' must be a mapping of label to a list of keywords, got {type(keywords).__name__}.")
+            raise ValueError(
+                f"'{owner}' must be a mapping of label to a list of keywords, got {type(keywords).__name__}."
+            )
         self.compiled: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
         for label, words in keywords.items():
             if isinstance(words, str) or not isinstance(words, (list, tuple)):
@@ -119,7 +121,9 @@ class PatternMatcher:
         self.compiled: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
         for label, items in patterns.items():
             if isinstance(items, str) or not isinstance(items, (list, tuple)):
-                raise ValueError(f"'{owner}[{label}]' must be a list of regular expressions, got {type(items).__name__}.")
+                raise ValueError(
+                    f"'{owner}[{label}]' must be a list of regular expressions, got {type(items).__name__}."
+                )
             self.compiled[str(label)] = [(item, compile_pattern(item, f"{owner}[{label}]")) for item in items]
 
     def matches(self, text: str) -> dict[str, list[str]]:

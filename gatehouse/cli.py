@@ -56,10 +56,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         groups = [g for g in sample_groups() if (not args.kb or g.kb == args.kb)]
         if args.tenant:
             groups = [g for g in groups if g.tenant == args.tenant]
+    from haystack.core.errors import PipelineRuntimeError
+
     try:
         summary = ingest(groups, force=args.force, progress=not args.json)
-    except ValueError as error:
-        print(f"gatehouse: {error}", file=sys.stderr)
+    except (ValueError, PipelineRuntimeError) as error:
+        print(f"gatehouse: {error.__cause__ or error}", file=sys.stderr)
         return 2
     print(json.dumps(summary.as_dict(), indent=2) if args.json else format_summary(summary))
     return 1 if summary.failed and not summary.documents_written and not summary.skipped else 0

@@ -109,6 +109,7 @@ def test_run_cache_dir_reuse(tmp_path):
     assert embedder._backend is backend  # noqa: SLF001
     assert (cache / "embeddings.sqlite").is_file()
     before = backend.encoded_count
+    assert before == 3  # a fresh cache: the first run encoded every chunk
     second = DocumentEmbedder(cache_dir=str(cache)).run(documents=docs)["documents"]
     assert backend.encoded_count == before  # every vector came from the cache
     assert all(np.allclose(a.embedding, b.embedding) for a, b in zip(first, second))

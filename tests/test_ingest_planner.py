@@ -28,7 +28,7 @@ def test_init(store):
     assert planner.document_store is store
     assert planner.mime_types == DEFAULT_MIME_TYPES and planner.mime_types is not DEFAULT_MIME_TYPES
     assert planner.max_file_bytes == 10
-    assert planner.kb_pattern == r"^[a-z0-9][a-z0-9_-]{0,63}$"
+    assert planner.kb_pattern == r"[a-z0-9][a-z0-9_-]{0,63}"
 
 
 def test_to_dict(store, tmp_path):

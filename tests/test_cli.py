@@ -1,0 +1,78 @@
+"""The `gatehouse` command as a user runs it: the README's demo from a clean data directory, ask --json, ingest."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+GATEHOUSE = str(Path(sys.executable).with_name("gatehouse"))
+
+
+def run(args: list[str], data_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GATEHOUSE_DATA_DIR": str(data_dir)}
+    return subprocess.run([GATEHOUSE, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cli-data")
+
+
+def test_demo_from_a_clean_data_directory(data_dir):
+    result = run(["demo"], data_dir)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "written: 53 documents" in out
+    assert "Sources:" in out and "#rotate-an-api-key" in out
+    assert "status: success" in out
+    assert "path: start" in out and "route_to_faq" in out
+
+
+def test_ask_json_prints_only_the_response_contract(data_dir):
+    result = run(["ask", "--json", "How do I rotate an API key?"], data_dir)
+    assert result.returncode == 0, result.stderr[-2000:]
+    response = json.loads(result.stdout)
+    assert set(response) == {"answer", "citations", "metadata", "validation", "status", "error_message", "path"}
+    assert response["status"] == "success"
+    assert any(c["kb"] == "faq" and "#" in c["url"] for c in response["citations"])
+
+
+def test_ask_json_nonsense_falls_back(data_dir):
+    response = json.loads(run(["ask", "--json", "asdkjh qwpoeiru zxmcnv"], data_dir).stdout)
+    assert response["status"] == "fallback"
+    assert "max_retries_reached" in response["path"]
+
+
+def test_ingest_own_files_changes_and_failures(data_dir, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.md").write_text("# Notes\n\n## Parking\n\nVisitors park on level two of the garage.\n")
+    (docs / "table.csv").write_text("a,b\n1,2\n")
+    first = run(["ingest", str(docs), "--kb", "faq", "--tenant", "acme", "--json"], data_dir)
+    summary = json.loads(first.stdout)
+    assert summary["documents_written"] == 1 and summary["failed"][0]["source"] == "table.csv"
+    assert "unsupported file type" in summary["failed"][0]["reason"]
+    again = json.loads(run(["ingest", str(docs / "notes.md"), "--kb", "faq", "--tenant", "acme", "--json"],
+                           data_dir).stdout)
+    assert again["documents_written"] == 0 and again["skipped"] == 1
+    (docs / "notes.md").write_text("# Notes\n\n## Parking\n\nVisitors now park on level three of the garage.\n")
+    changed = json.loads(run(["ingest", str(docs / "notes.md"), "--kb", "faq", "--tenant", "acme", "--json"],
+                             data_dir).stdout)
+    assert changed["documents_written"] == 1
+    answer = json.loads(run(["ask", "--json", "--kb", "faq", "--tenant", "acme", "Where do visitors park?"],
+                            data_dir).stdout)
+    assert "level three" in answer["answer"] and "level two" not in answer["answer"]
+    public = json.loads(run(["ask", "--json", "--kb", "faq", "Where do visitors park?"], data_dir).stdout)
+    assert "level three" not in public["answer"]
+
+
+def test_bad_input_gets_a_clear_error_not_a_traceback(data_dir):
+    result = run(["ingest", "somewhere", "--kb", "Bad Name!"], data_dir)
+    assert result.returncode == 2
+    assert "Invalid knowledge base name" in result.stderr and "Traceback" not in result.stderr
+    result = run(["ask", "--mode", "constrained-context", "--context", "short", "--json", "What?"], data_dir)
+    assert result.returncode == 1 and json.loads(result.stdout)["status"] == "error"

@@ -1,0 +1,303 @@
+"""Tests for `components.intent_gate.IntentGate` with real MiniLM embeddings."""
+
+import pytest
+from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
+from haystack.utils import Secret
+
+from components.embedding import EmbeddingBackend
+from components.intent_gate import DEFAULT_DOMAIN_KEYWORDS, IntentGate
+from components.state import new_state
+
+INTENTS = {
+    "factual", "comparison", "explanation", "aggregation", "procedural",
+    "clarification", "chitchat", "out_of_scope", "opinion", "temporal",
+}
+
+
+@pytest.fixture(scope="module")
+def gate() -> IntentGate:
+    component = IntentGate(cache_dir="off")
+    component.warm_up()
+    return component
+
+
+def route_of(gate: IntentGate, query: str, **fields) -> tuple[str, dict]:
+    result = gate.run(state=new_state(query, **fields))
+    assert len(result) == 1
+    ((route, state),) = result.items()
+    assert state["route"] == route
+    return route, state
+
+
+def test_init():
+    gate = IntentGate(cache_dir="off")
+    assert gate.default_route == "retrieve"
+    assert gate.default_intent == "factual"
+    assert gate.chat_generator is None
+    assert "corvio" in gate.domain_keywords and "api key*" in gate.domain_keywords
+    assert set(gate.examples) == {"direct", "retrieve", "refuse"}
+    assert INTENTS <= set(gate.intents)
+    assert set(gate.intent_patterns) <= INTENTS
+
+    custom = IntentGate(domain_keywords=["widget"], embedding_threshold=0.7, intent_routes={}, cache_dir="off")
+    assert custom.domain_keywords == ["widget"]
+    assert custom.embedding_threshold == 0.7
+    assert custom.intent_routes == {}
+    assert DEFAULT_DOMAIN_KEYWORDS[0] == "corvio"  # defaults are copied, never mutated
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"default_route": "maybe"}, "default_route"),
+        ({"intent_routes": {"chitchat": "ignore"}}, r"intent_routes\[chitchat\]"),
+        ({"examples": {"search": ["x"]}}, "unknown: search"),
+        ({"refuse_patterns": ["(unclosed"]}, "'refuse_patterns' holds an invalid regular expression"),
+        ({"direct_patterns": "^hi$"}, "'direct_patterns' must be a list"),
+        ({"intent_patterns": {"factual": "^what"}}, r"intent_patterns\[factual\]' must be a list"),
+        ({"domain_keywords": ["ok", ""]}, "empty or non-string keyword"),
+        ({"intent_examples": {"factual": [""]}}, "empty or non-string example"),
+    ],
+)
+def test_init_rejects_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        IntentGate(cache_dir="off", **kwargs)
+
+
+def test_to_dict():
+    gate = IntentGate(domain_keywords=["widget"], embedding_margin=0.2, cache_dir="off")
+    data = gate.to_dict()
+    assert data["type"] == "components.intent_gate.IntentGate"
+    params = data["init_parameters"]
+    assert params["domain_keywords"] == ["widget"]
+    assert params["embedding_margin"] == 0.2
+    assert params["default_route"] == "retrieve"
+    assert params["chat_generator"] is None
+    assert params["examples"] == gate.examples
+    assert set(params["intent_patterns"]) == set(gate.intent_patterns)
+
+
+def test_from_dict():
+    gate = IntentGate(
+        chat_generator=MockChatGenerator(responses='{"route": "direct", "intent": "chitchat"}'),
+        default_intent="clarification",
+        cache_dir="off",
+    )
+    data = gate.to_dict()
+    restored = IntentGate.from_dict(data)
+    assert isinstance(restored.chat_generator, MockChatGenerator)
+    assert restored.default_intent == "clarification"
+    assert restored.to_dict() == data
+
+    minimal = IntentGate.from_dict({"type": "components.intent_gate.IntentGate", "init_parameters": {}})
+    assert minimal.domain_keywords == list(DEFAULT_DOMAIN_KEYWORDS)
+
+
+@pytest.mark.parametrize(
+    ("query", "route", "intent"),
+    [
+        ("How do I rotate an API key?", "retrieve", "procedural"),
+        ("What does the Team plan cost?", "retrieve", "factual"),
+        ("How do I back up the gateway database?", "retrieve", "procedural"),
+        ("What is 12 * 7?", "direct", None),
+        ("hello there", "direct", "chitchat"),
+        ("Write a Python script that scrapes a website", "refuse", "out_of_scope"),
+        ("asdkjh qwpoeiru zxmcnv", "retrieve", None),
+    ],
+)
+def test_run_required_decisions(gate, query, route, intent):
+    decided, state = route_of(gate, query)
+    assert decided == route
+    if intent is not None:
+        assert state["intent"] == intent
+    assert state["intent"] in INTENTS
+
+
+@pytest.mark.parametrize(
+    ("query", "route"),
+    [
+        ("what is 17 * 23?", "direct"),
+        ("hi", "direct"),
+        ("Thanks for your help!", "direct"),
+        ("what does HTTP 404 mean in general", "direct"),
+        ("What is the capital of France?", "direct"),
+        ("How do I reverse a list in Python?", "direct"),
+        ("Who wrote Hamlet?", "direct"),
+        ("Can you send an email to my boss for me?", "refuse"),
+        ("Book a flight to Rome", "refuse"),
+        ("How do I hack into someone's account?", "refuse"),
+        ("please write me a bash script that deletes old logs", "refuse"),
+        ("What's your refund policy?", "retrieve"),
+        ("Why does the gateway return 502?", "retrieve"),
+        ("Which models are supported?", "retrieve"),
+        ("How do I stop attackers from stealing my API key?", "retrieve"),
+        ("Create an API key for my team", "retrieve"),
+        ("What does error CGW-2003 mean?", "retrieve"),
+        ("How do I call the Corvio API in Python?", "retrieve"),
+        ("Does it support streaming?", "retrieve"),
+        ("qwerty", "retrieve"),
+    ],
+)
+def test_run_routes(gate, query, route):
+    assert route_of(gate, query)[0] == route
+
+
+@pytest.mark.parametrize(
+    ("query", "intent"),
+    [
+        ("Compare the Pro and Team plans", "comparison"),
+        ("When was the latest gateway release?", "temporal"),
+        ("List all supported models", "aggregation"),
+        ("Why was my request throttled?", "explanation"),
+        ("How does the gateway cache work?", "explanation"),
+        ("Should I pick the Pro plan or the Team plan for five people?", "opinion"),
+        ("What do you mean?", "clarification"),
+        ("What's the weather in Paris?", "out_of_scope"),
+        ("Is there a free tier?", "factual"),
+        ("Steps to set up SSO", "procedural"),
+    ],
+)
+def test_run_intents(gate, query, intent):
+    assert route_of(gate, query)[1]["intent"] == intent
+
+
+def test_run_path_and_tiers(gate):
+    _, retrieve = route_of(gate, "How do I rotate an API key?")
+    assert retrieve["path"] == ["start", "intent_procedural_retrieve"]
+    assert retrieve["intent_tier"] == "regex"
+    assert retrieve["decision_tier"] == "keywords"
+    assert "api key" in retrieve["decision_reason"]
+
+    _, direct = route_of(gate, "hello there")
+    assert direct["path"] == ["start", "skip_retrieval"]
+    assert direct["decision_tier"] == "regex"
+
+    _, refused = route_of(gate, "Write a Python script that scrapes a website")
+    assert refused["path"] == ["start", "refuse"]
+    assert refused["validation"]["boundary_violations"]
+    assert refused["validation"]["boundary_violations"][0].startswith("request refused (regex")
+
+    _, nonsense = route_of(gate, "asdkjh qwpoeiru zxmcnv")
+    assert nonsense["decision_tier"] == "default"
+    assert nonsense["intent_tier"] == "default"
+    assert set(nonsense["route_similarity"]) == {"direct", "retrieve", "refuse"}
+    assert nonsense["latency_ms"]["intent_gate"] > 0
+
+
+def test_run_out_of_scope_intent_implies_refuse(gate):
+    route, state = route_of(gate, "What's the weather in Paris?")
+    assert route == "refuse"
+    assert state["decision_tier"] == "intent"
+
+
+def test_run_intent_routes_only_from_trusted_tiers():
+    gate = IntentGate(intent_route_tiers=[], cache_dir="off")
+    route, state = route_of(gate, "What's the weather in Paris?")
+    assert state["intent"] == "out_of_scope"
+    assert route == "retrieve" and state["decision_tier"] == "default"
+
+
+def test_run_embedding_tier():
+    gate = IntentGate(
+        refuse_patterns=[], direct_patterns=[], retrieve_patterns=[], general_knowledge_patterns=[],
+        domain_keywords=[], refuse_keywords=[], general_keywords=[],
+        examples={
+            "retrieve": ["How do I reset my password?", "Where do I download my invoices?"],
+            "direct": ["Who painted the Mona Lisa?", "What is the boiling point of water?"],
+        },
+        intent_patterns={}, intent_keywords={},
+        intent_examples={"procedural": ["How do I reset my password?"], "factual": ["Who painted the Mona Lisa?"]},
+        cache_dir="off",
+    )
+    route, state = route_of(gate, "how can I reset the password of my account")
+    assert route == "retrieve"
+    assert state["decision_tier"] == "embedding"
+    assert state["intent"] == "procedural" and state["intent_tier"] == "embedding"
+    route, state = route_of(gate, "who was the painter of the Mona Lisa")
+    assert route == "direct"
+    assert state["decision_tier"] == "embedding"
+    assert state["route_similarity"]["direct"] > state["route_similarity"]["retrieve"]
+
+
+@pytest.mark.parametrize("query", ["", "   \n\t "])
+def test_run_empty_query(gate, query):
+    route, state = route_of(gate, query)
+    assert route == "direct"
+    assert state["intent"] == "clarification"
+    assert state["intent_tier"] == "empty"
+    assert state["path"] == ["start", "skip_retrieval"]
+
+
+def test_run_missing_query_key(gate):
+    result = gate.run(state={"path": ["start"]})
+    assert list(result) == ["direct"]
+
+
+@pytest.mark.parametrize(
+    ("query", "route"),
+    [
+        ("Combien coûte le plan Team ?", "retrieve"),
+        ("héllo there 👋", "direct"),
+        ("Wie setze ich mein Passwort zurück? 🔑", "retrieve"),
+        ("こんにちは、料金プランについて教えてください", "retrieve"),
+        ("What’s your refund policy?", "retrieve"),  # typographic apostrophe
+    ],
+)
+def test_run_unicode(gate, query, route):
+    assert route_of(gate, query)[0] == route
+
+
+def test_run_does_not_mutate_input(gate):
+    state = new_state("Write a Python script that scrapes a website")
+    gate.run(state=state)
+    assert state["path"] == ["start"]
+    assert state["latency_ms"] == {}
+    assert state["validation"]["boundary_violations"] == []
+    assert "route" not in state and "intent" not in state
+
+
+def test_examples_are_embedded_once_per_instance(gate):
+    backend = EmbeddingBackend.get(cache_dir="off")
+    route_matrix, intent_matrix = gate._route_index._matrix, gate._intent_index._matrix
+    assert route_matrix is not None and intent_matrix is not None
+    before = backend.encoded_count
+    route_of(gate, "zzkq vvbn unique nonsense one")
+    route_of(gate, "How do I rotate an API key?")  # decided by rules: no embedding at all
+    assert backend.encoded_count - before == 1
+    assert gate._route_index._matrix is route_matrix
+
+
+def test_run_llm_tier_decides_when_rules_defer():
+    replies = []
+
+    def reply(messages):
+        replies.append(messages[-1].text)
+        return 'Sure: {"route": "direct", "intent": "chitchat"}'
+
+    gate = IntentGate(chat_generator=MockChatGenerator(response_fn=reply), cache_dir="off")
+    route, state = route_of(gate, "asdkjh qwpoeiru zxmcnv")
+    assert route == "direct"
+    assert state["decision_tier"] == "llm" and state["intent_tier"] == "llm"
+    assert len(replies) == 1 and "asdkjh qwpoeiru zxmcnv" in replies[0] and "temporal" in replies[0]
+
+    route, state = route_of(gate, "How do I rotate an API key?")  # rules decide: the LLM is not asked
+    assert route == "retrieve" and len(replies) == 1
+
+
+def test_run_llm_unparseable_reply_falls_back():
+    gate = IntentGate(chat_generator=MockChatGenerator(responses="I cannot tell."), cache_dir="off")
+    route, state = route_of(gate, "asdkjh qwpoeiru zxmcnv")
+    assert route == "retrieve"
+    assert state["decision_tier"] == "default"
+    assert any("LLM tier failed" in w for w in state["validation"]["confidence_warnings"])
+
+
+def test_run_llm_failure_falls_back():
+    unreachable = OpenAIChatGenerator(
+        api_key=Secret.from_token("not-a-key"), api_base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0
+    )
+    gate = IntentGate(chat_generator=unreachable, cache_dir="off")
+    route, state = route_of(gate, "asdkjh qwpoeiru zxmcnv")
+    assert route == "retrieve"
+    warnings = state["validation"]["confidence_warnings"]
+    assert len(warnings) == 1 and "LLM tier failed" in warnings[0]

@@ -1,0 +1,343 @@
+"""Tests for `components.kb_router.KBRouter` with real MiniLM embeddings."""
+
+import pytest
+from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
+from haystack.utils import Secret
+
+from components.embedding import EmbeddingBackend
+from components.kb_router import KBRouter
+from components.state import new_state
+
+KNOWLEDGE_BASES = [
+    {
+        "name": "product",
+        "description": "Corvio product: features, pricing, plans, supported models, security certifications.",
+        "keywords": ["pricing", "price*", "plan", "feature*", "supported model*", "soc 2", "iso 27001",
+                     "certification*"],
+        "examples": [
+            "What does the Team plan cost?",
+            "Which models does Corvio support?",
+            "Is Corvio SOC 2 certified?",
+            "What features are included in the Enterprise plan?",
+        ],
+        "threshold": 0.65,
+    },
+    {
+        "name": "ops",
+        "description": "Operating the self-hosted Corvio Gateway: deployment, docker, kubernetes, monitoring, "
+        "backups, upgrades, troubleshooting.",
+        "keywords": ["deploy*", "docker", "docker compose", "kubernetes", "helm", "monitor*", "prometheus",
+                     "backup*", "back up", "restore", "troubleshoot*", "gateway"],
+        "examples": [
+            "How do I deploy the gateway with docker compose?",
+            "How do I back up the gateway database?",
+            "How do I monitor the gateway with Prometheus?",
+            "The gateway container keeps restarting",
+        ],
+        "threshold": 0.55,
+    },
+    {
+        "name": "faq",
+        "description": "Account and billing questions: accounts, passwords, 2FA, refunds, invoices, API keys, "
+        "billing, payment methods.",
+        "keywords": ["account*", "password*", "2fa", "two-factor", "refund*", "invoice*", "api key*", "billing",
+                     "payment method*", "credit card"],
+        "examples": [
+            "How do I reset my password?",
+            "Can I get a refund?",
+            "Where do I download my invoices?",
+            "How do I add a payment method?",
+        ],
+        "threshold": 0.60,
+    },
+]
+
+# Questions written for these tests (not the KB examples), varied wording; several have no keyword hit at all.
+QUESTIONS = {
+    "product": [
+        "Which models are supported?",
+        "How much is the Pro plan per month?",
+        "Do you have ISO 27001 certification?",
+        "Does Corvio offer fine-tuning?",
+        "What's included in the free tier?",
+        "Can I run Llama 3 on Corvio?",
+        "Is there a volume discount for enterprise customers?",
+    ],
+    "ops": [
+        "How do I deploy the gateway with docker compose?",
+        "How can I run it on a Kubernetes cluster?",
+        "Where are the gateway logs stored?",
+        "How do I restore from yesterday's backup?",
+        "The service returns 502 errors after I upgraded to the new release, what should I check?",
+        "What hardware do I need to self-host it?",
+        "My pod is stuck in CrashLoopBackOff",
+    ],
+    "faq": [
+        "How do I rotate an API key?",
+        "I forgot my password",
+        "How do I turn on two-factor authentication?",
+        "Can I pay by bank transfer instead?",
+        "How do I get my money back for an unused month?",
+        "Where can I find last month's invoice?",
+        "How do I close my account?",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def router() -> KBRouter:
+    component = KBRouter(knowledge_bases=KNOWLEDGE_BASES, cache_dir="off")
+    component.warm_up()
+    return component
+
+
+def test_init():
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, dual_route_margin=0.1, max_kbs=3, cache_dir="off")
+    assert router.knowledge_bases == KNOWLEDGE_BASES
+    assert router.knowledge_bases is not KNOWLEDGE_BASES
+    assert router.dual_route_margin == 0.1
+    assert router.max_kbs == 3
+    assert router.names == ["product", "ops", "faq"]
+    assert router.chat_generator is None
+    assert router.keyword_weight == 0.3 and router.embedding_weight == 0.7
+
+
+@pytest.mark.parametrize(
+    ("knowledge_bases", "message"),
+    [
+        (None, "non-empty list"),
+        ([], "non-empty list"),
+        ({"name": "faq"}, "non-empty list"),
+        (["faq"], r"knowledge_bases\[0\] must be a mapping"),
+        ([{"description": "no name"}], "needs a 'name'"),
+        ([{"name": "a+b", "description": "x"}], "needs a 'name'"),
+        ([{"name": "faq", "description": "x"}, {"name": "faq", "description": "y"}], "declared twice"),
+        ([{"name": "faq", "description": "x", "keywords": "refund"}], "'keywords' must be a list"),
+        ([{"name": "faq", "description": "x", "examples": ["ok", ""]}], "'examples' holds an empty"),
+        ([{"name": "faq", "description": "x", "threshold": 1.5}], "'threshold' must be a number"),
+        ([{"name": "faq", "description": "x", "threshold": "high"}], "'threshold' must be a number"),
+        ([{"name": "faq", "description": "x", "treshold": 0.5}], "unknown keys"),
+        ([{"name": "faq", "description": " "}], "needs a 'description'"),
+        ([{"name": "faq", "description": "x", "patterns": ["("]}], "invalid regular expression"),
+    ],
+)
+def test_init_rejects_malformed_knowledge_bases(knowledge_bases, message):
+    with pytest.raises(ValueError, match=message):
+        KBRouter(knowledge_bases=knowledge_bases, cache_dir="off")
+
+
+def test_init_rejects_bad_numbers():
+    with pytest.raises(ValueError, match="max_kbs"):
+        KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=0)
+    with pytest.raises(ValueError, match="keyword_weight"):
+        KBRouter(knowledge_bases=KNOWLEDGE_BASES, keyword_weight=0, embedding_weight=0)
+
+
+def test_to_dict():
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=1, cache_dir="off")
+    data = router.to_dict()
+    assert data["type"] == "components.kb_router.KBRouter"
+    params = data["init_parameters"]
+    assert params["knowledge_bases"] == KNOWLEDGE_BASES
+    assert params["max_kbs"] == 1
+    assert params["dual_route_margin"] == 0.05
+    assert params["cache_dir"] == "off"
+    assert params["chat_generator"] is None
+
+
+def test_from_dict():
+    generator = MockChatGenerator(responses="ops")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, chat_generator=generator, llm_margin=0.2, cache_dir="off")
+    data = router.to_dict()
+    assert data["init_parameters"]["chat_generator"]["type"].endswith("MockChatGenerator")
+    restored = KBRouter.from_dict(data)
+    assert restored.knowledge_bases == KNOWLEDGE_BASES
+    assert restored.llm_margin == 0.2
+    assert isinstance(restored.chat_generator, MockChatGenerator)
+    assert restored.to_dict() == data
+
+
+def test_from_dict_minimal_yaml_style():
+    restored = KBRouter.from_dict(
+        {
+            "type": "components.kb_router.KBRouter",
+            "init_parameters": {"knowledge_bases": [{"name": "docs", "description": "all documentation"}]},
+        }
+    )
+    assert restored.names == ["docs"]
+    assert restored.dual_route_margin == 0.05
+    assert restored._kbs[0]["threshold"] == restored.default_threshold
+
+
+@pytest.mark.parametrize("kb", sorted(QUESTIONS))
+def test_run_routes_clear_questions(router, kb):
+    correct = [q for q in QUESTIONS[kb] if router.run(state=new_state(q))["routed"]["kbs"][0] == kb]
+    assert len(QUESTIONS[kb]) >= 6
+    assert len(correct) >= len(QUESTIONS[kb]) - 1, f"{kb}: only {correct} routed correctly"
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("How do I rotate an API key?", "faq"),
+        ("How do I deploy the gateway with docker compose?", "ops"),
+        ("Which models are supported?", "product"),
+    ],
+)
+def test_run_required_routes(router, question, expected):
+    result = router.run(state=new_state(question, tenant="acme"))
+    assert set(result) == {"routed"}
+    state = result["routed"]
+    assert state["kbs"] == [expected]
+    assert state["path"] == ["start", f"route_to_{expected}"]
+    assert state["threshold"] == next(kb["threshold"] for kb in KNOWLEDGE_BASES if kb["name"] == expected)
+    assert max(state["route_scores"], key=state["route_scores"].get) == expected
+    assert set(state["route_scores"]) == {"product", "ops", "faq"}
+    assert state["route_reason"] in {"keywords", "embedding", "combined"}
+    assert state["filters"] == {
+        "operator": "AND",
+        "conditions": [
+            {"field": "meta.tenant", "operator": "==", "value": "acme"},
+            {"field": "meta.kb", "operator": "in", "value": [expected]},
+        ],
+    }
+    assert state["latency_ms"]["kb_router"] >= 0
+
+
+def test_run_embedding_only_question_has_no_keyword_hit(router):
+    state = router.run(state=new_state("What hardware do I need to self-host it?"))["routed"]
+    assert state["route_reason"] == "embedding"
+    assert state["kbs"] == ["ops"]
+
+
+def test_run_tenant_defaults_to_public(router):
+    for state in (new_state("I forgot my password", tenant=None), {"query": "I forgot my password"}):
+        routed = router.run(state=state)["routed"]
+        tenant_condition = routed["filters"]["conditions"][0]
+        assert tenant_condition == {"field": "meta.tenant", "operator": "==", "value": "public"}
+
+
+def test_run_explicit_kb(router):
+    state = new_state("Which models are supported?", kb="ops", tenant="acme")
+    routed = router.run(state=state)["routed"]
+    assert routed["kbs"] == ["ops"]
+    assert routed["route_reason"] == "explicit"
+    assert routed["path"][-1] == "route_to_ops"
+    assert routed["threshold"] == 0.55
+    assert routed["filters"]["conditions"][1]["value"] == ["ops"]
+    assert routed["filters"]["conditions"][0]["value"] == "acme"
+
+
+def test_run_unknown_kb(router):
+    state = new_state("Which models are supported?", kb="legal")
+    result = router.run(state=state)
+    assert set(result) == {"unknown_kb"}
+    failed = result["unknown_kb"]
+    assert failed["status"] == "error"
+    assert "'legal'" in failed["error_message"]
+    for name in ("product", "ops", "faq"):
+        assert name in failed["error_message"]
+    assert failed["path"] == ["start", "unknown_kb"]
+    assert "filters" not in failed
+    assert state.get("status") is None and state["path"] == ["start"]
+
+
+def test_run_dual_route_when_scores_are_close():
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, dual_route_margin=1.0, max_kbs=2, cache_dir="off")
+    routed = router.run(state=new_state("How do I rotate the API key the gateway uses?"))["routed"]
+    assert len(routed["kbs"]) == 2
+    assert set(routed["kbs"]) == {"faq", "ops"}
+    assert routed["path"][-1] == f"route_to_{routed['kbs'][0]}+{routed['kbs'][1]}"
+    assert routed["threshold"] == 0.55  # the lower of faq (0.60) and ops (0.55)
+    assert routed["filters"]["conditions"][1] == {"field": "meta.kb", "operator": "in", "value": routed["kbs"]}
+
+
+def test_run_single_route_when_margin_is_large(router):
+    routed = router.run(state=new_state("How do I rotate an API key?"))["routed"]
+    scores = list(routed["route_scores"].values())
+    assert scores[0] - scores[1] >= router.dual_route_margin
+    assert len(routed["kbs"]) == 1
+
+
+def test_run_nonsense_is_low_confidence(router):
+    routed = router.run(state=new_state("asdkjh qwpoeiru zxmcnv"))["routed"]
+    assert routed["route_reason"] == "low_confidence"
+    assert len(routed["kbs"]) == router.max_kbs
+    assert any("kb_router" in warning for warning in routed["validation"]["confidence_warnings"])
+
+
+@pytest.mark.parametrize("query", ["", "   "])
+def test_run_empty_query(router, query):
+    routed = router.run(state=new_state(query))["routed"]
+    assert routed["route_reason"] == "low_confidence"
+    assert 1 <= len(routed["kbs"]) <= router.max_kbs
+    assert routed["filters"]["conditions"][0]["value"] == "public"
+
+
+def test_run_unicode_query(router):
+    routed = router.run(state=new_state("Rückerstattung? I'd like a refund 💸 for my last invoice"))["routed"]
+    assert routed["kbs"][0] == "faq"
+
+
+def test_run_does_not_mutate_input(router):
+    state = new_state("I forgot my password", tenant="acme")
+    snapshot = {key: (list(value) if isinstance(value, list) else value) for key, value in state.items()}
+    router.run(state=state)
+    assert state["path"] == ["start"]
+    assert state["latency_ms"] == {}
+    assert "kbs" not in state and "filters" not in state
+    assert state["query"] == snapshot["query"]
+
+
+def test_examples_are_embedded_once_per_instance(router):
+    backend = EmbeddingBackend.get(cache_dir="off")
+    matrix = router._index._matrix
+    assert matrix is not None and matrix.shape[0] == sum(1 + len(kb["examples"]) for kb in KNOWLEDGE_BASES)
+    before = backend.encoded_count
+    router.run(state=new_state("Is my data encrypted at rest? (unique query 1)"))
+    router.run(state=new_state("Is my data encrypted at rest? (unique query 2)"))
+    assert backend.encoded_count - before == 2  # only the two queries were encoded
+    assert router._index._matrix is matrix
+
+
+def test_run_llm_tier_decides_when_ambiguous():
+    router = KBRouter(
+        knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="ops"), llm_margin=1.0,
+        cache_dir="off",
+    )
+    routed = router.run(state=new_state("Which models are supported?"))["routed"]
+    assert routed["kbs"] == ["ops"]
+    assert routed["route_reason"] == "llm"
+    assert routed["path"][-1] == "route_to_ops"
+
+
+def test_run_llm_tier_not_asked_when_confident():
+    router = KBRouter(
+        knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="ops"), llm_margin=0.01,
+        cache_dir="off",
+    )
+    routed = router.run(state=new_state("How do I rotate an API key?"))["routed"]
+    assert routed["kbs"] == ["faq"]
+    assert routed["route_reason"] != "llm"
+
+
+def test_run_llm_unparseable_reply_falls_back():
+    router = KBRouter(
+        knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="I am not sure."),
+        llm_margin=1.0, cache_dir="off",
+    )
+    routed = router.run(state=new_state("How do I rotate an API key?"))["routed"]
+    assert routed["kbs"] == ["faq"]
+    assert routed["route_reason"] != "llm"
+    assert any("LLM tier failed" in w for w in routed["validation"]["confidence_warnings"])
+
+
+def test_run_llm_failure_falls_back():
+    unreachable = OpenAIChatGenerator(
+        api_key=Secret.from_token("not-a-key"), api_base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0
+    )
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, chat_generator=unreachable, llm_margin=1.0, cache_dir="off")
+    routed = router.run(state=new_state("I forgot my password"))["routed"]
+    assert routed["kbs"] == ["faq"]
+    warnings = routed["validation"]["confidence_warnings"]
+    assert len(warnings) == 1 and "LLM tier failed" in warnings[0]
