@@ -14,7 +14,7 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
-from components.quality_gate import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from components.state import advance, with_validation
 
 DEFAULT_OPERATOR_WORDS: dict[str, str] = {

@@ -8,21 +8,19 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
 
+from components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from components.state import advance, with_validation
 from components.tiered_classifier import (
     Decision,
     ExampleIndex,
     KeywordMatcher,
     PatternMatcher,
-    ask_llm,
     compile_pattern,
     decide,
-    deserialize_chat_generator_inplace,
     fill_prompt,
     normalize_text,
     parse_json_object,
     parse_labels,
-    serialize_chat_generator,
 )
 
 logger = logging.getLogger(__name__)
@@ -485,7 +483,7 @@ class IntentGate:
             examples_top_k=self.examples_top_k,
             embedding_model=self.embedding_model,
             cache_dir=self.cache_dir,
-            chat_generator=serialize_chat_generator(self.chat_generator),
+            chat_generator=chat_generator_to_dict(self.chat_generator),
             llm_prompt=self.llm_prompt,
         )
 
@@ -497,9 +495,7 @@ class IntentGate:
         :param data: Dictionary to deserialize from.
         :returns: Deserialized component.
         """
-        data = deepcopy(data)
-        deserialize_chat_generator_inplace(data.get("init_parameters", {}))
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, chat_generator_from_init_parameters(deepcopy(data)))
 
     # --- the route -------------------------------------------------------------------------------------------
 
@@ -541,7 +537,7 @@ class IntentGate:
         """`(route, intent, error)` from the chat generator; unparseable parts are None."""
         prompt = fill_prompt(self.llm_prompt, query=query, intents=", ".join(self.intents))
         try:
-            reply = ask_llm(self.chat_generator, prompt)
+            reply = ask_chat_generator(self.chat_generator, prompt)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the non-LLM result
             return None, None, f"{type(error).__name__}: {error}"
         parsed = parse_json_object(reply) or {}

@@ -9,17 +9,15 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict, logging
 
+from components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from components.state import PUBLIC_TENANT, advance, with_validation
 from components.tiered_classifier import (
     ExampleIndex,
     KeywordMatcher,
     PatternMatcher,
-    ask_llm,
-    deserialize_chat_generator_inplace,
     fill_prompt,
     normalize_text,
     parse_labels,
-    serialize_chat_generator,
 )
 
 logger = logging.getLogger(__name__)
@@ -233,7 +231,7 @@ class KBRouter:
             default_tenant=self.default_tenant,
             embedding_model=self.embedding_model,
             cache_dir=self.cache_dir,
-            chat_generator=serialize_chat_generator(self.chat_generator),
+            chat_generator=chat_generator_to_dict(self.chat_generator),
             llm_margin=self.llm_margin,
             llm_prompt=self.llm_prompt,
         )
@@ -246,9 +244,7 @@ class KBRouter:
         :param data: Dictionary to deserialize from.
         :returns: Deserialized component.
         """
-        data = deepcopy(data)
-        deserialize_chat_generator_inplace(data.get("init_parameters", {}))
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, chat_generator_from_init_parameters(deepcopy(data)))
 
     def score(self, query: str) -> tuple[dict[str, float], str]:
         """
@@ -298,7 +294,7 @@ class KBRouter:
         listing = "\n".join(f"- {kb['name']}: {kb['description'] or ', '.join(kb['keywords'])}" for kb in self._kbs)
         prompt = fill_prompt(self.llm_prompt, query=query, knowledge_bases=listing)
         try:
-            reply = ask_llm(self.chat_generator, prompt)
+            reply = ask_chat_generator(self.chat_generator, prompt)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the non-LLM result
             return [], f"{type(error).__name__}: {error}"
         chosen = parse_labels(reply, self.names)[: self.max_kbs]

@@ -4,8 +4,8 @@ import time
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
-from haystack.dataclasses import ChatMessage
 
+from components.chat import ask_chat_generator
 from components.extractive_answerer import ExtractiveAnswerer
 from components.state import advance, with_validation
 
@@ -60,18 +60,14 @@ class LLMAnswerer:
         if hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
 
-    def _messages(self, state: dict[str, Any]) -> list[ChatMessage]:
+    def _system_prompt(self, state: dict[str, Any]) -> str:
         passages = "\n\n".join(
             self.passage_template.replace("{source_id}", str(doc.meta.get("source_id", "")))
             .replace("{title}", str(doc.meta.get("title") or doc.meta.get("source") or ""))
             .replace("{content}", doc.content or "")
             for doc in state.get("passages") or []
         )
-        question = state.get("original_query") or state["query"]
-        return [
-            ChatMessage.from_system(self.system_prompt.replace("{passages}", passages)),
-            ChatMessage.from_user(question),
-        ]
+        return self.system_prompt.replace("{passages}", passages)
 
     @component.output_types(state=dict)
     def run(self, state: dict) -> dict[str, Any]:
@@ -83,10 +79,8 @@ class LLMAnswerer:
         """
         started = time.perf_counter()
         try:
-            replies = self.chat_generator.run(messages=self._messages(state))["replies"]
-            answer = (replies[0].text or "").strip() if replies else ""
-            if not answer:
-                raise ValueError("the model returned an empty reply")
+            question = state.get("original_query") or state["query"]
+            answer = ask_chat_generator(self.chat_generator, question, system_prompt=self._system_prompt(state))
         except Exception as error:  # noqa: BLE001 - any model failure degrades to the extractive answer
             reason = f"The language model failed ({type(error).__name__}: {error})."
             if self._extractive is None:

@@ -13,12 +13,10 @@ from typing import Any
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from components.embedding import EmbeddingBackend
 from components.quality_gate import (
     TermNormaliser,
-    ask_chat_generator,
-    chat_generator_from_init_parameters,
-    chat_generator_to_dict,
     tokenize,
 )
 from components.state import advance, with_validation

@@ -7,7 +7,7 @@ The intent gate (`components.intent_gate.IntentGate`) and the knowledge-base rou
 1. regular expressions (`PatternMatcher`),
 2. keyword lists (`KeywordMatcher`),
 3. embedding similarity to labelled examples (`ExampleIndex`),
-4. an optional LLM (`ask_llm`, `parse_labels`, `parse_json_object`).
+4. an optional LLM (`components.chat.ask_chat_generator`, then `parse_labels`, `parse_json_object`).
 
 Each tier either decides with enough confidence (`decide`) or defers to the next. This module holds the logic
 once so the two components only differ in how they configure and combine the tiers.
@@ -26,9 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from haystack.core.serialization import component_to_dict
-from haystack.dataclasses import ChatMessage
-from haystack.utils import deserialize_component_inplace
 
 from components.embedding import EmbeddingBackend
 
@@ -308,23 +305,6 @@ def fill_prompt(template: str, **values: str) -> str:
     return template
 
 
-def ask_llm(chat_generator: Any, prompt: str) -> str:
-    """
-    Send one user message to a Haystack chat generator and return the text of its first reply.
-
-    :param chat_generator: Any Haystack chat generator component.
-    :param prompt: The user message.
-    :returns: The reply text.
-    :raises RuntimeError: If the generator returns no text reply (callers catch it and fall back).
-    """
-    result = chat_generator.run(messages=[ChatMessage.from_user(prompt)])
-    replies = (result or {}).get("replies") or []
-    text = replies[0].text if replies and isinstance(replies[0], ChatMessage) else None
-    if not text:
-        raise RuntimeError("the chat generator returned no text reply")
-    return text
-
-
 def parse_json_object(text: str) -> dict[str, Any] | None:
     """
     Extract the first JSON object from an LLM reply (tolerates code fences and prose around it).
@@ -356,23 +336,3 @@ def parse_labels(text: str, labels: list[str]) -> list[str]:
         if match:
             found.append((match.start(), label))
     return [label for _, label in sorted(found)]
-
-
-def serialize_chat_generator(chat_generator: Any) -> dict[str, Any] | None:
-    """
-    Serialise an optional chat generator the way Haystack's Agent does.
-
-    :param chat_generator: The generator or None.
-    :returns: Its dictionary form, or None.
-    """
-    return component_to_dict(obj=chat_generator, name="chat_generator") if chat_generator is not None else None
-
-
-def deserialize_chat_generator_inplace(init_parameters: dict[str, Any]) -> None:
-    """
-    Turn a serialised `chat_generator` init parameter back into a component (no-op when absent or None).
-
-    :param init_parameters: The `init_parameters` of a serialised component, modified in place.
-    """
-    if init_parameters.get("chat_generator") is not None:
-        deserialize_component_inplace(init_parameters, key="chat_generator")

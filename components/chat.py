@@ -1,0 +1,70 @@
+"""
+Helpers for the optional LLM tier of Gatehouse's gates (plain Python, not a component): serialising an optional
+chat generator the way Haystack's Agent does, and asking it one question.
+"""
+
+from typing import Any
+
+from haystack.core.serialization import component_to_dict
+from haystack.dataclasses import ChatMessage
+from haystack.utils import deserialize_component_inplace
+
+
+def chat_generator_to_dict(chat_generator: Any) -> dict[str, Any] | None:
+    """
+    Serialise an optional chat generator.
+
+    :param chat_generator: A Haystack chat generator component, or None.
+    :returns: Its dictionary, or None.
+    """
+    return component_to_dict(obj=chat_generator, name="chat_generator") if chat_generator is not None else None
+
+
+def chat_generator_from_init_parameters(data: dict[str, Any]) -> dict[str, Any]:
+    """
+    A copy of a component dictionary with `init_parameters.chat_generator` deserialised when one is set.
+
+    :param data: A component dictionary as produced by `to_dict()`; it is not modified.
+    :returns: The dictionary to pass to `default_from_dict`.
+    """
+    data = {**data, "init_parameters": dict(data.get("init_parameters") or {})}
+    if data["init_parameters"].get("chat_generator") is not None:
+        deserialize_component_inplace(data["init_parameters"], key="chat_generator")
+    return data
+
+
+def ask_chat_generator(
+    chat_generator: Any,
+    prompt: str,
+    *,
+    system_prompt: str | None = None,
+    history: list[dict[str, Any]] | None = None,
+) -> str:
+    """
+    Send one prompt to a Haystack chat generator and return the text of its first reply.
+
+    :param chat_generator: Any Haystack chat generator component.
+    :param prompt: The user message.
+    :param system_prompt: An optional system message.
+    :param history: Optional earlier turns (`{"role": "user"|"assistant", "content": ...}`) put before the prompt.
+    :returns: The reply text, stripped.
+    :raises RuntimeError: If the generator returns no text reply (callers catch it and fall back).
+    """
+    messages: list[ChatMessage] = []
+    if system_prompt:
+        messages.append(ChatMessage.from_system(system_prompt))
+    for turn in history or []:
+        content = str(turn.get("content") or "")
+        if not content:
+            continue
+        if turn.get("role") == "assistant":
+            messages.append(ChatMessage.from_assistant(content))
+        elif turn.get("role") == "user":
+            messages.append(ChatMessage.from_user(content))
+    messages.append(ChatMessage.from_user(prompt))
+    result = chat_generator.run(messages=messages)
+    replies = (result or {}).get("replies") or []
+    text = (replies[0].text or "").strip() if replies and isinstance(replies[0], ChatMessage) else ""
+    if not text:
+        raise RuntimeError("the chat generator returned no text reply")
+    return text
