@@ -47,13 +47,13 @@ class RetrievalStage:
             self._pipeline = load_pipeline(self.pipeline)
             self._pipeline.warm_up()
 
-    def retrieve(self, query: str, tenant: str | None, kbs: list[str] | None) -> list:
-        """Run the retrieval pipeline and return its documents."""
+    def retrieve(self, query: str, tenant: str | None, kbs: list[str] | None, top_k: int | None = None) -> list:
+        """Run the retrieval pipeline and return its documents (`top_k` overrides this stage's for one call)."""
         self.warm_up()
         assert self._pipeline is not None
         ranker_inputs: dict[str, Any] = {"query": query}
-        if self.top_k is not None:
-            ranker_inputs["top_k"] = self.top_k
+        if (top_k or self.top_k) is not None:
+            ranker_inputs["top_k"] = top_k or self.top_k
         result = self._pipeline.run(
             {
                 "tenant_filter": {"tenant": tenant, "kbs": kbs or None},

@@ -94,6 +94,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`gatehouse serve`: Hayhooks with the pipelines named in the serving manifest."""
+    from gatehouse.serving.manifest import ManifestError, load_manifest
+    from gatehouse.serving.server import ServeError, check_bind, hayhooks_command, prepare_deployments, serve
+
+    try:
+        manifest = load_manifest(args.manifest)
+        host, port = args.host or manifest.host, args.port or manifest.port
+        if args.prepare_only:
+            check_bind(manifest, host, allow_remote_without_keys=args.allow_remote_without_keys)
+            print(hayhooks_command(manifest, prepare_deployments(manifest), host, port))
+            return 0
+        serve(manifest, host=host, port=port, allow_remote_without_keys=args.allow_remote_without_keys)
+    except (ManifestError, ServeError) as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = argparse.ArgumentParser(prog="gatehouse", description="Agentic RAG with verified citations.")
@@ -120,6 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="ingest the sample knowledge bases and ask a sample question")
     demo.add_argument("question", nargs="?", default=SAMPLE_QUESTION)
     demo.set_defaults(handler=cmd_demo)
+
+    serve = commands.add_parser("serve", help="serve the pipelines over REST, OpenAI-compatible chat and MCP")
+    serve.add_argument("--host", help="address to bind (default: the manifest's, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: the manifest's, 1416)")
+    serve.add_argument("--manifest", help="serving manifest (default: hayhooks.yml in the project)")
+    serve.add_argument("--allow-remote-without-keys", action="store_true",
+                       help="bind beyond loopback although no auth key is configured")
+    serve.add_argument("--prepare-only", action="store_true",
+                       help="write the Hayhooks pipelines folder and print the equivalent `hayhooks run` command")
+    serve.set_defaults(handler=cmd_serve)
     return parser
 
 

@@ -15,11 +15,12 @@ def pipelines_dir() -> Path:
     return Path(os.environ.get("GATEHOUSE_PIPELINES_DIR") or PROJECT_ROOT / "pipelines").resolve()
 
 
-def load_pipeline(name_or_path: str | Path) -> Pipeline:
+def load_pipeline(name_or_path: str | Path, allowed_modules: list[str] | None = None) -> Pipeline:
     """
     Load a pipeline by name (`ask`, `index`, `retrieve`) or by path, with Gatehouse's modules allowlisted.
 
     :param name_or_path: A pipeline name in the pipelines folder, or a YAML file path.
+    :param allowed_modules: Module patterns Haystack may load classes from; default `ALLOWED_MODULES`.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file exists.
     """
@@ -31,4 +32,4 @@ def load_pipeline(name_or_path: str | Path) -> Pipeline:
     if not path.is_file():
         raise FileNotFoundError(f"No pipeline YAML at {path}.")
     with path.open(encoding="utf-8") as handle:
-        return Pipeline.load(handle, allowed_modules=ALLOWED_MODULES)
+        return Pipeline.load(handle, allowed_modules=allowed_modules or ALLOWED_MODULES)

@@ -1,0 +1,188 @@
+"""
+Bearer-key authentication, tenant permissions and request-size limits for the Gatehouse server.
+
+Keys are named in the manifest by the environment variable that holds each secret; a key maps to its tenants.
+`GuardMiddleware` runs in front of every Hayhooks route: it answers 413 for oversized bodies, 401 without a
+valid key (except `GET /status`), 403 for deploy/undeploy without an admin key, and leaves the caller's
+`Principal` in a context variable for the pipeline wrappers, which enforce tenants (403).
+
+Usage:
+```python
+from gatehouse.serving.auth import KeyRing
+from gatehouse.serving.manifest import load_manifest
+
+keyring = KeyRing.from_manifest(load_manifest())
+principal = keyring.authenticate("Bearer s3cret")    # None when the key is unknown
+keyring.tenant_for(principal, requested="acme")     # raises AccessDenied when the key lacks the tenant
+```
+"""
+
+import hmac
+import json
+import os
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from components.state import PUBLIC_TENANT
+from gatehouse.serving.manifest import Manifest, ManifestError
+
+OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}
+ADMIN_PATH_PREFIXES = ("/deploy", "/undeploy")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key's name (its environment variable), its tenants and whether it is an admin key."""
+
+    name: str
+    tenants: tuple[str, ...]
+    admin: bool = False
+
+
+current_principal: ContextVar[Principal | None] = ContextVar("gatehouse_principal", default=None)
+
+
+class AccessDenied(Exception):
+    """A request the caller may not make; `status` is 401 (who are you?) or 403 (not allowed)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class KeyRing:
+    """The configured keys, with their secrets read from the environment."""
+
+    def __init__(self, keys: dict[str, Principal]) -> None:
+        self._keys = keys
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest, environ: dict[str, str] | None = None) -> "KeyRing":
+        """
+        Read each key's secret from its environment variable.
+
+        :raises ManifestError: when a named variable is unset or empty (a misconfigured key must not open the server).
+        """
+        environ = os.environ if environ is None else environ
+        keys: dict[str, Principal] = {}
+        for spec in manifest.keys:
+            secret = environ.get(spec.env, "")
+            if not secret:
+                raise ManifestError(f"{manifest.path}: auth key variable {spec.env} is not set in the environment.")
+            keys[secret] = Principal(name=spec.env, tenants=spec.tenants, admin=spec.admin)
+        return cls(keys)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any key is configured (then every route but `GET /status` needs one)."""
+        return bool(self._keys)
+
+    def authenticate(self, authorization: str | None) -> Principal | None:
+        """The principal of an `Authorization: Bearer <key>` header, or None."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        token = token.strip()
+        for secret, principal in self._keys.items():
+            if hmac.compare_digest(secret.encode(), token.encode()):
+                return principal
+        return None
+
+    def tenant_for(self, principal: Principal | None, requested: str | None) -> str:
+        """
+        The tenant a request runs as.
+
+        With keys configured: the requested tenant if the key holds it (else 403), or the key's first tenant.
+        Without keys: the requested tenant, or `public`.
+
+        :raises AccessDenied: 401 when keys are configured but the caller has none, 403 for a tenant it lacks.
+        """
+        if not self.enabled:
+            return requested or PUBLIC_TENANT
+        if principal is None:
+            raise AccessDenied(401, "missing or invalid API key: send `Authorization: Bearer <key>`")
+        if requested is None:
+            return principal.tenants[0]
+        if requested not in principal.tenants:
+            raise AccessDenied(403, f"this API key may not act for tenant {requested!r}")
+        return requested
+
+
+def resolve_principal(keyring: KeyRing, headers: Any) -> Principal | None:
+    """The caller: set by `GuardMiddleware`, else authenticated from the request headers (plain `hayhooks run`)."""
+    principal = current_principal.get()
+    if principal is None and headers is not None:
+        principal = keyring.authenticate(headers.get("authorization"))
+    return principal
+
+
+def _error(status: int, message: str, extra_headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
+    body = json.dumps({"detail": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    return {"status": status, "headers": headers + (extra_headers or []), "body": body}
+
+
+class GuardMiddleware:
+    """ASGI middleware: body-size limit, bearer authentication, admin-only deployment routes."""
+
+    def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int) -> None:
+        self.app = app
+        self.keyring = keyring
+        self.max_body_bytes = max_body_bytes
+
+    async def _send_error(self, send: Any, error: dict[str, Any]) -> None:
+        await send({"type": "http.response.start", "status": error["status"], "headers": error["headers"]})
+        await send({"type": "http.response.body", "body": error["body"]})
+
+    def _check_access(self, scope: dict[str, Any]) -> tuple[Principal | None, dict[str, Any] | None]:
+        method, path = scope["method"], scope["path"]
+        if not self.keyring.enabled or (method, path) in OPEN_PATHS or method == "OPTIONS":
+            return None, None
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        principal = self.keyring.authenticate(headers.get("authorization"))
+        if principal is None:
+            return None, _error(401, "missing or invalid API key: send `Authorization: Bearer <key>`",
+                                [(b"www-authenticate", b"Bearer")])
+        if path.startswith(ADMIN_PATH_PREFIXES) and not principal.admin:
+            return None, _error(403, "deploying and undeploying pipelines needs an admin key")
+        return principal, None
+
+    async def _read_body(self, scope: dict[str, Any], receive: Any) -> tuple[list[dict[str, Any]], bool]:
+        """Buffer the body (bounded by the limit); returns the messages to replay and whether it was too large."""
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            return [], True
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_body_bytes:
+                return [], True
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return messages, False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        principal, error = self._check_access(scope)
+        if error is not None:
+            await self._send_error(send, error)
+            return
+        messages, too_large = await self._read_body(scope, receive)
+        if too_large:
+            await self._send_error(send, _error(413, f"request body exceeds the limit of {self.max_body_bytes} bytes "
+                                                     "(limits.max_body_bytes in hayhooks.yml)"))
+            return
+
+        async def replay() -> dict[str, Any]:
+            return messages.pop(0) if messages else await receive()
+
+        token = current_principal.set(principal)
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            current_principal.reset(token)

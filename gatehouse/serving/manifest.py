@@ -1,0 +1,147 @@
+"""
+The serving manifest (`hayhooks.yml`): what `gatehouse serve` deploys and how it guards it.
+
+Usage:
+```python
+from gatehouse.serving.manifest import load_manifest
+
+manifest = load_manifest()            # <project>/hayhooks.yml, or GATEHOUSE_SERVE_MANIFEST
+manifest.pipelines["ask"].kind        # "ask"
+```
+"""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.settings import PROJECT_ROOT
+
+KINDS = ("ask", "retrieve", "index")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+
+
+class ManifestError(ValueError):
+    """The manifest is missing, unreadable or names something invalid."""
+
+
+@dataclass(frozen=True)
+class DeployedPipeline:
+    """One pipeline to deploy: its Hayhooks name, its YAML file and what it serves."""
+
+    name: str
+    pipeline: Path
+    kind: str
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """An auth key: the environment variable holding the secret, its tenants, whether it may deploy."""
+
+    env: str
+    tenants: tuple[str, ...]
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parsed `hayhooks.yml`."""
+
+    path: Path
+    host: str = "127.0.0.1"
+    port: int = 1416
+    log_level: str = "info"
+    pipelines: dict[str, DeployedPipeline] = field(default_factory=dict)
+    allowed_modules: tuple[str, ...] = ("components.*",)
+    keys: tuple[KeySpec, ...] = ()
+    allow_remote_without_keys: bool = False
+    mcp: bool = True
+    cors_allow_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_query_chars: int = 4000
+
+    def kind_of(self, kind: str) -> list[DeployedPipeline]:
+        """The deployed pipelines of one kind."""
+        return [p for p in self.pipelines.values() if p.kind == kind]
+
+
+def default_manifest_path() -> Path:
+    """`GATEHOUSE_SERVE_MANIFEST`, else `<project>/hayhooks.yml`."""
+    return Path(os.environ.get("GATEHOUSE_SERVE_MANIFEST") or PROJECT_ROOT / "hayhooks.yml").resolve()
+
+
+def _require(condition: bool, path: Path, message: str) -> None:
+    if not condition:
+        raise ManifestError(f"{path}: {message}")
+
+
+def _pipelines(raw: Any, path: Path) -> dict[str, DeployedPipeline]:
+    _require(isinstance(raw, dict) and raw, path, "`pipelines` must map names to {pipeline, kind}.")
+    pipelines = {}
+    for name, entry in raw.items():
+        _require(isinstance(name, str) and name.replace("_", "").replace("-", "").isalnum(), path,
+                 f"pipeline name {name!r} must be letters, digits, '-' or '_'.")
+        _require(isinstance(entry, dict) and "pipeline" in entry, path, f"pipelines.{name} needs a `pipeline` file.")
+        kind = entry.get("kind", name)
+        _require(kind in KINDS, path, f"pipelines.{name}.kind is {kind!r}; use one of {', '.join(KINDS)}.")
+        file = (path.parent / str(entry["pipeline"])).resolve()
+        _require(file.is_file(), path, f"pipelines.{name}.pipeline: no file at {file}.")
+        pipelines[name] = DeployedPipeline(name=name, pipeline=file, kind=kind)
+    return pipelines
+
+
+def _keys(raw: Any, path: Path) -> tuple[KeySpec, ...]:
+    _require(isinstance(raw, list), path, "`auth.keys` must be a list.")
+    keys = []
+    for index, entry in enumerate(raw):
+        where = f"auth.keys[{index}]"
+        _require(isinstance(entry, dict) and isinstance(entry.get("env"), str), path,
+                 f"{where} needs `env`: the NAME of the environment variable holding the key.")
+        tenants = entry.get("tenants")
+        _require(isinstance(tenants, list) and tenants and all(isinstance(t, str) for t in tenants), path,
+                 f"{where} needs `tenants`: a non-empty list of tenant names.")
+        keys.append(KeySpec(env=entry["env"], tenants=tuple(tenants), admin=bool(entry.get("admin", False))))
+    return tuple(keys)
+
+
+def load_manifest(path: str | Path | None = None) -> Manifest:
+    """
+    Read and validate a serving manifest.
+
+    :param path: The YAML file; default `default_manifest_path()`.
+    :returns: The manifest, pipeline files resolved relative to it.
+    :raises ManifestError: naming the file and the field at fault.
+    """
+    path = Path(path).resolve() if path else default_manifest_path()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ManifestError(f"cannot read the serving manifest {path}: {error}") from error
+    _require(isinstance(raw, dict), path, "the manifest must be a mapping.")
+    auth = raw.get("auth") or {}
+    cors = raw.get("cors") or {}
+    limits = raw.get("limits") or {}
+    log_level = str(raw.get("log_level", "info")).lower()
+    _require(log_level in LOG_LEVELS, path, f"log_level {log_level!r}; use one of {', '.join(LOG_LEVELS)}.")
+    modules = raw.get("allowed_modules", ["components.*"])
+    _require(isinstance(modules, list) and "*" not in modules, path,
+             "`allowed_modules` must list module patterns (a bare '*' would allow any class).")
+    manifest = Manifest(
+        path=path,
+        host=str(raw.get("host", "127.0.0.1")),
+        port=int(raw.get("port", 1416)),
+        log_level=log_level,
+        pipelines=_pipelines(raw.get("pipelines"), path),
+        allowed_modules=tuple(modules),
+        keys=_keys(auth.get("keys") or [], path),
+        allow_remote_without_keys=bool(auth.get("allow_remote_without_keys", False)),
+        mcp=bool(raw.get("mcp", True)),
+        cors_allow_origins=tuple(cors.get("allow_origins") or ()),
+        max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),
+        max_query_chars=int(limits.get("max_query_chars", 4000)),
+    )
+    _require(manifest.max_body_bytes > 0 and manifest.max_query_chars > 0, path, "limits must be positive.")
+    return manifest

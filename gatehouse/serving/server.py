@@ -1,0 +1,191 @@
+"""
+`gatehouse serve`: Hayhooks with Gatehouse's pipelines, configured by the serving manifest (`hayhooks.yml`).
+
+It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
+and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `GuardMiddleware` (auth, tenants, body limit)
+in front, mounts MCP at `/mcp` when enabled and runs it with uvicorn.
+
+Usage:
+```python
+from gatehouse.serving.manifest import load_manifest
+from gatehouse.serving.server import build_app, prepare_deployments
+
+manifest = load_manifest()
+app = build_app(manifest, prepare_deployments(manifest))   # an ASGI app; `serve(manifest)` also runs it
+```
+"""
+
+import contextlib
+import ipaddress
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.settings import data_dir
+from gatehouse.serving.auth import GuardMiddleware, KeyRing
+from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
+
+GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
+
+
+class ServeError(RuntimeError):
+    """The server must not start as configured (the message says why and what to change)."""
+
+
+def default_deploy_dir() -> Path:
+    """Where the Hayhooks pipelines folder is written: `<data dir>/serve/pipelines`."""
+    return data_dir() / "serve" / "pipelines"
+
+
+def prepare_deployments(manifest: Manifest, deploy_dir: Path | None = None) -> Path:
+    """
+    Write the Hayhooks pipelines folder for the manifest (stale deployments are removed).
+
+    :param manifest: The serving manifest.
+    :param deploy_dir: The folder; default `default_deploy_dir()`.
+    :returns: The folder, ready for `hayhooks run --pipelines-dir`.
+    """
+    deploy_dir = (deploy_dir or default_deploy_dir()).resolve()
+    deploy_dir.mkdir(parents=True, exist_ok=True)
+    for stale in deploy_dir.iterdir():
+        if stale.is_dir() and stale.name not in manifest.pipelines:
+            shutil.rmtree(stale)
+    for name, deployed in manifest.pipelines.items():
+        target = deploy_dir / name
+        target.mkdir(exist_ok=True)
+        shutil.copyfile(GENERIC_WRAPPER, target / "pipeline_wrapper.py")
+        spec = {"kind": deployed.kind, "pipeline": str(deployed.pipeline), "manifest": str(manifest.path)}
+        (target / "gatehouse.yml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return deploy_dir
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to `host` keeps the server reachable from this machine only."""
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(manifest: Manifest, host: str, *, allow_remote_without_keys: bool = False) -> None:
+    """
+    Refuse to expose an unauthenticated server beyond loopback.
+
+    :raises ServeError: when `host` is not loopback, no auth key is configured and nobody said it is intended.
+    """
+    if manifest.keys or is_loopback(host) or allow_remote_without_keys or manifest.allow_remote_without_keys:
+        return
+    raise ServeError(
+        f"refusing to bind to {host} without auth keys: anyone who can reach it could query every tenant. "
+        f"Add keys under auth.keys in {manifest.path}, bind to 127.0.0.1, or pass --allow-remote-without-keys."
+    )
+
+
+def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: int) -> None:
+    from hayhooks.settings import settings
+
+    settings.pipelines_dir = str(deploy_dir)
+    settings.host = host
+    settings.port = port
+    settings.show_tracebacks = False
+    settings.cors_allow_origins = list(manifest.cors_allow_origins)
+    settings.cors_allow_methods = ["GET", "POST", "OPTIONS"]
+    settings.cors_allow_headers = ["Authorization", "Content-Type"]
+
+
+class _ASGIEndpoint:
+    """Lets a raw ASGI callable serve one exact path (a class instance is routed as an ASGI app)."""
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.handler(scope, receive, send)
+
+
+def _mount_mcp(app: Any) -> None:
+    """Serve the deployed pipelines that allow it (ask, retrieve) as MCP tools over streamable HTTP at `/mcp`."""
+    from hayhooks.server.pipelines.registry import registry
+    from hayhooks.server.utils.mcp_utils import list_pipelines_as_tools, run_pipeline_as_tool
+    from mcp.server.lowlevel import Server
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from starlette.routing import Route
+
+    server: Server = Server("gatehouse")
+
+    @server.list_tools()
+    async def list_tools() -> list:
+        return await list_pipelines_as_tools(registry)
+
+    @server.call_tool()
+    async def call_tool(name: str, arguments: dict[str, Any]) -> list:
+        return await run_pipeline_as_tool(registry, name, arguments)
+
+    sessions = StreamableHTTPSessionManager(app=server, event_store=None, json_response=False, stateless=True)
+    app.router.routes.append(Route("/mcp", endpoint=_ASGIEndpoint(sessions.handle_request),
+                                   methods=["GET", "POST", "DELETE"]))
+    hayhooks_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[None]:
+        async with hayhooks_lifespan(application), sessions.run():
+            yield
+
+    app.router.lifespan_context = lifespan
+
+
+def _require_deployed(app: Any, manifest: Manifest) -> None:
+    """Fail the start-up when a pipeline of the manifest did not deploy (Hayhooks only logs a warning)."""
+    from hayhooks.server.pipelines.registry import registry
+
+    hayhooks_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[None]:
+        async with hayhooks_lifespan(application):
+            missing = sorted(set(manifest.pipelines) - set(registry.get_names()))
+            if missing:
+                raise ServeError(f"pipelines failed to deploy: {', '.join(missing)} (see the log above)")
+            yield
+
+    app.router.lifespan_context = lifespan
+
+
+def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, port: int | None = None) -> Any:
+    """
+    Hayhooks' FastAPI app over `deploy_dir`, guarded by `GuardMiddleware`, with MCP when the manifest enables it.
+
+    The pipelines deploy when the app starts (its lifespan), as with `hayhooks run`; the start fails if one does not.
+    """
+    from hayhooks import create_app
+
+    keyring = KeyRing.from_manifest(manifest)
+    _configure_hayhooks(manifest, deploy_dir, host or manifest.host, port or manifest.port)
+    app = create_app()
+    _require_deployed(app, manifest)
+    if manifest.mcp:
+        _mount_mcp(app)
+    app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes)
+    return app
+
+
+def hayhooks_command(manifest: Manifest, deploy_dir: Path, host: str, port: int) -> str:
+    """The equivalent plain `hayhooks run` invocation (without Gatehouse's middleware: see the README)."""
+    return f"hayhooks run --pipelines-dir {deploy_dir} --host {host} --port {port}"
+
+
+def serve(manifest: Manifest, *, host: str | None = None, port: int | None = None,
+          allow_remote_without_keys: bool = False) -> None:
+    """Check the bind address, write the deployments and run the server until interrupted."""
+    import uvicorn
+
+    host = host or manifest.host
+    port = port or manifest.port
+    check_bind(manifest, host, allow_remote_without_keys=allow_remote_without_keys)
+    app = build_app(manifest, prepare_deployments(manifest), host=host, port=port)
+    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level)

@@ -1,0 +1,380 @@
+"""
+Hayhooks pipeline wrappers for Gatehouse's YAML pipelines: ask, retrieve and index.
+
+Hayhooks can neither chat with nor stream a YAML pipeline, and answers a YAML pipeline with its raw
+per-component outputs. These wrappers give each kind of pipeline a typed request and response:
+
+- ask: `POST /{name}/run` returns the Gatehouse response contract; `/v1/chat/completions` (model `{name}`)
+  answers OpenAI clients, streaming or not, with a final chunk that carries the structured citations.
+- retrieve: `POST /{name}/run` returns the hybrid search's documents with scores and metadata.
+- index: `POST /{name}/run` takes a multipart upload of files into a knowledge base.
+
+One generic `pipeline_wrapper.py` (in this package) picks the class from the `gatehouse.yml` deployed beside
+it, which `gatehouse serve` writes from `hayhooks.yml`.
+
+Usage:
+```python
+from gatehouse.serving.wrappers import wrapper_class
+
+PipelineWrapper = wrapper_class("data/serve/pipelines/ask/gatehouse.yml")   # what pipeline_wrapper.py does
+```
+"""
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from fastapi import HTTPException, UploadFile
+from fastapi_openai_compat import ChatCompletion
+from fastapi_openai_compat.chat_completions.models import Choice, Message
+from hayhooks import BasePipelineWrapper
+from haystack.dataclasses import ByteStream
+from starlette.datastructures import Headers
+from typing_extensions import TypedDict
+
+from components.retrieval_stage import RetrievalStage
+from components.state import PUBLIC_TENANT
+from gatehouse import runtime
+from gatehouse.pipelines import load_pipeline
+from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
+from gatehouse.serving.manifest import Manifest, load_manifest
+
+# Local Qdrant and the SQLite BM25 store are single-writer: requests touching the stores run one at a time.
+STORE_LOCK = threading.RLock()
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+STREAM_PIECE = re.compile(r"\S+\s*|\s+")
+
+
+class Turn(TypedDict):
+    """One earlier conversation turn."""
+
+    role: Literal["user", "assistant", "system"]
+    content: str
+
+
+class Citation(TypedDict):
+    """A passage the answer cites as `[id]`."""
+
+    id: str
+    text: str
+    url: str | None
+    chunk_id: str
+    source: str | None
+    kb: str | None
+    confidence: float | None
+    snippet: str
+
+
+class Validation(TypedDict):
+    """What the verifier and the guardrails noticed."""
+
+    boundary_violations: list[str]
+    confidence_warnings: list[str]
+    guardrail_actions: list[str]
+    unsupported_sentences: list[str]
+
+
+class AskResponse(TypedDict):
+    """The Gatehouse response contract."""
+
+    answer: str
+    citations: list[Citation]
+    metadata: dict[str, Any]
+    validation: Validation
+    status: str
+    error_message: str | None
+    path: list[str]
+
+
+class RetrievedDocument(TypedDict):
+    """A retrieved chunk."""
+
+    id: str
+    content: str
+    score: float | None
+    meta: dict[str, Any]
+
+
+class RetrieveResponse(TypedDict):
+    """Hybrid search results."""
+
+    documents: list[RetrievedDocument]
+    tenant: str
+    kbs: list[str] | None
+
+
+class FileResult(TypedDict):
+    """What happened to one uploaded file."""
+
+    file: str
+    reason: str | None
+
+
+class IndexResponse(TypedDict):
+    """Counts of an upload, with a reason for each failed file."""
+
+    kb: str
+    tenant: str
+    written: int
+    skipped: int
+    failed: int
+    chunks_written: int
+    files: dict[str, list[FileResult]]
+
+
+def _denied(error: AccessDenied) -> HTTPException:
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    return HTTPException(status_code=error.status, detail=error.message, headers=headers)
+
+
+class GatehouseWrapper(BasePipelineWrapper):
+    """Shared set-up: the manifest (auth, limits) and the pipeline YAML this deployment serves."""
+
+    pipeline_file: Path
+    manifest_file: Path
+
+    def setup(self) -> None:
+        """Read the manifest and load the pipeline YAML (allowlisted modules only)."""
+        runtime.configure()
+        self.manifest: Manifest = load_manifest(self.manifest_file)
+        self.keyring = KeyRing.from_manifest(self.manifest)
+        self.pipeline = load_pipeline(self.pipeline_file, allowed_modules=list(self.manifest.allowed_modules))
+        self.pipeline.warm_up()
+
+    def _tenant(self, requested: str | None, headers: Headers | None) -> str:
+        if requested is not None and not NAME_PATTERN.fullmatch(requested):
+            raise HTTPException(status_code=422, detail=f"tenant {requested!r} is not a valid tenant name")
+        try:
+            return self.keyring.tenant_for(resolve_principal(self.keyring, headers), requested)
+        except AccessDenied as error:
+            raise _denied(error) from error
+
+    def _query(self, query: str | None, field: str = "query") -> str:
+        text = (query or "").strip()
+        if not text:
+            raise HTTPException(status_code=422, detail=f"{field} must not be empty")
+        if len(text) > self.manifest.max_query_chars:
+            raise HTTPException(status_code=422, detail=f"{field} is {len(text)} characters long; the limit is "
+                                                         f"{self.manifest.max_query_chars} (limits.max_query_chars)")
+        return text
+
+
+class AskWrapper(GatehouseWrapper):
+    """Serves `ask.yml`: REST, OpenAI-compatible chat (streaming or not) and an MCP tool."""
+
+    def _ask(self, query: str, *, kb: str | None, tenant: str, mode: str | None, context: str | None,
+             history: list[dict[str, Any]] | None) -> dict[str, Any]:
+        with STORE_LOCK:
+            result = self.pipeline.run({"intake": {"query": query, "kb": kb, "tenant": tenant, "mode": mode,
+                                                   "context": context, "history": history or []}})
+        response = result["response"]["response"]
+        if response["status"] == "error":
+            llm_failed = "generate_llm_failed" in response["path"]
+            raise HTTPException(status_code=502 if llm_failed else 422, detail=response["error_message"])
+        return response
+
+    def run_api(
+        self,
+        query: str,
+        kb: str | None = None,
+        tenant: str | None = None,
+        mode: Literal["full-corpus", "constrained-context", "hybrid"] | None = None,
+        context: str | None = None,
+        history: list[Turn] | None = None,
+        headers: Headers | None = None,
+    ) -> AskResponse:
+        """
+        Ask the Gatehouse knowledge bases a question and get a grounded answer whose citations [S#] point at real passages.
+
+        :param query: The question.
+        :param kb: Search this knowledge base instead of letting the router choose.
+        :param tenant: Act for this tenant (only one the API key holds); default the key's first tenant.
+        :param mode: full-corpus (default), constrained-context (answer only from `context`) or hybrid.
+        :param context: Caller-provided text for the constrained-context and hybrid modes.
+        :param history: Earlier turns, each {role, content}; follow-up questions are condensed with them.
+        :returns: The Gatehouse response: answer, citations, metadata, validation, status, error_message, path.
+        """
+        return self._ask(self._query(query), kb=kb, tenant=self._tenant(tenant, headers), mode=mode,
+                         context=context, history=[dict(turn) for turn in history or []])
+
+    def run_chat_completion(self, model: str, messages: list[dict], body: dict,
+                            headers: Headers | None = None) -> ChatCompletion | Generator:
+        """
+        OpenAI-compatible chat: the last user message is the question, earlier turns are its history.
+
+        Optional extra body fields: `tenant`, `kb`. With `stream: true` the verified answer is streamed in pieces and
+        a final chunk carries `citations` and `gatehouse` (status, metadata, validation, path).
+        """
+        turns = [{"role": m.get("role"), "content": _text_of(m.get("content"))} for m in messages]
+        turns = [t for t in turns if t["role"] in {"user", "assistant"} and t["content"]]
+        if not turns or turns[-1]["role"] != "user":
+            raise HTTPException(status_code=422, detail="messages must end with a non-empty user message")
+        response = self._ask(self._query(turns[-1]["content"], "the last user message"), kb=body.get("kb"),
+                             tenant=self._tenant(body.get("tenant"), headers), mode=None, context=None,
+                             history=turns[:-1])
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        extras = {"citations": response["citations"], "gatehouse": _gatehouse_extras(response)}
+        if body.get("stream"):
+            return _stream(completion_id, model, response, extras)
+        return ChatCompletion(
+            id=completion_id, object="chat.completion", created=int(time.time()), model=model,
+            choices=[Choice(index=0, message=Message(role="assistant", content=response["answer"]),
+                            finish_reason="stop")],
+            **extras,
+        )
+
+
+def _text_of(content: Any) -> str:
+    """The text of an OpenAI message content (a string or a list of typed parts)."""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict)).strip()
+    return ""
+
+
+def _gatehouse_extras(response: dict[str, Any]) -> dict[str, Any]:
+    return {key: response[key] for key in ("status", "error_message", "metadata", "validation", "path")}
+
+
+def _stream(completion_id: str, model: str, response: dict[str, Any],
+            extras: dict[str, Any]) -> Generator[ChatCompletion, None, None]:
+    """The verified answer in word-sized chunks, then a final chunk with the citations and status."""
+    created = int(time.time())
+
+    def chunk(content: str | None, finish_reason: str | None = None, **extra: Any) -> ChatCompletion:
+        return ChatCompletion(
+            id=completion_id, object="chat.completion.chunk", created=created, model=model,
+            choices=[Choice(index=0, delta=Message(role="assistant", content=content), finish_reason=finish_reason)],
+            **extra,
+        )
+
+    for piece in STREAM_PIECE.findall(response["answer"]):
+        yield chunk(piece)
+    yield chunk("", finish_reason="stop", **extras)
+
+
+class RetrieveWrapper(GatehouseWrapper):
+    """Serves `retrieve.yml`: hybrid search only, as REST and as an MCP tool."""
+
+    def setup(self) -> None:
+        """Load the retrieval pipeline through the same stage the ask pipeline uses."""
+        runtime.configure()
+        self.manifest = load_manifest(self.manifest_file)
+        self.keyring = KeyRing.from_manifest(self.manifest)
+        self.stage = RetrievalStage(pipeline=str(self.pipeline_file))
+        self.stage.warm_up()
+        self.pipeline = self.stage._pipeline
+
+    def run_api(
+        self,
+        query: str,
+        kbs: list[str] | None = None,
+        tenant: str | None = None,
+        top_k: int = 10,
+        headers: Headers | None = None,
+    ) -> RetrieveResponse:
+        """
+        Search the Gatehouse knowledge bases (hybrid dense + BM25) and return the best passages with scores and metadata.
+
+        :param query: What to search for.
+        :param kbs: Restrict the search to these knowledge bases; default all of the tenant's.
+        :param tenant: Act for this tenant (only one the API key holds); default the key's first tenant.
+        :param top_k: How many passages to return (1-100).
+        :returns: The documents, best first, and the tenant and KBs searched.
+        """
+        text = self._query(query)
+        if not 1 <= top_k <= 100:
+            raise HTTPException(status_code=422, detail=f"top_k is {top_k}; use 1 to 100")
+        for kb in kbs or []:
+            if not NAME_PATTERN.fullmatch(kb):
+                raise HTTPException(status_code=422, detail=f"kb {kb!r} is not a valid knowledge base name")
+        tenant_name = self._tenant(tenant, headers)
+        with STORE_LOCK:
+            documents = self.stage.retrieve(text, tenant_name, kbs or None, top_k=top_k)
+        return {
+            "documents": [{"id": d.id, "content": d.content or "", "score": d.score, "meta": d.meta} for d in documents],
+            "tenant": tenant_name,
+            "kbs": kbs or None,
+        }
+
+
+class IndexWrapper(GatehouseWrapper):
+    """Serves `index.yml`: multipart uploads (txt, md, html, pdf) into one knowledge base of one tenant."""
+
+    skip_mcp = True
+
+    def run_api(
+        self,
+        files: list[UploadFile],
+        kb: str,
+        tenant: str | None = None,
+        force: bool = False,
+        headers: Headers | None = None,
+    ) -> IndexResponse:
+        """
+        Upload files into a knowledge base. A bad file fails alone with a reason; the good ones are stored.
+
+        :param files: The files (txt, md, html, pdf), as multipart form fields named `files`.
+        :param kb: The knowledge base to index into (lower-case letters, digits, '-', '_').
+        :param tenant: The owning tenant (only one the API key holds); default the key's first tenant.
+        :param force: Re-index files whose content did not change.
+        :returns: Counts of written, skipped and failed files, with a reason per failed file.
+        """
+        if not NAME_PATTERN.fullmatch(kb or ""):
+            raise HTTPException(status_code=422, detail=f"kb {kb!r} is not a valid knowledge base name "
+                                                        "(lower-case letters, digits, '-', '_')")
+        tenant_name = self._tenant(tenant, headers)
+        if not files:
+            raise HTTPException(status_code=422, detail="no files were uploaded (multipart field `files`)")
+        streams = [ByteStream(data=upload.file.read(), meta={"file_name": Path(upload.filename or "").name})
+                   for upload in files]
+        planner = self.pipeline.get_component("planner")
+        supported = set(planner.mime_types)
+        if not any(Path(s.meta["file_name"]).suffix.lower() in supported for s in streams):
+            names = ", ".join(s.meta["file_name"] or "(unnamed)" for s in streams)
+            raise HTTPException(status_code=415, detail=f"unsupported file type: {names}; accepted: "
+                                                        f"{', '.join(sorted(supported))}")
+        with STORE_LOCK:
+            report = self.pipeline.run({"planner": {"sources": streams, "kb": kb,
+                                                    "tenant": None if tenant_name == PUBLIC_TENANT else tenant_name,
+                                                    "force": force}})["writer"]["report"]
+        return {
+            "kb": kb,
+            "tenant": tenant_name,
+            "written": len(report.get("written", [])),
+            "skipped": len(report.get("skipped", [])),
+            "failed": len(report.get("failed", [])),
+            "chunks_written": report["totals"]["chunks_written"],
+            "files": {
+                "written": [{"file": _source_of(item), "reason": None} for item in report.get("written", [])],
+                "skipped": [{"file": _source_of(item), "reason": "unchanged"} for item in report.get("skipped", [])],
+                "failed": [{"file": _source_of(item), "reason": item.get("reason")}
+                           for item in report.get("failed", [])],
+            },
+        }
+
+
+def _source_of(item: dict[str, Any]) -> str:
+    return str(item.get("source") or item.get("doc_id", "").rsplit("/", 1)[-1])
+
+
+WRAPPERS: dict[str, type[GatehouseWrapper]] = {"ask": AskWrapper, "retrieve": RetrieveWrapper, "index": IndexWrapper}
+
+
+def wrapper_class(deployment_file: str | Path) -> type[GatehouseWrapper]:
+    """
+    The wrapper class for one deployment, from its `gatehouse.yml` (`kind`, `pipeline`, `manifest`).
+
+    :param deployment_file: The deployment description `gatehouse serve` wrote.
+    :returns: A subclass of the kind's wrapper bound to the pipeline YAML and the manifest.
+    """
+    spec = yaml.safe_load(Path(deployment_file).read_text(encoding="utf-8"))
+    base = WRAPPERS[spec["kind"]]
+    return type("PipelineWrapper", (base,), {"pipeline_file": Path(spec["pipeline"]),
+                                             "manifest_file": Path(spec["manifest"])})

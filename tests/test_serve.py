@@ -1,0 +1,326 @@
+"""
+`gatehouse serve` end to end: a real server process on a free loopback port, real stores in a temp directory,
+real HTTP (httpx), the official `openai` client and an MCP client.
+"""
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from openai import OpenAI
+
+from components.settings import PROJECT_ROOT
+
+ADMIN_KEY = "admin-secret-for-tests"
+ACME_KEY = "acme-secret-for-tests"
+MAX_BODY = 1_000_000
+QUESTION = "How do I rotate an API key?"
+HOLIDAY = "# Holiday policy\n\nEmployees of Initech get 30 days of paid leave per year.\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _manifest(tmp: Path, *, keys: bool) -> Path:
+    pipelines = tmp / "pipelines"
+    pipelines.mkdir(exist_ok=True)
+    shutil.copyfile(PROJECT_ROOT / "pipelines" / "ask.yml", pipelines / "ask.yml")
+    manifest = {
+        "pipelines": {
+            "ask": {"pipeline": "pipelines/ask.yml", "kind": "ask"},
+            "retrieve": {"pipeline": str(PROJECT_ROOT / "pipelines" / "retrieve.yml"), "kind": "retrieve"},
+            "index": {"pipeline": str(PROJECT_ROOT / "pipelines" / "index.yml"), "kind": "index"},
+        },
+        "auth": {"keys": [
+            {"env": "GATEHOUSE_TEST_ADMIN_KEY", "tenants": ["public", "initech"], "admin": True},
+            {"env": "GATEHOUSE_TEST_ACME_KEY", "tenants": ["acme"]},
+        ] if keys else []},
+        "mcp": True,
+        "limits": {"max_body_bytes": MAX_BODY, "max_query_chars": 500},
+    }
+    path = tmp / "hayhooks.yml"
+    path.write_text(yaml.safe_dump(manifest), encoding="utf-8")
+    return path
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp / "data"), "GATEHOUSE_TEST_ADMIN_KEY": ADMIN_KEY,
+            "GATEHOUSE_TEST_ACME_KEY": ACME_KEY}
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A keyed server with the sample knowledge bases uploaded over HTTP."""
+    tmp = tmp_path_factory.mktemp("serve")
+    manifest = _manifest(tmp, keys=True)
+    port = _free_port()
+    log = (tmp / "server.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
+        env=_env(tmp), stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, (tmp / "server.log").read_text()
+            try:
+                if len(httpx.get(f"{url}/status", timeout=2).json()["pipelines"]) == 3:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the server did not start in 180 s"
+            time.sleep(0.5)
+        with httpx.Client(base_url=url, headers=_auth(ADMIN_KEY), timeout=120) as client:
+            for kb in ("faq", "ops", "product"):
+                paths = sorted((PROJECT_ROOT / "kb" / kb).glob("*.md"))
+                files = [("files", (p.name, p.read_bytes(), "text/markdown")) for p in paths]
+                response = client.post("/index/run", files=files, data={"kb": kb})
+                assert response.status_code == 200, response.text
+                assert response.json()["result"]["written"] == len(paths)
+        yield {"url": url, "tmp": tmp, "manifest": manifest}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture
+def admin(server):
+    with httpx.Client(base_url=server["url"], headers=_auth(ADMIN_KEY), timeout=120) as client:
+        yield client
+
+
+def test_status_answers_without_a_key(server):
+    response = httpx.get(f"{server['url']}/status")
+    assert response.status_code == 200
+    assert set(response.json()["pipelines"]) == {"ask", "retrieve", "index"}
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/ask/run"), ("POST", "/retrieve/run"),
+                                              ("GET", "/v1/models"), ("GET", "/openapi.json"), ("POST", "/mcp")])
+def test_every_other_endpoint_needs_a_key(server, method, path):
+    response = httpx.request(method, server["url"] + path, json={"query": QUESTION})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    wrong = httpx.request(method, server["url"] + path, json={"query": QUESTION}, headers=_auth("not-a-key"))
+    assert wrong.status_code == 401
+
+
+def test_ask_over_rest_returns_the_response_contract(admin):
+    response = admin.post("/ask/run", json={"query": QUESTION})
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert set(result) == {"answer", "citations", "metadata", "validation", "status", "error_message", "path"}
+    assert result["status"] == "success"
+    assert result["metadata"]["tenant"] == "public"
+    assert "https://docs.corvio.example/faq/api-keys#rotate-an-api-key" in [c["url"] for c in result["citations"]]
+    cited = set(re.findall(r"\[(S\d+)\]", result["answer"]))
+    assert cited and cited <= {c["id"] for c in result["citations"]}
+
+
+def test_openapi_documents_the_typed_endpoints(admin):
+    spec = admin.get("/openapi.json").json()
+    assert {"/ask/run", "/retrieve/run", "/index/run", "/v1/chat/completions"} <= set(spec["paths"])
+    assert "AskResponse" in json.dumps(spec["paths"]["/ask/run"]) or "AskResponse" in spec["components"]["schemas"]
+
+
+def test_retrieve_returns_scored_documents_with_metadata(admin):
+    response = admin.post("/retrieve/run", json={"query": "rotate an API key", "kbs": ["faq"], "top_k": 3})
+    assert response.status_code == 200
+    documents = response.json()["result"]["documents"]
+    assert len(documents) == 3
+    assert all(d["meta"]["kb"] == "faq" and d["score"] is not None for d in documents)
+    assert documents[0]["meta"]["source"] == "api-keys.md"
+
+
+def test_a_key_cannot_name_a_tenant_it_does_not_hold(server):
+    with httpx.Client(base_url=server["url"], headers=_auth(ACME_KEY), timeout=60) as acme:
+        assert acme.post("/ask/run", json={"query": QUESTION, "tenant": "public"}).status_code == 403
+        assert acme.post("/retrieve/run", json={"query": QUESTION, "tenant": "initech"}).status_code == 403
+        upload = acme.post("/index/run", files=[("files", ("a.md", b"# A\n\ntext", "text/markdown"))],
+                           data={"kb": "faq", "tenant": "public"})
+        assert upload.status_code == 403
+        own = acme.post("/ask/run", json={"query": QUESTION})
+        assert own.status_code == 200
+        assert own.json()["result"]["metadata"]["tenant"] == "acme"
+        assert own.json()["result"]["citations"] == []          # acme has no documents; public ones stay hidden
+        assert acme.post("/deploy_files", json={"name": "ask", "files": {}}).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "message"),
+    [
+        ({"query": "   "}, 422, "query must not be empty"),
+        ({"query": "x" * 501}, 422, "limits.max_query_chars"),
+        ({"query": QUESTION, "mode": "telepathy"}, 422, "full-corpus"),
+        ({"query": QUESTION, "kb": "astrology"}, 422, "Unknown knowledge base 'astrology'"),
+        ({"query": QUESTION, "tenant": "Not A Tenant!"}, 422, "not a valid tenant name"),
+        ({"question": QUESTION}, 422, "query"),
+    ],
+)
+def test_bad_ask_input_is_a_4xx_naming_the_problem(admin, payload, status, message):
+    response = admin.post("/ask/run", json=payload)
+    assert response.status_code == status
+    assert message in response.text
+    assert "Traceback" not in response.text
+
+
+def test_oversized_bodies_are_refused(admin):
+    response = admin.post("/ask/run", json={"query": QUESTION, "context": "x" * (MAX_BODY + 10)})
+    assert response.status_code == 413
+    assert "limits.max_body_bytes" in response.json()["detail"]
+
+
+def test_upload_stores_good_files_and_fails_bad_ones_alone(admin):
+    files = [
+        ("files", ("holiday.md", HOLIDAY.encode(), "text/markdown")),
+        ("files", ("broken.pdf", b"not a pdf at all", "application/pdf")),
+        ("files", ("tool.exe", b"MZ\x00\x01", "application/octet-stream")),
+    ]
+    response = admin.post("/index/run", files=files, data={"kb": "hr", "tenant": "initech"})
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert (result["written"], result["failed"]) == (1, 2)
+    reasons = {item["file"]: item["reason"] for item in result["files"]["failed"]}
+    assert "unsupported file type '.exe'" in reasons["tool.exe"]
+    assert reasons["broken.pdf"]
+    found = admin.post("/retrieve/run", json={"query": "paid leave", "kbs": ["hr"], "tenant": "initech"}).json()
+    assert found["result"]["documents"][0]["meta"]["source"] == "holiday.md"
+    again = admin.post("/index/run", files=files[:1], data={"kb": "hr", "tenant": "initech"}).json()["result"]
+    assert (again["written"], again["skipped"]) == (0, 1)
+
+
+def test_upload_of_only_unsupported_files_is_415(admin):
+    response = admin.post("/index/run", files=[("files", ("x.exe", b"MZ", "application/octet-stream"))],
+                          data={"kb": "faq"})
+    assert response.status_code == 415
+    assert "x.exe" in response.json()["detail"]
+
+
+def test_openai_client_without_streaming(server):
+    client = OpenAI(base_url=f"{server['url']}/v1", api_key=ADMIN_KEY)
+    assert "ask" in [model.id for model in client.models.list().data]
+    completion = client.chat.completions.create(model="ask", messages=[{"role": "user", "content": QUESTION}])
+    answer = completion.choices[0].message.content
+    citations = completion.model_extra["citations"]
+    assert "[S" in answer
+    assert set(re.findall(r"\[(S\d+)\]", answer)) <= {c["id"] for c in citations}
+    assert completion.model_extra["gatehouse"]["status"] == "success"
+
+
+def test_openai_client_streams_the_verified_answer_then_the_citations(server):
+    client = OpenAI(base_url=f"{server['url']}/v1", api_key=ADMIN_KEY)
+    messages = [{"role": "user", "content": "How do I rotate an API key?"},
+                {"role": "assistant", "content": "Open API keys and choose Rotate. [S1]"},
+                {"role": "user", "content": "What grace periods can I pick for the old key?"}]
+    chunks = list(client.chat.completions.create(model="ask", messages=messages, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    final = chunks[-1]
+    assert len(chunks) > 3
+    assert final.choices[0].finish_reason == "stop"
+    assert [c for c in chunks[:-1] if c.choices[0].finish_reason] == []
+    citations = final.model_extra["citations"]
+    assert final.model_extra["gatehouse"]["status"] == "success"
+    assert set(re.findall(r"\[(S\d+)\]", text)) <= {c["id"] for c in citations}
+    assert "24 hours" in text
+    whole = client.chat.completions.create(model="ask", messages=messages)
+    assert whole.choices[0].message.content == text
+
+
+def test_chat_needs_a_user_message_last(server):
+    client = OpenAI(base_url=f"{server['url']}/v1", api_key=ADMIN_KEY)
+    with pytest.raises(Exception, match="422"):
+        client.chat.completions.create(model="ask", messages=[{"role": "assistant", "content": "hi"}])
+
+
+def _mcp(server, key, action):
+    async def session():
+        async with (
+            httpx.AsyncClient(headers=_auth(key), timeout=120) as http,
+            streamable_http_client(f"{server['url']}/mcp", http_client=http) as (read, write, _),
+            ClientSession(read, write) as mcp,
+        ):
+            await mcp.initialize()
+            return await action(mcp)
+
+    return asyncio.run(session())
+
+
+def test_mcp_lists_ask_and_retrieve_and_answers_a_call(server):
+    async def action(mcp):
+        tools = await mcp.list_tools()
+        result = await mcp.call_tool("ask", {"query": QUESTION})
+        return tools, result
+
+    tools, result = _mcp(server, ADMIN_KEY, action)
+    assert {tool.name for tool in tools.tools} == {"ask", "retrieve"}
+    assert not result.isError
+    response = json.loads(result.content[0].text)
+    assert response["status"] == "success"
+    assert response["citations"]
+
+
+def test_mcp_calls_keep_the_key_to_its_tenants(server):
+    async def action(mcp):
+        return await mcp.call_tool("retrieve", {"query": QUESTION, "tenant": "public"})
+
+    result = _mcp(server, ACME_KEY, action)
+    assert result.isError
+    assert "403" in result.content[0].text
+
+
+def test_editing_the_yaml_and_redeploying_changes_what_is_served(server, admin):
+    upload = admin.post("/index/run", files=[("files", ("holiday.md", HOLIDAY.encode(), "text/markdown"))],
+                        data={"kb": "hr", "tenant": "initech"})
+    assert upload.status_code == 200
+    question = {"query": "How many days of paid leave do Initech employees get?", "kb": "hr", "tenant": "initech"}
+    before = admin.post("/ask/run", json=question)
+    assert before.status_code == 422
+    assert "Unknown knowledge base 'hr'" in before.json()["detail"]
+
+    ask_yml = server["tmp"] / "pipelines" / "ask.yml"
+    spec = yaml.safe_load(ask_yml.read_text(encoding="utf-8"))
+    spec["components"]["router"]["init_parameters"]["knowledge_bases"].append(
+        {"name": "hr", "description": "Human resources: leave, holidays, benefits.", "keywords": ["leave", "holiday*"],
+         "threshold": 0.5})
+    ask_yml.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    deployed = server["tmp"] / "data" / "serve" / "pipelines" / "ask"
+    files = {name: (deployed / name).read_text(encoding="utf-8") for name in ("pipeline_wrapper.py", "gatehouse.yml")}
+    redeploy = admin.post("/deploy_files", json={"name": "ask", "files": files, "overwrite": True})
+    assert redeploy.status_code == 200, redeploy.text
+
+    after = admin.post("/ask/run", json=question)
+    assert after.status_code == 200
+    result = after.json()["result"]
+    assert result["status"] == "success"
+    assert [c["source"] for c in result["citations"]] == ["holiday.md"]
+
+
+def test_refuses_to_bind_beyond_loopback_without_keys(tmp_path):
+    manifest = _manifest(tmp_path, keys=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "gatehouse.cli", "serve", "--host", "0.0.0.0", "--manifest", str(manifest)],
+        check=False, env=_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2
+    assert "refusing to bind to 0.0.0.0 without auth keys" in done.stderr

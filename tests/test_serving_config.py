@@ -1,0 +1,140 @@
+"""The serving manifest, key ring, guard middleware and deployment folder, without starting a server."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.settings import PROJECT_ROOT
+from gatehouse.serving.auth import AccessDenied, GuardMiddleware, KeyRing, Principal, current_principal
+from gatehouse.serving.manifest import ManifestError, load_manifest
+from gatehouse.serving.server import ServeError, check_bind, is_loopback, prepare_deployments
+from gatehouse.serving.wrappers import AskWrapper, IndexWrapper, RetrieveWrapper, wrapper_class
+
+
+def _write(tmp_path: Path, **overrides) -> Path:
+    raw = {"pipelines": {"ask": {"pipeline": str(PROJECT_ROOT / "pipelines" / "ask.yml"), "kind": "ask"}}}
+    raw.update(overrides)
+    path = tmp_path / "hayhooks.yml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def test_the_project_manifest_loads():
+    manifest = load_manifest(PROJECT_ROOT / "hayhooks.yml")
+    assert (manifest.host, manifest.port) == ("127.0.0.1", 1416)
+    assert {name: p.kind for name, p in manifest.pipelines.items()} == {
+        "ask": "ask", "retrieve": "retrieve", "index": "index"}
+    assert manifest.keys == ()
+    assert manifest.allowed_modules == ("components.*",)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"pipelines": {"ask": {"pipeline": "missing.yml"}}}, "no file at"),
+        ({"pipelines": {"ask": {"pipeline": str(PROJECT_ROOT / "pipelines" / "ask.yml"), "kind": "chat"}}},
+         "use one of ask, retrieve, index"),
+        ({"auth": {"keys": [{"tenants": ["a"]}]}}, "auth.keys[0] needs `env`"),
+        ({"auth": {"keys": [{"env": "K", "tenants": []}]}}, "auth.keys[0] needs `tenants`"),
+        ({"allowed_modules": ["*"]}, "would allow any class"),
+        ({"log_level": "chatty"}, "log_level 'chatty'"),
+    ],
+)
+def test_a_bad_manifest_names_the_field(tmp_path, overrides, message):
+    with pytest.raises(ManifestError, match="hayhooks.yml") as error:
+        load_manifest(_write(tmp_path, **overrides))
+    assert message in str(error.value)
+
+
+def test_keys_come_from_the_environment_and_an_unset_one_refuses_to_start(tmp_path):
+    manifest = load_manifest(_write(tmp_path, auth={"keys": [{"env": "K_ACME", "tenants": ["acme", "public"]}]}))
+    ring = KeyRing.from_manifest(manifest, environ={"K_ACME": "s3cret"})
+    assert ring.authenticate("Bearer s3cret") == Principal(name="K_ACME", tenants=("acme", "public"))
+    assert ring.authenticate("Bearer nope") is None
+    assert ring.authenticate("Basic s3cret") is None
+    assert ring.authenticate(None) is None
+    with pytest.raises(ManifestError, match="K_ACME is not set"):
+        KeyRing.from_manifest(manifest, environ={})
+
+
+def test_tenant_resolution():
+    open_ring = KeyRing({})
+    assert open_ring.tenant_for(None, None) == "public"
+    assert open_ring.tenant_for(None, "acme") == "acme"
+    ring = KeyRing({"k": Principal(name="K", tenants=("acme", "public"))})
+    principal = ring.authenticate("Bearer k")
+    assert ring.tenant_for(principal, None) == "acme"
+    assert ring.tenant_for(principal, "public") == "public"
+    with pytest.raises(AccessDenied) as denied:
+        ring.tenant_for(principal, "globex")
+    assert denied.value.status == 403
+    with pytest.raises(AccessDenied) as missing:
+        ring.tenant_for(None, None)
+    assert missing.value.status == 401
+
+
+def _call(middleware, method, path, headers=(), body=b""):
+    sent, seen = [], {}
+
+    async def app(scope, receive, send):
+        seen["principal"] = current_principal.get()
+        seen["body"] = (await receive())["body"]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    middleware.app = app
+    scope = {"type": "http", "method": method, "path": path,
+             "headers": [(k.encode(), v.encode()) for k, v in headers]}
+    asyncio.run(middleware(scope, receive, send))
+    return sent[0]["status"], sent[1]["body"], seen
+
+
+def test_guard_middleware():
+    ring = KeyRing({"user": Principal(name="U", tenants=("acme",)), "root": Principal("R", ("public",), admin=True)})
+    guard = GuardMiddleware(None, keyring=ring, max_body_bytes=10)
+    assert _call(guard, "GET", "/status")[0] == 200
+    status, body, _ = _call(guard, "POST", "/ask/run")
+    assert status == 401
+    assert "Bearer" in json.loads(body)["detail"]
+    status, _, seen = _call(guard, "POST", "/ask/run", [("authorization", "Bearer user")], b"{}")
+    assert status == 200
+    assert seen == {"principal": Principal(name="U", tenants=("acme",)), "body": b"{}"}
+    assert _call(guard, "POST", "/deploy_files", [("authorization", "Bearer user")])[0] == 403
+    assert _call(guard, "POST", "/deploy_files", [("authorization", "Bearer root")])[0] == 200
+    status, body, _ = _call(guard, "POST", "/ask/run", [("authorization", "Bearer user")], b"x" * 11)
+    assert status == 413
+    assert current_principal.get() is None
+
+
+def test_binding_beyond_loopback_needs_keys_or_an_explicit_yes(tmp_path):
+    manifest = load_manifest(_write(tmp_path))
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
+    check_bind(manifest, "127.0.0.1")
+    check_bind(manifest, "0.0.0.0", allow_remote_without_keys=True)
+    with pytest.raises(ServeError, match="refusing to bind to 0.0.0.0"):
+        check_bind(manifest, "0.0.0.0")
+    keyed = load_manifest(_write(tmp_path, auth={"keys": [{"env": "K", "tenants": ["a"]}]}))
+    check_bind(keyed, "0.0.0.0")
+
+
+def test_prepare_deployments_writes_one_generic_wrapper_per_pipeline(tmp_path):
+    manifest = load_manifest(PROJECT_ROOT / "hayhooks.yml")
+    (tmp_path / "old").mkdir()
+    folder = prepare_deployments(manifest, tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == ["ask", "index", "retrieve"]
+    wrappers = {(folder / name / "pipeline_wrapper.py").read_text() for name in ("ask", "index", "retrieve")}
+    assert len(wrappers) == 1
+    bases = {name: wrapper_class(folder / name / "gatehouse.yml").__mro__[1] for name in ("ask", "index", "retrieve")}
+    assert bases == {"ask": AskWrapper, "index": IndexWrapper, "retrieve": RetrieveWrapper}
+    spec = yaml.safe_load((folder / "ask" / "gatehouse.yml").read_text())
+    assert spec == {"kind": "ask", "pipeline": str(PROJECT_ROOT / "pipelines" / "ask.yml"),
+                    "manifest": str(PROJECT_ROOT / "hayhooks.yml")}
