@@ -319,6 +319,8 @@ class IntentGate:
         default_route: str = "retrieve",
         default_intent: str = "factual",
         refuse_intent: str | None = "out_of_scope",
+        refusal_message: str = "That is outside what I can help with here. Please ask about the documentation "
+        "this assistant covers.",
         empty_query_route: str = "direct",
         empty_query_intent: str = "clarification",
         examples_top_k: int = 1,
@@ -356,6 +358,7 @@ class IntentGate:
         :param default_route: Route when no tier decides.
         :param default_intent: Intent when no tier decides.
         :param refuse_intent: Intent recorded for refused requests (None keeps the classified intent).
+        :param refusal_message: The answer of a refused request (status `refused`).
         :param empty_query_route: Route for an empty query.
         :param empty_query_intent: Intent for an empty query.
         :param examples_top_k: How many best-matching examples are averaged into a label's similarity.
@@ -392,6 +395,7 @@ class IntentGate:
         self.default_route = default_route
         self.default_intent = default_intent
         self.refuse_intent = refuse_intent
+        self.refusal_message = refusal_message
         self.empty_query_route = empty_query_route
         self.empty_query_intent = empty_query_intent
         self.examples_top_k = int(examples_top_k)
@@ -478,6 +482,7 @@ class IntentGate:
             default_route=self.default_route,
             default_intent=self.default_intent,
             refuse_intent=self.refuse_intent,
+            refusal_message=self.refusal_message,
             empty_query_route=self.empty_query_route,
             empty_query_intent=self.empty_query_intent,
             examples_top_k=self.examples_top_k,
@@ -630,6 +635,7 @@ class IntentGate:
             new_state = with_validation(new_state, "confidence_warnings", *warnings)
         if route == "refuse":
             new_state = with_validation(
-                new_state, "boundary_violations", f"request refused ({decision_tier}: {reason})"
+                {**new_state, "status": "refused", "answer": self.refusal_message},
+                "boundary_violations", f"request refused ({decision_tier}: {reason})",
             )
         return {route: new_state}

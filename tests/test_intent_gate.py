@@ -188,6 +188,8 @@ def test_run_out_of_scope_intent_implies_refuse(gate):
     route, state = route_of(gate, "What's the weather in Paris?")
     assert route == "refuse"
     assert state["decision_tier"] == "intent"
+    assert state["status"] == "refused"
+    assert state["answer"] == gate.refusal_message
 
 
 def test_run_intent_routes_only_from_trusted_tiers():
