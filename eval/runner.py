@@ -1,0 +1,180 @@
+"""
+`gatehouse eval`: ask the real `ask.yml` every question of the evaluation sets, score, report and judge regressions.
+
+For each set: its corpus (or the sample KBs) is ingested through the real `index.yml` into the evaluation data
+directory (unchanged files are skipped on later runs, embeddings are cached), a copy of `ask.yml` gets the set's
+knowledge bases when it brings its own, and every case runs through the pipeline; the passages the answer was
+built from are kept as the retrieved contexts. The records are scored with the non-LLM Ragas metrics and
+Gatehouse's own, with the LLM judge when one is configured, compared with the previous run and written as a report.
+
+Usage:
+```python
+from eval.runner import EvalOptions, run_eval
+
+exit_code = run_eval(EvalOptions(sets=["golden"], quick=True))   # 0, or 1 when a metric regressed
+```
+"""
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from components.settings import PROJECT_ROOT, data_dir
+from eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, write_corpus
+
+DEFAULT_SETS = ("golden", "mtrag_un", "squad2")
+QUICK_LIMITS = {"golden": 24, "mtrag_un": 12, "squad2": 12}
+DEFAULT_REPORTS = PROJECT_ROOT / "eval" / "reports"
+
+
+@dataclass
+class EvalOptions:
+    """What `gatehouse eval` runs."""
+
+    sets: list[str] = field(default_factory=lambda: list(DEFAULT_SETS))
+    quick: bool = False
+    limit: int | None = None
+    judge_repeats: int | None = None
+    dry_run: bool = False
+    baseline: str | None = None
+    thresholds: str | None = None
+    reports_root: Path = DEFAULT_REPORTS
+    pipeline: Path = PROJECT_ROOT / "pipelines" / "ask.yml"
+    progress: bool = True
+
+
+def set_pipeline(eval_set: EvalSet, pipeline: Path, work_dir: Path) -> Path:
+    """
+    The ask pipeline for a set: `pipeline` itself, or a copy whose router knows the set's own knowledge bases.
+
+    :returns: The YAML file to load.
+    """
+    if not eval_set.knowledge_bases:
+        return pipeline
+    spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
+    router = spec["components"]["router"]["init_parameters"]
+    router["knowledge_bases"] = [dict(kb) for kb in eval_set.knowledge_bases]
+    copy = work_dir / f"ask-{eval_set.name}.yml"
+    copy.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return copy
+
+
+def ingest_set(eval_set: EvalSet, work_dir: Path) -> dict[str, Any]:
+    """Ingest the set's corpus (written as files under `work_dir`), or the sample KBs when it has none."""
+    from gatehouse.ingest import ingest, sample_groups
+
+    if eval_set.corpus:
+        root = work_dir / "corpus" / eval_set.name
+        write_corpus(eval_set.corpus, root)
+        groups = sample_groups(root)
+    else:
+        groups = sample_groups()
+    return ingest(groups, progress=False).as_dict()
+
+
+def _retrieved(result: dict[str, Any]) -> list[dict[str, str]]:
+    state = (result.get("assembler") or {}).get("passages") or {}
+    return [{"source": f"{d.meta.get('kb')}/{d.meta.get('source')}", "text": d.content or ""}
+            for d in state.get("passages") or []]
+
+
+def ask_case(pipeline: Any, eval_set: EvalSet, case: EvalCase) -> dict[str, Any]:
+    """Run one case through the ask pipeline and return its record (see `eval.metrics`)."""
+    result = pipeline.run(
+        {"intake": {"query": case.question, "tenant": case.tenant, "history": case.history}},
+        include_outputs_from={"assembler"},
+    )
+    return {
+        "set": eval_set.name,
+        "id": case.id,
+        "question": case.question,
+        "tags": list(case.tags),
+        "gold": {"answer": case.gold_answer, "sources": list(case.gold_sources), "contexts": list(case.gold_contexts),
+                 "kb": case.gold_kb, "intent": case.gold_intent, "route": case.gold_route,
+                 "answerable": case.answerable},
+        "response": result["response"]["response"],
+        "retrieved": _retrieved(result),
+    }
+
+
+def run_set(eval_set: EvalSet, pipeline_file: Path, work_dir: Path, *, progress: bool) -> list[dict[str, Any]]:
+    """Ingest, then ask every case of one set."""
+    from gatehouse.pipelines import load_pipeline
+
+    ingest_set(eval_set, work_dir)
+    pipeline = load_pipeline(set_pipeline(eval_set, pipeline_file, work_dir))
+    pipeline.warm_up()
+    return [ask_case(pipeline, eval_set, case)
+            for case in tqdm(eval_set.cases, desc=f"ask {eval_set.name}", unit="q", disable=not progress)]
+
+
+def _limit(options: EvalOptions, name: str) -> int | None:
+    if options.limit is not None:
+        return options.limit
+    return QUICK_LIMITS.get(name) if options.quick else None
+
+
+def run_eval(options: EvalOptions) -> int:
+    """
+    The whole evaluation; prints the summary and the verdict.
+
+    :returns: 0, or 1 when the verdict names regressed metrics.
+    """
+    from eval.judge import JudgeConfig, run_judge
+    from eval.metrics import aggregate, score_records
+    from eval.report import render_summary, run_metadata, write_report
+    from eval.verdict import decide, format_verdict
+
+    started, clock = datetime.now(UTC), time.perf_counter()
+    work_dir = data_dir() / "eval-work"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    overrides = {"repeats": options.judge_repeats} if options.judge_repeats else {}
+    judge_config = JudgeConfig.from_env(**overrides)
+    records: list[dict[str, Any]] = []
+    versions: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for name in options.sets:
+        try:
+            eval_set = load_set(name, limit=_limit(options, name))
+        except DatasetNotPresent as missing:
+            skipped[name] = missing.reason
+            print(f"skipping {name}: {missing.reason}")
+            continue
+        versions[name] = eval_set.version + (f"-first{_limit(options, name)}" if _limit(options, name) else "")
+        records += run_set(eval_set, options.pipeline, work_dir, progress=options.progress)
+    if not records:
+        print("nothing to evaluate: no set is present")
+        return 2
+
+    records = score_records(records, progress=options.progress)
+    judge_run = None
+    if judge_config is not None:
+        judge_run = run_judge(records, judge_config, dry_run=options.dry_run, progress=options.progress)
+        if options.dry_run:
+            return 0
+        records = judge_run["records"] or records
+    elif options.dry_run:
+        print("no judge configured (GATEHOUSE_JUDGE_URL / GATEHOUSE_JUDGE_MODEL): nothing would be sent")
+        return 0
+
+    aggregates = aggregate(records)
+    metadata = run_metadata(
+        datasets=versions, duration_s=time.perf_counter() - clock, started=started,
+        judge_model=judge_config.model if judge_config else None, pipelines_directory=options.pipeline.parent,
+        extra={"quick": options.quick, "skipped_sets": skipped},
+    )
+    verdict = decide({"metadata": metadata, "aggregates": aggregates}, reports_root=options.reports_root,
+                     baseline=options.baseline, thresholds=options.thresholds)
+    results = {"metadata": metadata, "aggregates": aggregates, "verdict": verdict, "records": records}
+    if judge_run is not None:
+        results["judge"] = {key: judge_run[key] for key in ("estimate", "usage", "cost")}
+    run_dir = write_report(results, options.reports_root)
+    print(render_summary(results))
+    print(format_verdict(verdict))
+    print(f"report: {run_dir / 'report.html'}")
+    return 1 if verdict["regressed"] else 0
