@@ -113,6 +113,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """`gatehouse eval`: the evaluation sets through the real pipeline, a report and a regression verdict."""
+    from eval.runner import DEFAULT_SETS, EvalOptions, run_eval
+
+    options = EvalOptions(
+        sets=args.sets.split(",") if args.sets else list(DEFAULT_SETS), quick=args.quick, limit=args.limit,
+        judge_repeats=args.judge_repeats, dry_run=args.dry_run, baseline=args.baseline, thresholds=args.thresholds,
+    )
+    if args.reports:
+        options.reports_root = Path(args.reports)
+    return run_eval(options)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """`gatehouse calibrate`: propose per-KB quality thresholds from labelled questions."""
+    from eval.calibrate import calibrate
+
+    return calibrate(set_name=args.set, pipeline=args.pipeline, write=args.write, target_precision=args.precision)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = argparse.ArgumentParser(prog="gatehouse", description="Agentic RAG with verified citations.")
@@ -149,6 +169,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--prepare-only", action="store_true",
                        help="write the Hayhooks pipelines folder and print the equivalent `hayhooks run` command")
     serve.set_defaults(handler=cmd_serve)
+
+    evaluate = commands.add_parser("eval", help="evaluate the ask pipeline on the evaluation sets and judge regressions")
+    evaluate.add_argument("--sets", help="comma-separated sets (default: golden,mtrag_un,squad2; missing ones skip)")
+    evaluate.add_argument("--quick", action="store_true", help="a small deterministic slice of each set (CI)")
+    evaluate.add_argument("--limit", type=int, help="cases per set (overrides --quick's slice sizes)")
+    evaluate.add_argument("--judge-repeats", type=int, help="LLM-judge repetitions (default 3; needs GATEHOUSE_JUDGE_*)")
+    evaluate.add_argument("--dry-run", action="store_true", help="print the judge's token and cost estimate only")
+    evaluate.add_argument("--baseline", help="results.json to compare with instead of the previous run")
+    evaluate.add_argument("--thresholds", help="regression thresholds (default eval/thresholds.yml)")
+    evaluate.add_argument("--reports", help="reports folder (default eval/reports)")
+    evaluate.set_defaults(handler=cmd_eval)
+
+    calibrate = commands.add_parser("calibrate", help="propose per-KB quality-gate thresholds from labelled data")
+    calibrate.add_argument("--set", default="golden", help="labelled evaluation set (default golden)")
+    calibrate.add_argument("--pipeline", default=str(Path("pipelines") / "ask.yml"), help="ask pipeline YAML")
+    calibrate.add_argument("--precision", type=float, default=0.9,
+                           help="smallest acceptable precision of passing the gate (default 0.9)")
+    calibrate.add_argument("--write", action="store_true", help="apply the proposed thresholds to the YAML")
+    calibrate.set_defaults(handler=cmd_calibrate)
     return parser
 
 
