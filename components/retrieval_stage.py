@@ -51,18 +51,7 @@ class RetrievalStage:
         """Run the retrieval pipeline and return its documents (`top_k` overrides this stage's for one call)."""
         self.warm_up()
         assert self._pipeline is not None
-        ranker_inputs: dict[str, Any] = {"query": query}
-        if (top_k or self.top_k) is not None:
-            ranker_inputs["top_k"] = top_k or self.top_k
-        result = self._pipeline.run(
-            {
-                "tenant_filter": {"tenant": tenant, "kbs": kbs or None},
-                "query_embedder": {"text": query},
-                "lexical": {"query": query},
-                "ranker": ranker_inputs,
-            }
-        )
-        return result["ranker"]["documents"]
+        return run_retrieval(self._pipeline, query, tenant, kbs, top_k or self.top_k)
 
     @component.output_types(state=dict)
     def run(self, state: dict) -> dict[str, Any]:
@@ -91,3 +80,25 @@ class RetrievalStage:
     def from_dict(cls, data: dict[str, Any]) -> "RetrievalStage":
         """Deserialise the component."""
         return default_from_dict(cls, data)
+
+
+def run_retrieval(
+    pipeline: Pipeline, query: str, tenant: str | None, kbs: list[str] | None, top_k: int | None = None
+) -> list:
+    """
+    Run a loaded retrieval pipeline (`retrieve.yml`'s inputs) and return its ranked documents.
+
+    :param top_k: Overrides the ranker's `top_k`; None keeps the YAML's value.
+    """
+    ranker_inputs: dict[str, Any] = {"query": query}
+    if top_k is not None:
+        ranker_inputs["top_k"] = top_k
+    result = pipeline.run(
+        {
+            "tenant_filter": {"tenant": tenant, "kbs": kbs or None},
+            "query_embedder": {"text": query},
+            "lexical": {"query": query},
+            "ranker": ranker_inputs,
+        }
+    )
+    return result["ranker"]["documents"]

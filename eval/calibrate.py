@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from components.settings import PROJECT_ROOT, data_dir
+from components.settings import PROJECT_ROOT
 
 SCORE_STEP = re.compile(r"^attempt_0_score_(\d+(?:\.\d+)?)$")
 
@@ -107,8 +107,7 @@ def calibrate(*, set_name: str = "golden", pipeline: str | Path = "pipelines/ask
               target_precision: float = 0.9) -> int:
     """Run the calibration and print (and with `write`, apply) the proposal; returns the exit code."""
     from eval.datasets import DatasetNotPresent, load_set
-    from eval.runner import ask_case, ingest_set, set_pipeline
-    from gatehouse.pipelines import load_pipeline
+    from eval.runner import ask_case, prepare_set
 
     pipeline = Path(pipeline)
     pipeline = pipeline if pipeline.is_absolute() or pipeline.exists() else PROJECT_ROOT / pipeline
@@ -117,11 +116,7 @@ def calibrate(*, set_name: str = "golden", pipeline: str | Path = "pipelines/ask
     except DatasetNotPresent as missing:
         print(f"gatehouse: {missing}")
         return 2
-    work_dir = data_dir() / "eval-work"
-    work_dir.mkdir(parents=True, exist_ok=True)
-    ingest_set(eval_set, work_dir)
-    loaded = load_pipeline(set_pipeline(eval_set, pipeline, work_dir))
-    loaded.warm_up()
+    loaded = prepare_set(eval_set, pipeline)
     by_kb: dict[str, list[tuple[float, bool]]] = {}
     for case in eval_set.cases:
         if case.gold_route not in (None, "retrieve"):

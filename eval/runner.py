@@ -102,13 +102,27 @@ def ask_case(pipeline: Any, eval_set: EvalSet, case: EvalCase) -> dict[str, Any]
     }
 
 
-def run_set(eval_set: EvalSet, pipeline_file: Path, work_dir: Path, *, progress: bool) -> list[dict[str, Any]]:
-    """Ingest, then ask every case of one set."""
+def work_dir() -> Path:
+    """Where evaluation corpora and pipeline copies are written: `<data dir>/eval-work`."""
+    folder = data_dir() / "eval-work"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def prepare_set(eval_set: EvalSet, pipeline_file: Path) -> Any:
+    """Ingest the set and return its warmed-up ask pipeline."""
     from gatehouse.pipelines import load_pipeline
 
-    ingest_set(eval_set, work_dir)
-    pipeline = load_pipeline(set_pipeline(eval_set, pipeline_file, work_dir))
+    folder = work_dir()
+    ingest_set(eval_set, folder)
+    pipeline = load_pipeline(set_pipeline(eval_set, pipeline_file, folder))
     pipeline.warm_up()
+    return pipeline
+
+
+def run_set(eval_set: EvalSet, pipeline_file: Path, *, progress: bool) -> list[dict[str, Any]]:
+    """Ingest, then ask every case of one set."""
+    pipeline = prepare_set(eval_set, pipeline_file)
     return [ask_case(pipeline, eval_set, case)
             for case in tqdm(eval_set.cases, desc=f"ask {eval_set.name}", unit="q", disable=not progress)]
 
@@ -131,8 +145,6 @@ def run_eval(options: EvalOptions) -> int:
     from eval.verdict import decide, format_verdict
 
     started, clock = datetime.now(UTC), time.perf_counter()
-    work_dir = data_dir() / "eval-work"
-    work_dir.mkdir(parents=True, exist_ok=True)
     overrides = {"repeats": options.judge_repeats} if options.judge_repeats else {}
     judge_config = JudgeConfig.from_env(**overrides)
     records: list[dict[str, Any]] = []
@@ -146,7 +158,7 @@ def run_eval(options: EvalOptions) -> int:
             print(f"skipping {name}: {missing.reason}")
             continue
         versions[name] = eval_set.version + (f"-first{_limit(options, name)}" if _limit(options, name) else "")
-        records += run_set(eval_set, options.pipeline, work_dir, progress=options.progress)
+        records += run_set(eval_set, options.pipeline, progress=options.progress)
     if not records:
         print("nothing to evaluate: no set is present")
         return 2

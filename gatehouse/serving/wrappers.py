@@ -37,7 +37,7 @@ from haystack.dataclasses import ByteStream
 from starlette.datastructures import Headers
 from typing_extensions import TypedDict
 
-from components.retrieval_stage import RetrievalStage
+from components.retrieval_stage import run_retrieval
 from components.state import PUBLIC_TENANT
 from gatehouse import runtime
 from gatehouse.pipelines import load_pipeline
@@ -262,15 +262,6 @@ def _stream(completion_id: str, model: str, response: dict[str, Any],
 class RetrieveWrapper(GatehouseWrapper):
     """Serves `retrieve.yml`: hybrid search only, as REST and as an MCP tool."""
 
-    def setup(self) -> None:
-        """Load the retrieval pipeline through the same stage the ask pipeline uses."""
-        runtime.configure()
-        self.manifest = load_manifest(self.manifest_file)
-        self.keyring = KeyRing.from_manifest(self.manifest)
-        self.stage = RetrievalStage(pipeline=str(self.pipeline_file))
-        self.stage.warm_up()
-        self.pipeline = self.stage._pipeline
-
     def run_api(
         self,
         query: str,
@@ -296,7 +287,7 @@ class RetrieveWrapper(GatehouseWrapper):
                 raise HTTPException(status_code=422, detail=f"kb {kb!r} is not a valid knowledge base name")
         tenant_name = self._tenant(tenant, headers)
         with STORE_LOCK:
-            documents = self.stage.retrieve(text, tenant_name, kbs or None, top_k=top_k)
+            documents = run_retrieval(self.pipeline, text, tenant_name, kbs or None, top_k)
         return {
             "documents": [{"id": d.id, "content": d.content or "", "score": d.score, "meta": d.meta} for d in documents],
             "tenant": tenant_name,
