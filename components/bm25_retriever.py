@@ -11,7 +11,8 @@ from components.stores.lexical_document_store import LexicalDocumentStore
 @component
 class BM25Retriever:
     """
-    Retrieves chunks by BM25; each carries `meta["bm25_score"]`.
+    Retrieves chunks by BM25; each carries its raw score in `meta[score_field]` (`bm25_score` by default; a second
+    lexical retriever in the same pipeline names its own field, so fusion keeps both).
 
     Usage:
     ```python
@@ -19,19 +20,22 @@ class BM25Retriever:
     from components.stores.lexical_document_store import LexicalDocumentStore
 
     retriever = BM25Retriever(document_store=LexicalDocumentStore(), top_k=50)
+    trigrams = BM25Retriever(document_store=LexicalDocumentStore(local={"char_ngrams": 3}), score_field="ngram_score")
     docs = retriever.run(query="rotate api key", filters=filters)["documents"]
     ```
     """
 
-    def __init__(self, *, document_store: LexicalDocumentStore, top_k: int = 50) -> None:
+    def __init__(self, *, document_store: LexicalDocumentStore, top_k: int = 50, score_field: str = "bm25_score") -> None:
         """
         :param document_store: The lexical store.
         :param top_k: Maximum number of documents.
+        :param score_field: The metadata key that receives the BM25 score.
         """
         if not isinstance(document_store, LexicalDocumentStore):
             raise ValueError("document_store must be a LexicalDocumentStore.")
         self.document_store = document_store
         self.top_k = top_k
+        self.score_field = score_field
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, filters: dict[str, Any], top_k: int | None = None) -> dict[str, Any]:
@@ -44,11 +48,13 @@ class BM25Retriever:
         :returns: `documents`, best first.
         """
         documents = self.document_store.bm25_retrieval(query, filters=filters, top_k=top_k or self.top_k)
-        return {"documents": [replace(d, meta={**d.meta, "bm25_score": d.score}) for d in documents]}
+        return {"documents": [replace(d, meta={**d.meta, self.score_field: d.score}) for d in documents]}
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component."""
-        return default_to_dict(self, document_store=self.document_store, top_k=self.top_k)
+        return default_to_dict(
+            self, document_store=self.document_store, top_k=self.top_k, score_field=self.score_field
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BM25Retriever":

@@ -3,7 +3,7 @@ from haystack import Document
 from haystack.document_stores.errors import DuplicateDocumentError
 from haystack.document_stores.types import DuplicatePolicy
 
-from components.stores.bm25_document_store import BM25DocumentStore
+from components.stores.bm25_document_store import Analyzer, BM25DocumentStore
 
 KB_FAQ = {"field": "meta.kb", "operator": "==", "value": "faq"}
 
@@ -55,6 +55,7 @@ def test_to_dict(tmp_path):
         "stopwords": "en",
         "token_pattern": r"(?u)\b\w\w*\b",
         "indexed_fields": ["content"],
+        "char_ngrams": None,
     }
 
 
@@ -149,6 +150,27 @@ def test_run_stemming(tmp_path):
     assert plain.bm25_retrieval("rotating") == []
 
 
+def test_init_bad_char_ngrams_raises(tmp_path):
+    with pytest.raises(ValueError, match="char_ngrams must be at least 2"):
+        BM25DocumentStore(path=str(tmp_path), char_ngrams=1)
+
+
+def test_run_char_ngrams_analysis():
+    analyzer = Analyzer(r"(?u)\b\w\w*\b", "en", "english", char_ngrams=3)
+    assert analyzer("The genes") == [" ge", "gen", "ene", "ne "]  # stopword dropped, stemmed, then n-grams
+    assert Analyzer(r"(?u)\b\w\w*\b", None, None, char_ngrams=4)("a") == [" a "]  # shorter than n: kept whole
+
+
+def test_run_char_ngrams_match_variants_and_share_the_file(tmp_path):
+    words = BM25DocumentStore(path=str(tmp_path))
+    words.write_documents([Document(id="t", content="TNFalpha signalling in macrophages."),
+                           Document(id="o", content="Unrelated billing text.")])
+    assert words.bm25_retrieval("TNF-alpha") == []  # whole terms: 'tnf' and 'alpha' never occur
+    grams = BM25DocumentStore(path=str(tmp_path), char_ngrams=3)  # same SQLite file, its own in-memory analysis
+    assert grams.count_documents() == 2
+    assert [d.id for d in grams.bm25_retrieval("TNF-alpha")] == ["t"]
+
+
 def test_run_unicode(tmp_path):
     s = BM25DocumentStore(path=str(tmp_path), stemmer=None)
     s.write_documents([Document(id="u", content="Schlüssel rotieren über die Konsole ✓", meta={"title": "Zürich"})])
@@ -170,3 +192,33 @@ def test_run_generation_seen_by_loaded_instance(store, tmp_path):
     store.delete_documents(["r"])
     assert reader.bm25_retrieval("refund") == []
     assert reader.count_documents() == 4
+
+
+def test_run_interleaved_writers_stay_consistent(store, tmp_path):
+    other = BM25DocumentStore(path=str(tmp_path))
+    other.write_documents([Document(id="o", content="Other writer adds a refund policy.")])
+    # `store` was in sync before the other writer; its own next write must not hide the other's document
+    store.write_documents([Document(id="s", content="Store adds a refund form.")])
+    assert {d.id for d in store.bm25_retrieval("refund")} == {"o", "s"}
+    assert {d.id for d in other.bm25_retrieval("refund")} == {"o", "s"}
+    store.delete_documents(["o"])
+    assert [d.id for d in other.bm25_retrieval("refund")] == ["s"]
+
+
+def test_run_doc_id_filters_answered_from_the_index(tmp_path):
+    s = BM25DocumentStore(path=str(tmp_path))
+    chunks = [Document(id=f"{doc}-{i}", content=f"chunk {i} of {doc}", meta={"doc_id": doc})
+              for doc in ("a.md", "b.md") for i in range(2)]
+    s.write_documents(chunks)
+    by_one = {"field": "meta.doc_id", "operator": "==", "value": "a.md"}
+    by_many = {"field": "meta.doc_id", "operator": "in", "value": ["b.md", "missing.md"]}
+    assert [d.id for d in s.filter_documents(by_one)] == ["a.md-0", "a.md-1"]
+    assert [d.id for d in s.filter_documents(by_many)] == ["b.md-0", "b.md-1"]
+    moved = Document(id="a.md-1", content="now part of b", meta={"doc_id": "b.md"})
+    s.write_documents([moved], policy=DuplicatePolicy.OVERWRITE)
+    s.delete_documents(["b.md-0"])
+    assert [d.id for d in s.filter_documents(by_one)] == ["a.md-0"]
+    assert [d.id for d in s.filter_documents(by_many)] == ["a.md-1", "b.md-1"]
+    fresh = BM25DocumentStore(path=str(tmp_path))  # a reload from SQLite agrees with the in-memory index
+    assert [d.id for d in fresh.filter_documents(by_many)] == ["a.md-1", "b.md-1"]
+    assert s.filter_documents({"field": "meta.doc_id", "operator": "!=", "value": "a.md"})[0].id == "a.md-1"

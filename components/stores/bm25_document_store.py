@@ -16,6 +16,7 @@ import json
 import re
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,18 @@ from components import settings
 
 
 class Analyzer:
-    """Lower-cases, splits on a token pattern, drops stopwords and stems (Snowball via PyStemmer)."""
+    """
+    Lower-cases, splits on a token pattern, drops stopwords and stems (Snowball via PyStemmer); with
+    `char_ngrams` each remaining term becomes its character n-grams (padded with a space on both sides, so
+    `" gene "` gives `" ge"`, `"gen"`, `"ene"`, `"ne "`), which match spelling and morphological variants.
+    """
 
-    def __init__(self, token_pattern: str, stopwords: str | list[str] | None, stemmer: str | None) -> None:
+    def __init__(
+        self, token_pattern: str, stopwords: str | list[str] | None, stemmer: str | None, char_ngrams: int | None = None
+    ) -> None:
+        if char_ngrams is not None and char_ngrams < 2:
+            raise ValueError(f"char_ngrams must be at least 2 (or null for whole terms), got {char_ngrams}.")
+        self._char_ngrams = char_ngrams
         self._pattern = re.compile(token_pattern)
         if stopwords == "en":
             self._stopwords = frozenset(STOPWORDS_EN)
@@ -53,7 +63,24 @@ class Analyzer:
 
     def __call__(self, text: str) -> list[str]:
         tokens = [t for t in self._pattern.findall(text.lower()) if t not in self._stopwords]
-        return self._stem(tokens) if self._stem else tokens
+        if self._stem:
+            tokens = self._stem(tokens)
+        if self._char_ngrams is None:
+            return tokens
+        size = self._char_ngrams
+        padded = [f" {token} " for token in tokens]
+        return [term[i : i + size] for term in padded for i in range(max(1, len(term) - size + 1))]
+
+
+def _doc_id_lookup(filters: dict[str, Any]) -> list[str] | None:
+    """The `meta.doc_id` values of a plain `==`/`in` filter on that field, or None for any other filter."""
+    if filters.get("field") != "meta.doc_id":
+        return None
+    if filters.get("operator") == "==" and isinstance(filters.get("value"), str):
+        return [filters["value"]]
+    if filters.get("operator") == "in" and isinstance(filters.get("value"), list):
+        return [str(value) for value in filters["value"]]
+    return None
 
 
 class BM25DocumentStore:
@@ -64,7 +91,7 @@ class BM25DocumentStore:
     that its index is stale. Filters use Haystack's filter syntax.
     """
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         *,
         path: str | None = None,
@@ -76,6 +103,7 @@ class BM25DocumentStore:
         stopwords: str | list[str] | None = "en",
         token_pattern: str = r"(?u)\b\w\w*\b",
         indexed_fields: list[str] | None = None,
+        char_ngrams: int | None = None,
     ) -> None:
         """
         :param path: Folder of the SQLite file; None uses `<GATEHOUSE_DATA_DIR>/bm25`.
@@ -88,6 +116,9 @@ class BM25DocumentStore:
         :param token_pattern: Regular expression that matches one token.
         :param indexed_fields: What is indexed: `content` and/or `meta.<key>` (e.g. `meta.title`).
             Defaults to `["meta.title", "meta.section", "content"]`.
+        :param char_ngrams: Index character n-grams of this size of every term instead of the terms (e.g. 3);
+            None indexes whole terms. Analysis happens in memory when the index is built, so stores with different
+            analysis can read the same SQLite file (one written by `index.yml`).
         """
         self.path = path
         self.index = index
@@ -98,10 +129,14 @@ class BM25DocumentStore:
         self.stopwords = stopwords
         self.token_pattern = token_pattern
         self.indexed_fields = indexed_fields or ["meta.title", "meta.section", "content"]
-        self._analyzer = Analyzer(token_pattern, stopwords, stemmer)
+        self.char_ngrams = char_ngrams
+        self._analyzer = Analyzer(token_pattern, stopwords, stemmer, char_ngrams)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._generation = -1
+        self._by_id: dict[str, Document] = {}
+        self._ids_by_doc_id: dict[str, set[str]] = {}
+        self._index_stale = True
         self._documents: list[Document] = []
         self._bm25: bm25s.BM25 | None = None
         self._mask_cache: dict[str, np.ndarray] = {}
@@ -130,19 +165,47 @@ class BM25DocumentStore:
         return int(row[0])
 
     def _refresh(self) -> None:
-        """Reload documents and rebuild the BM25 index when another write happened since the last load."""
+        """Reload the documents when another process (or store instance) wrote since the last load."""
         generation = self._stored_generation()
         if generation == self._generation:
             return
-        rows = self._connection().execute("SELECT body FROM documents ORDER BY id").fetchall()
-        self._documents = [Document.from_dict(json.loads(body)) for (body,) in rows]
+        rows = self._connection().execute("SELECT body FROM documents").fetchall()
+        self._by_id = {}
+        self._ids_by_doc_id = {}
+        for (body,) in rows:
+            self._remember(Document.from_dict(json.loads(body)))
+        self._index_stale = True
+        self._generation = generation
+
+    def _remember(self, document: Document) -> None:
+        self._forget(document.id)
+        self._by_id[document.id] = document
+        doc_id = document.meta.get("doc_id")
+        if doc_id is not None:
+            self._ids_by_doc_id.setdefault(str(doc_id), set()).add(document.id)
+
+    def _forget(self, document_id: str) -> None:
+        known = self._by_id.pop(document_id, None)
+        doc_id = known.meta.get("doc_id") if known else None
+        if doc_id is not None:
+            ids = self._ids_by_doc_id.get(str(doc_id), set())
+            ids.discard(document_id)
+            if not ids:
+                self._ids_by_doc_id.pop(str(doc_id), None)
+
+    def _build_index(self) -> None:
+        """(Re)build the BM25 index over the loaded documents, in id order, when they changed since the last build."""
+        self._refresh()
+        if not self._index_stale:
+            return
+        self._documents = [self._by_id[key] for key in sorted(self._by_id)]
         self._bm25 = None
         if self._documents:
             corpus = [self._analyzer(self._indexed_text(doc)) or [""] for doc in self._documents]
             self._bm25 = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
             self._bm25.index(corpus, show_progress=False)
         self._mask_cache = {}
-        self._generation = generation
+        self._index_stale = False
 
     def _indexed_text(self, document: Document) -> str:
         parts = []
@@ -152,8 +215,28 @@ class BM25DocumentStore:
                 parts.append(str(value))
         return "\n".join(parts)
 
-    def _bump(self, conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE state SET value = value + 1 WHERE key = 'generation'")
+    def _write_transaction(self, apply: Callable[[sqlite3.Connection], bool], remember: Callable[[], None]) -> None:
+        """
+        Run `apply` in one write transaction; when it changed something, bump the generation.
+
+        When no other writer changed the database since this store last loaded it, `remember` mirrors the change
+        in memory (so a long ingest never reloads the whole table); otherwise the next read reloads it.
+        """
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            in_sync = self._stored_generation() == self._generation
+            changed = apply(conn)
+            if changed:
+                conn.execute("UPDATE state SET value = value + 1 WHERE key = 'generation'")
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        if changed and in_sync:
+            remember()
+            self._generation += 1
+            self._index_stale = True
 
     # -- DocumentStore protocol -------------------------------------------------------------------------------
     def count_documents(self) -> int:
@@ -171,8 +254,11 @@ class BM25DocumentStore:
         with self._lock:
             self._refresh()
             if not filters:
-                return list(self._documents)
-            return [doc for doc in self._documents if document_matches_filter(filters, doc)]
+                return [self._by_id[key] for key in sorted(self._by_id)]
+            doc_ids = _doc_id_lookup(filters)
+            if doc_ids is not None:  # what ingestion asks, once per file: answered from an index
+                return [self._by_id[key] for key in sorted(set().union(*(self._ids_by_doc_id.get(i, ()) for i in doc_ids)))]
+            return [self._by_id[key] for key in sorted(self._by_id) if document_matches_filter(filters, self._by_id[key])]
 
     def write_documents(self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE) -> int:
         """
@@ -186,21 +272,28 @@ class BM25DocumentStore:
         if not isinstance(documents, list) or any(not isinstance(doc, Document) for doc in documents):
             raise ValueError("write_documents expects a list of Documents.")
         with self._lock:
-            conn = self._connection()
-            written = 0
-            with conn:
+            self._refresh()
+            stored: list[Document] = []
+
+            def apply(conn: sqlite3.Connection) -> bool:
                 for doc in documents:
                     exists = conn.execute("SELECT 1 FROM documents WHERE id = ?", (doc.id,)).fetchone()
                     if exists and policy in (DuplicatePolicy.NONE, DuplicatePolicy.FAIL):
                         raise DuplicateDocumentError(f"A document with id '{doc.id}' already exists.")
                     if exists and policy == DuplicatePolicy.SKIP:
                         continue
-                    body = json.dumps(replace(doc, embedding=None, sparse_embedding=None).to_dict(flatten=False))
+                    kept = replace(doc, embedding=None, sparse_embedding=None)
+                    body = json.dumps(kept.to_dict(flatten=False))
                     conn.execute("INSERT OR REPLACE INTO documents (id, body) VALUES (?, ?)", (doc.id, body))
-                    written += 1
-                if written:
-                    self._bump(conn)
-            return written
+                    stored.append(Document.from_dict(json.loads(body)))
+                return bool(stored)
+
+            def remember() -> None:
+                for doc in stored:
+                    self._remember(doc)
+
+            self._write_transaction(apply, remember)
+            return len(stored)
 
     def delete_documents(self, document_ids: list[str]) -> None:
         """
@@ -209,10 +302,19 @@ class BM25DocumentStore:
         :param document_ids: Ids to delete.
         """
         with self._lock:
-            conn = self._connection()
-            with conn:
-                conn.executemany("DELETE FROM documents WHERE id = ?", [(i,) for i in document_ids])
-                self._bump(conn)
+            self._refresh()
+            ids = list(dict.fromkeys(document_ids))
+
+            def apply(conn: sqlite3.Connection) -> bool:
+                before = conn.total_changes
+                conn.executemany("DELETE FROM documents WHERE id = ?", [(i,) for i in ids])
+                return conn.total_changes > before
+
+            def remember() -> None:
+                for document_id in ids:
+                    self._forget(document_id)
+
+            self._write_transaction(apply, remember)
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
         """
@@ -240,7 +342,7 @@ class BM25DocumentStore:
         :returns: Documents with `score` set, best first.
         """
         with self._lock:
-            self._refresh()
+            self._build_index()
             if self._bm25 is None or top_k <= 0:
                 return []
             tokens = [t for t in self._analyzer(query) if t in self._bm25.vocab_dict]
@@ -280,6 +382,7 @@ class BM25DocumentStore:
             stopwords=self.stopwords,
             token_pattern=self.token_pattern,
             indexed_fields=self.indexed_fields,
+            char_ngrams=self.char_ngrams,
         )
 
     @classmethod
