@@ -1,0 +1,61 @@
+"""
+How a chunk is cut into the sentences that `SentenceEmbedder` (ingest) and `SentenceScorer` (retrieval) embed.
+
+Both components take the same `sentences` settings, so a YAML edit that changes one must change the other: the
+scorer looks the sentence vectors up in the embedding cache by their exact text.
+
+Usage:
+```python
+from haystack import Document
+from components.sentences import sentence_settings, sentence_texts
+
+settings = sentence_settings({"context_fields": ["title"], "min_words": 3})
+sentence_texts(Document(content="One. Two words here.", meta={"title": "T"}), settings)  # ["T\\nTwo words here."]
+```
+"""
+
+import re
+from typing import Any
+
+from haystack import Document
+
+SENTENCE_PATTERN = r"(?<=[.!?])\s+(?=[A-Z0-9(\[])"
+DEFAULTS: dict[str, Any] = {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}
+
+
+def sentence_settings(sentences: dict[str, Any] | None) -> dict[str, Any]:
+    """
+    The complete, checked sentence settings.
+
+    :param sentences: `pattern` (regular expression that splits sentences), `context_fields` (metadata fields put
+        before each sentence, each on its own line) and `min_words` (shorter sentences are left out); missing keys
+        take the defaults (`DEFAULTS`).
+    :returns: All three settings.
+    :raises ValueError: On an unknown key, a pattern that does not compile or `min_words` below 1.
+    """
+    given = sentences or {}
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"Unknown sentence setting(s) {unknown}: use {', '.join(DEFAULTS)}.")
+    merged = {**DEFAULTS, **given}
+    try:
+        re.compile(merged["pattern"])
+    except re.error as error:
+        raise ValueError(f"The sentence pattern {merged['pattern']!r} does not compile: {error}.") from error
+    if int(merged["min_words"]) < 1:
+        raise ValueError(f"min_words must be at least 1, got {merged['min_words']}.")
+    return {"pattern": merged["pattern"], "context_fields": list(merged["context_fields"]),
+            "min_words": int(merged["min_words"])}
+
+
+def sentence_texts(document: Document, settings: dict[str, Any]) -> list[str]:
+    """
+    The texts a chunk's sentences are embedded as: its context fields and one sentence.
+
+    :param document: A chunk.
+    :param settings: The output of `sentence_settings`.
+    :returns: One text per sentence, in order.
+    """
+    context = [str(document.meta[field]) for field in settings["context_fields"] if document.meta.get(field)]
+    parts = [part.strip() for part in re.split(settings["pattern"], document.content or "")]
+    return ["\n".join([*context, part]) for part in parts if part and len(part.split()) >= settings["min_words"]]

@@ -1,0 +1,51 @@
+from haystack import Document
+
+from components.embedding import EmbeddingBackend, EmbeddingCache
+from components.sentence_embedder import SentenceEmbedder
+from components.sentence_scorer import SentenceScorer
+from components.sentences import SENTENCE_PATTERN, sentence_settings, sentence_texts
+
+
+def chunk() -> Document:
+    return Document(id="k", content="Rotate keys monthly. Revoke leaked keys at once.", meta={"title": "API keys"})
+
+
+def test_init():
+    embedder = SentenceEmbedder(sentences={"context_fields": [], "min_words": 2}, batch_size=8, cache_dir="off")
+    assert embedder.sentences == {"pattern": SENTENCE_PATTERN, "context_fields": [], "min_words": 2}
+    assert (embedder.batch_size, embedder.cache_dir) == (8, "off")
+    assert SentenceEmbedder().sentences["context_fields"] == ["title"]
+
+
+def test_to_dict():
+    assert SentenceEmbedder().to_dict() == {
+        "type": "components.sentence_embedder.SentenceEmbedder",
+        "init_parameters": {"model": None, "cache_dir": None, "batch_size": 64,
+                            "sentences": {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}},
+    }
+
+
+def test_from_dict():
+    original = SentenceEmbedder(sentences={"min_words": 3, "context_fields": ["section"]})
+    assert SentenceEmbedder.from_dict(original.to_dict()).to_dict() == original.to_dict()
+
+
+def test_run_fills_the_cache_the_scorer_reads(tmp_path):
+    cache = str(tmp_path / "cache")
+    out = SentenceEmbedder(cache_dir=cache).run(documents=[chunk()])["documents"]
+    assert out == [chunk()]  # passed through unchanged
+    backend = EmbeddingBackend.get(cache_dir=cache)
+    hashes = [EmbeddingCache.key(text) for text in sentence_texts(chunk(), sentence_settings(None))]
+    assert len(hashes) == 2 and set(backend.cache.get_many(backend.model_name, hashes)) == set(hashes)
+    before = backend.encoded_count
+    query = EmbeddingBackend.get(cache_dir="off").embed(["how often to rotate keys"])[0].tolist()
+    scorer = SentenceScorer(cache_dir=cache, include_chunk=False)
+    assert scorer.run(query_embedding=query, candidates=[[chunk()]])["documents"][0].id == "k"
+    assert backend.encoded_count == before  # every sentence vector came from the cache
+
+
+def test_run_without_cache_passes_through():
+    backend = EmbeddingBackend.get(cache_dir="off")
+    before = backend.encoded_count
+    assert SentenceEmbedder(cache_dir="off").run(documents=[chunk()])["documents"] == [chunk()]
+    assert backend.encoded_count == before
