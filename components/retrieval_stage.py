@@ -82,23 +82,31 @@ class RetrievalStage:
         return default_from_dict(cls, data)
 
 
+def retrieval_inputs(pipeline: Pipeline, query: str, tenant: str | None = None, kbs: list[str] | None = None) -> dict:
+    """
+    The inputs of a retrieval pipeline for one query: every component input named `query` or `text` (retrievers,
+    query embedder, ranker) gets the query, `tenant` and `kbs` inputs (the tenant filter) get theirs. A retriever
+    added in YAML is fed without a code change.
+    """
+    values = {"query": query, "text": query, "tenant": tenant, "kbs": kbs or None}
+    inputs: dict[str, dict[str, Any]] = {}
+    for name, sockets in pipeline.inputs().items():
+        given = {key: values[key] for key in sockets if key in values}
+        if given:
+            inputs[name] = given
+    return inputs
+
+
 def run_retrieval(
     pipeline: Pipeline, query: str, tenant: str | None, kbs: list[str] | None, top_k: int | None = None
 ) -> list:
     """
     Run a loaded retrieval pipeline (`retrieve.yml`'s inputs) and return its ranked documents.
 
-    :param top_k: Overrides the ranker's `top_k`; None keeps the YAML's value.
+    :param top_k: Overrides the `top_k` of the pipeline's last stage (the ranker); None keeps the YAML's value.
     """
-    ranker_inputs: dict[str, Any] = {"query": query}
+    inputs = retrieval_inputs(pipeline, query, tenant, kbs)
+    last = next(iter(pipeline.outputs()))  # the ranker in retrieve.yml
     if top_k is not None:
-        ranker_inputs["top_k"] = top_k
-    result = pipeline.run(
-        {
-            "tenant_filter": {"tenant": tenant, "kbs": kbs or None},
-            "query_embedder": {"text": query},
-            "lexical": {"query": query},
-            "ranker": ranker_inputs,
-        }
-    )
-    return result["ranker"]["documents"]
+        inputs.setdefault(last, {})["top_k"] = top_k
+    return pipeline.run(inputs)[last]["documents"]

@@ -133,6 +133,25 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return calibrate(set_name=args.set, pipeline=args.pipeline, write=args.write, target_precision=args.precision)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`gatehouse bench retrieval`: a BEIR dataset through the real index.yml and retrieve.yml, scored."""
+    from eval.retrieval_bench import DatasetError, format_table, run_benchmark, write_report
+
+    try:
+        report = run_benchmark(
+            args.dataset, split=args.split, workdir=args.workdir, pipeline=args.pipeline, depth=args.depth,
+            reuse_index=args.reuse_index, max_docs=args.max_docs, max_queries=args.max_queries,
+            embedder_sample=args.embedder_sample, references=not args.no_references, progress=not args.quiet,
+        )
+    except (DatasetError, ValueError, FileNotFoundError) as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
+    print(format_table(report))
+    if args.output:
+        print(f"report: {write_report(report, args.output)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = argparse.ArgumentParser(prog="gatehouse", description="Agentic RAG with verified citations.")
@@ -188,6 +207,26 @@ def build_parser() -> argparse.ArgumentParser:
                            help="smallest acceptable precision of passing the gate (default 0.9)")
     calibrate.add_argument("--write", action="store_true", help="apply the proposed thresholds to the YAML")
     calibrate.set_defaults(handler=cmd_calibrate)
+
+    bench = commands.add_parser("bench", help="benchmarks")
+    benches = bench.add_subparsers(dest="bench", required=True)
+    retrieval = benches.add_parser("retrieval", help="retrieval quality on a BEIR dataset (nDCG@10, R@100, MRR@10)")
+    retrieval.add_argument("--dataset", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
+    retrieval.add_argument("--split", default="test", help="qrels split to score (default test; tune on train)")
+    retrieval.add_argument("--output", help="write the report as JSON to this file")
+    retrieval.add_argument("--workdir", help="exported corpus, stores and embedding cache "
+                           "(default $GATEHOUSE_DATA_DIR/bench/<dataset>)")
+    retrieval.add_argument("--pipeline", default="retrieve", help="retrieval pipeline name or YAML (default retrieve)")
+    retrieval.add_argument("--depth", type=int, default=100, help="documents retrieved per query (default 100)")
+    retrieval.add_argument("--reuse-index", action="store_true",
+                           help="keep the last run's index (skip unchanged files) instead of re-ingesting")
+    retrieval.add_argument("--max-docs", type=int, help="benchmark a slice of this many documents")
+    retrieval.add_argument("--max-queries", type=int, help="score at most this many queries")
+    retrieval.add_argument("--embedder-sample", type=int, default=256,
+                           help="texts the bare embedder's throughput is measured on (0 skips it)")
+    retrieval.add_argument("--no-references", action="store_true", help="skip the BM25 and dense-only references")
+    retrieval.add_argument("--quiet", action="store_true", help="no progress bars")
+    retrieval.set_defaults(handler=cmd_bench)
     return parser
 
 

@@ -7,6 +7,7 @@ import pytest
 import yaml
 from haystack import Pipeline
 
+from components.retrieval_stage import run_retrieval
 from gatehouse.ask import ask
 from gatehouse.ingest import ingest, sample_groups
 from gatehouse.pipelines import ALLOWED_MODULES, load_pipeline, pipelines_dir
@@ -99,8 +100,7 @@ def test_tenant_isolation(ingested):
     assert other["citations"] == [] or all(c["source"] != "globex-contract.md" for c in other["citations"])
     retrieve = load_pipeline("retrieve")
     for tenant in (None, "public", "initech"):
-        docs = retrieve.run({"tenant_filter": {"tenant": tenant}, "query_embedder": {"text": question},
-                             "lexical": {"query": question}, "ranker": {"query": question}})["ranker"]["documents"]
+        docs = run_retrieval(retrieve, question, tenant, None)
         assert all(doc.meta["tenant"] != "globex" for doc in docs)
 
 

@@ -1,0 +1,467 @@
+"""
+The retrieval benchmark: a BEIR-format dataset through the real `index.yml` and `retrieve.yml`.
+
+`gatehouse bench retrieval --dataset DIR --split test --output FILE.json` does, in one run:
+
+1. **Ingest.** Each corpus document is written to `<workdir>/corpus/` as a markdown file (front matter `title`,
+   body `text`; the file is named after the BEIR id, so every chunk's `source` names its document) and ingested
+   into a dedicated knowledge base through `pipelines/index.yml`, the same path as `gatehouse ingest`. The stores
+   and the embedding cache live in `<workdir>/data` (the run's `GATEHOUSE_DATA_DIR`), so a second run re-encodes
+   nothing. Unless `reuse_index` is set the knowledge base is emptied first, so the ingestion throughput (docs/s)
+   is measured on every run; it is printed next to the bare embedder's throughput on the same texts.
+2. **Retrieve.** Every judged query of the split runs through the retrieval pipeline (`retrieve.yml` by default),
+   asked for `depth` documents; per-query latency P50/P95 is recorded. Two references run over the same index:
+   plain BM25 (`eval/pipelines/bm25_reference.yml`) and dense only (`eval/pipelines/dense_reference.yml`).
+3. **Score.** Chunk hits become document hits in the pipeline's own order (a document ranks where its first
+   chunk does); nDCG@10, recall@100 and MRR@10 come from `eval.metrics_ir`.
+
+Usage:
+```python
+from eval.retrieval_bench import format_table, run_benchmark
+
+report = run_benchmark("../shared/data/scifact", split="test", workdir="data/bench/scifact")
+print(format_table(report))
+report["systems"]["gatehouse"]["ndcg@10"]
+```
+"""
+
+import hashlib
+import json
+import os
+import re
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from haystack import Document, Pipeline
+from tqdm import tqdm
+
+from components import settings
+from eval.metrics_ir import evaluate_run
+
+REFERENCE_DIR = Path(__file__).resolve().parent / "pipelines"
+REFERENCES = {"bm25": REFERENCE_DIR / "bm25_reference.yml", "dense": REFERENCE_DIR / "dense_reference.yml"}
+SYSTEM_LABELS = {"bm25": "BM25 (reference)", "dense": "dense only (reference)", "gatehouse": "Gatehouse hybrid"}
+METRICS = ("ndcg@10", "recall@100", "mrr@10")
+
+
+class DatasetError(ValueError):
+    """A BEIR dataset folder that cannot be read, with the reason."""
+
+
+@dataclass
+class BeirDataset:
+    """One split of a BEIR dataset: the corpus, the split's judged queries and their judgments."""
+
+    name: str
+    split: str
+    corpus: list[dict[str, str]]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    sliced: bool = field(default=False)
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DatasetError(f"{path}:{number} is not valid JSON ({error.msg}).") from error
+
+
+def load_beir(directory: str | Path, split: str) -> BeirDataset:
+    """
+    Read a BEIR dataset folder: `corpus.jsonl` (`_id`, `title`, `text`), `queries.jsonl` (`_id`, `text`) and
+    `qrels/<split>.tsv` (`query-id`, `corpus-id`, `score`, with a header line).
+
+    :param directory: The dataset folder.
+    :param split: The qrels split (`train`, `dev`, `test`).
+    :returns: The corpus and the split's judged queries (those with a query text).
+    :raises DatasetError: If a file is missing or malformed, naming it.
+    """
+    folder = Path(directory).expanduser()
+    paths = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl",
+             "qrels": folder / "qrels" / f"{split}.tsv"}
+    for label, path in paths.items():
+        if not path.is_file():
+            available = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if label == "qrels" else []
+            hint = f" (splits here: {', '.join(available)})" if available else ""
+            raise DatasetError(f"No BEIR {label} file at {path}{hint}.")
+    corpus = []
+    for row in _read_jsonl(paths["corpus"]):
+        if "_id" not in row:
+            raise DatasetError(f"A corpus record in {paths['corpus']} has no '_id'.")
+        corpus.append({"id": str(row["_id"]), "title": str(row.get("title") or ""), "text": str(row.get("text") or "")})
+    texts = {str(row["_id"]): str(row.get("text") or "") for row in _read_jsonl(paths["queries"]) if "_id" in row}
+    qrels: dict[str, dict[str, int]] = {}
+    with paths["qrels"].open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            parts = line.rstrip("\n").split("\t")
+            if number == 1 and not parts[-1].lstrip("-").isdigit():
+                continue  # the header
+            if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
+                raise DatasetError(f"{paths['qrels']}:{number}: expected 'query-id<TAB>corpus-id<TAB>score'.")
+            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    qrels = {query: judged for query, judged in qrels.items() if query in texts}
+    if not qrels:
+        raise DatasetError(f"No query of {paths['qrels']} has a text in {paths['queries']}.")
+    return BeirDataset(name=folder.resolve().name, split=split, corpus=corpus,
+                       queries={query: texts[query] for query in qrels}, qrels=qrels)
+
+
+def slice_dataset(dataset: BeirDataset, max_docs: int | None = None, max_queries: int | None = None) -> BeirDataset:
+    """
+    A deterministic slice: at most `max_queries` judged queries (in qrels order) and at most `max_docs` documents.
+
+    With `max_docs`, queries are taken in order while their relevant documents fit in half of the budget; the rest
+    is filled with the other documents in corpus order. Only queries whose relevant documents all made it in are
+    kept, so every kept query can be answered from the slice.
+
+    :param dataset: The full dataset.
+    :param max_docs: Most documents to keep; None keeps the corpus.
+    :param max_queries: Most queries to keep; None keeps them all.
+    :returns: The sliced dataset (the input is not changed).
+    """
+    query_ids = list(dataset.qrels)[:max_queries] if max_queries else list(dataset.qrels)
+    corpus = dataset.corpus
+    if max_docs is not None and max_docs < len(corpus):
+        known = {doc["id"] for doc in corpus}
+        chosen: dict[str, None] = {}
+        for query in query_ids:
+            relevant = [doc for doc, grade in dataset.qrels[query].items() if grade > 0 and doc in known]
+            if len(chosen) + len(set(relevant) - set(chosen)) > max_docs // 2:
+                break
+            chosen.update(dict.fromkeys(relevant))
+        for doc in corpus:
+            if len(chosen) >= max_docs:
+                break
+            chosen.setdefault(doc["id"])
+        corpus = [doc for doc in corpus if doc["id"] in chosen]
+        query_ids = [q for q in query_ids
+                     if all(doc in chosen for doc, grade in dataset.qrels[q].items() if grade > 0)]
+    if not query_ids:
+        raise DatasetError("The slice keeps no judged query: raise max_docs.")
+    return BeirDataset(
+        name=dataset.name, split=dataset.split, corpus=corpus,
+        queries={q: dataset.queries[q] for q in query_ids}, qrels={q: dataset.qrels[q] for q in query_ids},
+        sliced=dataset.sliced or corpus is not dataset.corpus or len(query_ids) < len(dataset.qrels),
+    )
+
+
+def file_name(doc_id: str) -> str:
+    """The markdown file a corpus document is written to (its BEIR id, percent-encoded)."""
+    return quote(doc_id, safe="") + ".md"
+
+
+def beir_id(chunk: Document) -> str:
+    """The BEIR id of the document a retrieved chunk came from (its `source` file name)."""
+    source = str(chunk.meta.get("source") or "")
+    if not source.endswith(".md"):
+        raise ValueError(f"Chunk {chunk.id} has no benchmark source file name (source={source!r}).")
+    return unquote(Path(source).name.removesuffix(".md"))
+
+
+def export_corpus(dataset: BeirDataset, folder: str | Path) -> list[Path]:
+    """
+    Write each corpus document as `<folder>/<id>.md` with its title as front matter (unchanged files are kept,
+    files of documents not in the corpus are removed).
+
+    :param dataset: The dataset.
+    :param folder: Where the files go.
+    :returns: The files, in corpus order.
+    """
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for doc in dataset.corpus:
+        path = target / file_name(doc["id"])
+        text = f"---\ntitle: {json.dumps(doc['title'], ensure_ascii=False)}\n---\n\n{doc['text']}\n"
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+        paths.append(path)
+    keep = {path.name for path in paths}
+    for stale in target.glob("*.md"):
+        if stale.name not in keep:
+            stale.unlink()
+    return paths
+
+
+@contextmanager
+def data_dir(path: Path) -> Iterator[None]:
+    """Point `GATEHOUSE_DATA_DIR` at the benchmark's own folder for the duration of the run."""
+    previous = os.environ.get("GATEHOUSE_DATA_DIR")
+    os.environ["GATEHOUSE_DATA_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("GATEHOUSE_DATA_DIR", None)
+        else:
+            os.environ["GATEHOUSE_DATA_DIR"] = previous
+
+
+def kb_name(dataset: BeirDataset) -> str:
+    """The benchmark knowledge base: the dataset's name (slices get their size appended, so none mixes)."""
+    base = re.sub(r"[^a-z0-9_-]+", "-", dataset.name.lower()).strip("-_")[:40] or "bench"
+    return f"{base}-{len(dataset.corpus)}d" if dataset.sliced else base
+
+
+def _kb_chunks(kb: str) -> tuple[Any, list[Document]]:
+    """The writer of `index.yml` (its two stores) and the chunks the lexical store holds for a knowledge base."""
+    from gatehouse.pipelines import load_pipeline
+
+    writer = load_pipeline("index").get_component("writer")
+    return writer, writer.lexical_store.filter_documents({"field": "meta.kb", "operator": "==", "value": kb})
+
+
+def ingest_dataset(dataset: BeirDataset, workdir: Path, kb: str, *, reuse_index: bool, progress: bool) -> dict[str, Any]:
+    """
+    Ingest the corpus through `index.yml` and measure it.
+
+    :param dataset: The dataset.
+    :param workdir: The benchmark workdir (the corpus is exported to `<workdir>/corpus`).
+    :param kb: The knowledge base to ingest into.
+    :param reuse_index: Keep what the knowledge base holds (unchanged files are skipped); otherwise it is emptied
+        first and everything is written again (embeddings still come from the cache).
+    :param progress: Show a progress bar.
+    :returns: `documents`, `written`, `chunks`, `skipped_unchanged`, `failed`, `removed_before`, `seconds`,
+        `docs_per_s`, `encoded` (texts the embedder had to encode; the rest came from the cache) and
+        `max_chunks_per_document`.
+    """
+    from components.embedding import EmbeddingBackend
+    from gatehouse.ingest import IngestGroup, ingest
+
+    files = export_corpus(dataset, workdir / "corpus")
+    removed = 0
+    if not reuse_index:
+        writer, old = _kb_chunks(kb)
+        if old:
+            writer.dense_store.delete_documents([chunk.id for chunk in old])
+            writer.lexical_store.delete_documents([chunk.id for chunk in old])
+        removed = len(old)
+    backend = EmbeddingBackend.get()
+    encoded_before = backend.encoded_count
+    started = time.perf_counter()
+    summary = ingest([IngestGroup(kb=kb, tenant=None, root=workdir / "corpus", files=files)], progress=progress)
+    seconds = time.perf_counter() - started
+    per_document: dict[str, int] = {}
+    for chunk in _kb_chunks(kb)[1]:
+        per_document[chunk.meta["doc_id"]] = per_document.get(chunk.meta["doc_id"], 0) + 1
+    return {
+        "documents": len(files),
+        "written": summary.documents_written,
+        "chunks": sum(per_document.values()),
+        "skipped_unchanged": len(summary.skipped),
+        "failed": [f"{item['source']}: {item['reason']}" for item in summary.failed],
+        "removed_before": removed,
+        "seconds": round(seconds, 2),
+        "docs_per_s": round(summary.documents_written / seconds, 1) if summary.documents_written else None,
+        "encoded": backend.encoded_count - encoded_before,
+        "max_chunks_per_document": max(per_document.values(), default=1),
+    }
+
+
+def embedder_throughput(dataset: BeirDataset, sample: int) -> dict[str, Any]:
+    """The bare embedder (no pipeline, no cache) on the first `sample` corpus texts, as the index embeds them."""
+    from components.embedding import EmbeddingBackend
+
+    texts = [f"{doc['title']}\n{doc['text']}" for doc in dataset.corpus[:sample]]
+    backend = EmbeddingBackend.get(cache_dir="off")
+    backend.embed(texts[:8])  # load and warm the model outside the measurement
+    started = time.perf_counter()
+    backend.embed(texts)
+    seconds = time.perf_counter() - started
+    return {"texts": len(texts), "seconds": round(seconds, 2), "docs_per_s": round(len(texts) / seconds, 1)}
+
+
+def _pipeline_inputs(pipeline: Pipeline, query: str, kb: str, keep_chunks: int) -> dict[str, Any]:
+    """
+    Inputs for a retrieval pipeline: what `run_retrieval` gives it (the query, the knowledge base), plus the
+    run-time `top_k` of the stages after retrieval (fusion, ranker). Retrievers keep their YAML depth, unless a
+    retriever is the pipeline's last stage (the references), which then returns `keep_chunks` chunks.
+    """
+    from components.retrieval_stage import retrieval_inputs
+
+    inputs = retrieval_inputs(pipeline, query, kbs=[kb])
+    last = set(pipeline.outputs())
+    for name, sockets in pipeline.inputs().items():
+        is_retriever = hasattr(pipeline.get_component(name), "document_store")
+        if "top_k" in sockets and (name in last or not is_retriever):
+            inputs.setdefault(name, {})["top_k"] = keep_chunks
+    return inputs
+
+
+def run_queries(
+    pipeline: Pipeline, dataset: BeirDataset, kb: str, depth: int, keep_chunks: int, label: str = "retrieve",
+    progress: bool = True,
+) -> tuple[dict[str, list[str]], list[float]]:
+    """
+    Run a retrieval pipeline for every query of the dataset.
+
+    :param pipeline: A loaded retrieval pipeline whose one output carries `documents`.
+    :param dataset: The dataset (its queries).
+    :param kb: The benchmark knowledge base.
+    :param depth: Documents kept per query.
+    :param keep_chunks: The run-time `top_k` of the stages after retrieval: enough chunks for `depth` documents.
+    :param label: Progress bar label.
+    :param progress: Show a progress bar.
+    :returns: Query id to ranked BEIR document ids (at most `depth`; a document ranks where its first chunk does),
+        and per-query latencies in ms.
+    :raises ValueError: If the pipeline has no single `documents` output.
+    """
+    outputs = pipeline.outputs()
+    if len(outputs) != 1 or "documents" not in next(iter(outputs.values())):
+        raise ValueError(f"The {label} pipeline must have one output with 'documents' (it has {outputs}).")
+    pipeline.warm_up()
+    run: dict[str, list[str]] = {}
+    latencies: list[float] = []
+    for query_id, text in tqdm(dataset.queries.items(), desc=label, unit="q", disable=not progress):
+        inputs = _pipeline_inputs(pipeline, text, kb, keep_chunks)
+        started = time.perf_counter()
+        result = pipeline.run(inputs)
+        latencies.append((time.perf_counter() - started) * 1000)
+        chunks = next(iter(result.values()))["documents"]
+        run[query_id] = list(dict.fromkeys(beir_id(chunk) for chunk in chunks))[:depth]
+    return run, latencies
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    return statistics.quantiles(ordered, n=100, method="inclusive")[round(share * 100) - 1]
+
+
+def _system(run: dict[str, list[str]], latencies: list[float], dataset: BeirDataset) -> dict[str, Any]:
+    scores = evaluate_run(run, dataset.qrels)
+    return {
+        **{name: round(scores[name], 4) for name in METRICS},
+        "queries": scores["queries"],
+        "latency_ms": {"p50": round(_percentile(latencies, 0.5), 1), "p95": round(_percentile(latencies, 0.95), 1)},
+    }
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def run_benchmark(
+    dataset_dir: str | Path,
+    *,
+    split: str = "test",
+    workdir: str | Path | None = None,
+    pipeline: str | Path = "retrieve",
+    depth: int = 100,
+    reuse_index: bool = False,
+    max_docs: int | None = None,
+    max_queries: int | None = None,
+    embedder_sample: int = 256,
+    references: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """
+    Run the whole benchmark (see the module docstring).
+
+    :param dataset_dir: A BEIR dataset folder.
+    :param split: The qrels split to score.
+    :param workdir: Where the exported corpus and the benchmark's stores and embedding cache go; None uses
+        `<GATEHOUSE_DATA_DIR>/bench/<dataset>`.
+    :param pipeline: The retrieval pipeline under test (name in the pipelines folder or YAML path).
+    :param depth: Documents retrieved per query (at least 100 for recall@100).
+    :param reuse_index: Keep the knowledge base from the last run (unchanged files are skipped) instead of
+        re-ingesting it.
+    :param max_docs: Benchmark a slice of at most this many documents (see `slice_dataset`).
+    :param max_queries: Score at most this many queries.
+    :param embedder_sample: Texts the bare embedder's throughput is measured on (0 skips it).
+    :param references: Also run the BM25 and dense-only references.
+    :param progress: Show progress bars.
+    :returns: The report: `dataset`, `ingest`, `embedder`, `systems` (`gatehouse`, `bm25`, `dense`), `config`.
+    :raises DatasetError: If the dataset cannot be read.
+    """
+    from gatehouse.pipelines import load_pipeline, pipelines_dir
+
+    if depth < 100:
+        raise ValueError(f"depth must be at least 100 to score recall@100 (got {depth}).")
+    dataset = slice_dataset(load_beir(dataset_dir, split), max_docs=max_docs, max_queries=max_queries)
+    work = Path(workdir).expanduser() if workdir else settings.data_dir() / "bench" / dataset.name
+    work = work.resolve()
+    if work.is_relative_to(settings.PROJECT_ROOT) and not work.is_relative_to(settings.PROJECT_ROOT / "data"):
+        raise ValueError(f"The benchmark workdir {work} would be inside the repository: use a folder under data/.")
+    kb = kb_name(dataset)
+    with data_dir(work / "data"):
+        ingest_report = ingest_dataset(dataset, work, kb, reuse_index=reuse_index, progress=progress)
+        embedder = embedder_throughput(dataset, embedder_sample) if embedder_sample > 0 else None
+        keep_chunks = depth * max(ingest_report["max_chunks_per_document"], 1)
+        systems: dict[str, Any] = {}
+        pipelines = {"gatehouse": pipeline, **(REFERENCES if references else {})}
+        for name, source in pipelines.items():
+            run, latencies = run_queries(load_pipeline(source), dataset, kb, depth, keep_chunks, label=name,
+                                         progress=progress)
+            systems[name] = _system(run, latencies, dataset)
+    retrieve_path = Path(pipeline)
+    if retrieve_path.suffix not in {".yml", ".yaml"}:
+        retrieve_path = pipelines_dir() / f"{pipeline}.yml"
+    elif not retrieve_path.is_absolute() and not retrieve_path.exists():
+        retrieve_path = pipelines_dir() / retrieve_path  # as load_pipeline resolves it
+    return {
+        "dataset": {"name": dataset.name, "path": str(Path(dataset_dir).resolve()), "split": split,
+                    "documents": len(dataset.corpus), "queries": len(dataset.queries), "sliced": dataset.sliced},
+        "kb": kb,
+        "workdir": str(work),
+        "depth": depth,
+        "ingest": ingest_report,
+        "embedder": embedder,
+        "systems": systems,
+        "config": {"retrieve": str(retrieve_path), "retrieve_sha": _sha(retrieve_path.resolve()),
+                   "index_sha": _sha(pipelines_dir() / "index.yml")},
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as the table the command prints."""
+    data = report["dataset"]
+    lines = [
+        (f"BEIR {data['name']} · split {data['split']} · {data['queries']} queries · {data['documents']} documents"
+         f"{' (slice)' if data['sliced'] else ''} · depth {report['depth']}"),
+        "",
+        f"{'system':<26}{'nDCG@10':>9}{'R@100':>9}{'MRR@10':>9}{'P50 ms':>9}{'P95 ms':>9}",
+    ]
+    for name in ("bm25", "dense", "gatehouse"):
+        if name not in report["systems"]:
+            continue
+        system = report["systems"][name]
+        lines.append(
+            f"{SYSTEM_LABELS[name]:<26}{system['ndcg@10']:>9.4f}{system['recall@100']:>9.4f}{system['mrr@10']:>9.4f}"
+            f"{system['latency_ms']['p50']:>9.1f}{system['latency_ms']['p95']:>9.1f}"
+        )
+    ingest = report["ingest"]
+    lines.append("")
+    if ingest["written"]:
+        lines.append(
+            f"ingest (index.yml): {ingest['written']} documents, {ingest['chunks']} chunks in {ingest['seconds']} s"
+            f" = {ingest['docs_per_s']} docs/s; {ingest['encoded']} texts encoded, the rest from the embedding cache"
+        )
+    else:
+        lines.append(f"ingest (index.yml): reused, {ingest['skipped_unchanged']} documents unchanged")
+    if report.get("embedder"):
+        embedder = report["embedder"]
+        lines.append(f"bare embedder: {embedder['docs_per_s']} docs/s on {embedder['texts']} of the same texts "
+                     f"(no pipeline, no cache)")
+    return "\n".join(lines)
+
+
+def write_report(report: dict[str, Any], path: str | Path) -> Path:
+    """Write the report as JSON (creating the folder)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return target
+
