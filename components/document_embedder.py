@@ -8,6 +8,12 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from components.embedding import EmbeddingBackend
 
 
+def embedded_text(document: Document, meta_fields: list[str], separator: str = "\n") -> str:
+    """The text a chunk is embedded as: its non-empty `meta_fields`, then its content, joined by `separator`."""
+    fields = [str(document.meta[key]) for key in meta_fields if document.meta.get(key)]
+    return separator.join([*fields, document.content or ""])
+
+
 @component
 class DocumentEmbedder:
     """
@@ -54,10 +60,6 @@ class DocumentEmbedder:
         if self._backend is None:
             self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
 
-    def _text(self, document: Document) -> str:
-        fields = [str(document.meta[key]) for key in self.meta_fields_to_embed if document.meta.get(key)]
-        return self.embedding_separator.join([*fields, document.content or ""])
-
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document]) -> dict[str, Any]:
         """
@@ -73,9 +75,8 @@ class DocumentEmbedder:
             return {"documents": []}
         self.warm_up()
         assert self._backend is not None
-        vectors = self._backend.embed(
-            [self._text(doc) for doc in documents], batch_size=self.batch_size, progress_bar=self.progress_bar
-        )
+        texts = [embedded_text(doc, self.meta_fields_to_embed, self.embedding_separator) for doc in documents]
+        vectors = self._backend.embed(texts, batch_size=self.batch_size, progress_bar=self.progress_bar)
         return {"documents": [replace(doc, embedding=vector.tolist()) for doc, vector in zip(documents, vectors)]}
 
     def to_dict(self) -> dict[str, Any]:

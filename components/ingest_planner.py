@@ -11,6 +11,8 @@ from haystack.dataclasses import ByteStream
 from components.state import PUBLIC_TENANT
 from components.stores.lexical_document_store import LexicalDocumentStore
 
+NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"  # knowledge base and tenant names (they name folders and filters)
+
 DEFAULT_MIME_TYPES = {
     ".txt": "text/plain",
     ".md": "text/markdown",
@@ -48,7 +50,7 @@ class IngestPlanner:
         document_store: LexicalDocumentStore,
         mime_types: dict[str, str] | None = None,
         max_file_bytes: int = 20_000_000,
-        kb_pattern: str = r"[a-z0-9][a-z0-9_-]{0,63}",
+        kb_pattern: str = NAME_PATTERN,
     ) -> None:
         """
         :param document_store: The store whose stored hashes tell what changed.

@@ -7,6 +7,7 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.component.types import Variadic
 
+from components.document_embedder import embedded_text
 from components.embedding import EmbeddingBackend
 from components.sentences import sentence_settings, sentence_texts
 
@@ -69,8 +70,7 @@ class SentenceScorer:
     def _units(self, document: Document) -> list[str]:
         units = sentence_texts(document, self.sentences)
         if self.include_chunk:
-            fields = [str(document.meta[key]) for key in self.chunk_fields if document.meta.get(key)]
-            units.append("\n".join([*fields, document.content or ""]))
+            units.append(embedded_text(document, self.chunk_fields))  # the chunk's vector, as the index embedded it
         return units
 
     @component.output_types(documents=list[Document])

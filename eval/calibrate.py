@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from components.settings import PROJECT_ROOT
+from gatehouse.pipelines import pipeline_path
 
 SCORE_STEP = re.compile(r"^attempt_0_score_(\d+(?:\.\d+)?)$")
 
@@ -103,14 +103,13 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def calibrate(*, set_name: str = "golden", pipeline: str | Path = "pipelines/ask.yml", write: bool = False,
+def calibrate(*, set_name: str = "golden", pipeline: str | Path = "ask", write: bool = False,
               target_precision: float = 0.9) -> int:
     """Run the calibration and print (and with `write`, apply) the proposal; returns the exit code."""
     from eval.datasets import DatasetNotPresent, load_set
     from eval.runner import ask_case, prepare_set
 
-    pipeline = Path(pipeline)
-    pipeline = pipeline if pipeline.is_absolute() or pipeline.exists() else PROJECT_ROOT / pipeline
+    pipeline = pipeline_path(pipeline)
     try:
         eval_set = load_set(set_name)
     except DatasetNotPresent as missing:
@@ -126,7 +125,8 @@ def calibrate(*, set_name: str = "golden", pipeline: str | Path = "pipelines/ask
         if score is not None and response["metadata"].get("kb"):
             by_kb.setdefault(response["metadata"]["kb"], []).append((score, case.answerable))
     router = yaml.safe_load(pipeline.read_text(encoding="utf-8"))["components"]["router"]["init_parameters"]
-    current = {kb["name"]: float(kb.get("threshold", 0.6)) for kb in router["knowledge_bases"]}
+    default = loaded.get_component("router").default_threshold  # what the router applies to a KB without one
+    current = {kb["name"]: float(kb.get("threshold", default)) for kb in router["knowledge_bases"]}
     print(f"{'kb':<10} {'n+':>4} {'n-':>4} {'now':>5} {'P':>5} {'R':>5} {'new':>5} {'P':>5} {'R':>5}  why")
     changes: dict[str, float] = {}
     for kb, points in sorted(by_kb.items()):

@@ -47,6 +47,7 @@ from components.kb_router import KB_KEYS, KB_NAME
 from components.settings import PROJECT_ROOT
 from components.state import PUBLIC_TENANT
 from components.text import DEFAULT_STOPWORDS
+from gatehouse.ingest import files_under
 
 #: The intents a gold label may name: those of Gatehouse's intent gate.
 INTENTS: tuple[str, ...] = tuple(DEFAULT_INTENT_PATTERNS)
@@ -184,12 +185,9 @@ def file_version(*paths: str | Path) -> str:
     digest = hashlib.sha256()
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-            named = [(file.relative_to(path).as_posix(), file) for file in files]
-        else:
-            named = [(path.name, path)]
-        for name, file in named:
+        # the files ingestion takes from the path, so the version and the ingested knowledge base agree
+        for file in files_under(path):
+            name = file.relative_to(path).as_posix() if path.is_dir() else file.name
             digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 

@@ -45,10 +45,10 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-import numpy as np
 from tqdm import tqdm
 
 from components.text import find_markers, normalize_space, split_units, strip_markers
+from gatehouse.stats import percentile
 
 RAGAS_METRICS = (
     "id_based_context_precision",
@@ -348,12 +348,12 @@ def routing_accuracy(records: list[dict[str, Any]]) -> tuple[dict[str, Any], dic
     return _accuracy(pairs, len(records) - len(pairs)), confusion(pairs)
 
 
-def abstained(response: dict[str, Any], abstain_statuses: tuple[str, ...] = ABSTAIN_STATUSES) -> bool:
-    """Whether Gatehouse abstained: a status in `abstain_statuses` (fallback, refused) or the route `refuse`."""
-    return response.get("status") in abstain_statuses or (response.get("metadata") or {}).get("route") == "refuse"
+def abstained(response: dict[str, Any]) -> bool:
+    """Whether Gatehouse abstained: a status in `ABSTAIN_STATUSES` (fallback, refused) or the route `refuse`."""
+    return response.get("status") in ABSTAIN_STATUSES or (response.get("metadata") or {}).get("route") == "refuse"
 
 
-def abstention(records: list[dict[str, Any]], abstain_statuses: tuple[str, ...] = ABSTAIN_STATUSES) -> dict[str, Any]:
+def abstention(records: list[dict[str, Any]]) -> dict[str, Any]:
     """
     Abstention precision and recall: predicted abstain = `abstained()`, gold abstain = the case is not answerable.
 
@@ -361,7 +361,7 @@ def abstention(records: list[dict[str, Any]], abstain_statuses: tuple[str, ...] 
     """
     counts = Counter()
     for record in records:
-        predicted = abstained(_response(record), abstain_statuses)
+        predicted = abstained(_response(record))
         gold = not _gold(record).get("answerable", True)
         counts[("t" if predicted == gold else "f") + ("p" if predicted else "n")] += 1
     tp, fp, fn, tn = counts["tp"], counts["fp"], counts["fn"], counts["tn"]
@@ -486,16 +486,14 @@ def latency(records: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
                 by_stage[stage].append(float(ms))
     result = {}
     for stage in sorted(by_stage, key=lambda s: s == "total"):  # pipeline order (first seen), total last
-        values = np.asarray(by_stage[stage])
-        stats: dict[str, float | int] = {f"p{p}": float(np.percentile(values, p)) for p in LATENCY_PERCENTILES}
-        stats.update(mean=float(values.mean()), n=int(values.size))
+        values = by_stage[stage]
+        stats: dict[str, float | int] = {f"p{p}": percentile(values, p / 100) for p in LATENCY_PERCENTILES}
+        stats.update(mean=sum(values) / len(values), n=len(values))
         result[stage] = stats
     return result
 
 
-def gatehouse_metrics(
-    records: list[dict[str, Any]], abstain_statuses: tuple[str, ...] = ABSTAIN_STATUSES
-) -> dict[str, Any]:
+def gatehouse_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     """
     Gatehouse's own metrics over the records of one set.
 
@@ -511,7 +509,7 @@ def gatehouse_metrics(
         "intent_confusion": intent_matrix,
         "routing_accuracy": routing,
         "routing_confusion": routing_matrix,
-        "abstention": abstention(records, abstain_statuses),
+        "abstention": abstention(records),
         "retries": retries_histogram(records),
         "invented_citation_share": invented,
         "invented_citations": offenders,
@@ -541,14 +539,11 @@ def judge_aggregates(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return result
 
 
-def aggregate(
-    records: list[dict[str, Any]], abstain_statuses: tuple[str, ...] = ABSTAIN_STATUSES
-) -> dict[str, dict[str, Any]]:
+def aggregate(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """
     Aggregate scored records per set.
 
     :param records: Records of one or more sets, scored by `score_records` (and the judge, when it ran).
-    :param abstain_statuses: Response statuses that count as abstaining.
     :returns: `{set name: {"cases", "ragas", "judge", "gatehouse"}}` in the order the sets first appear.
     """
     by_set: dict[str, list[dict[str, Any]]] = {}
@@ -559,7 +554,7 @@ def aggregate(
             "cases": len(set_records),
             "ragas": ragas_aggregates(set_records),
             "judge": judge_aggregates(set_records),
-            "gatehouse": gatehouse_metrics(set_records, abstain_statuses),
+            "gatehouse": gatehouse_metrics(set_records),
         }
         for name, set_records in by_set.items()
     }
@@ -592,6 +587,6 @@ def scalars(set_aggregate: dict[str, Any]) -> dict[str, float | None]:
         retrieving = {int(k): v for k, v in gatehouse["retries"].items() if int(k) > 0}
         result["mean_attempts"] = _ratio(sum(k * v for k, v in retrieving.items()), sum(retrieving.values()))
     for stage, stats in (gatehouse.get("latency_ms") or {}).items():
-        for percentile in LATENCY_PERCENTILES:
-            result[f"latency_p{percentile}_ms.{stage}"] = stats[f"p{percentile}"]
+        for p in LATENCY_PERCENTILES:
+            result[f"latency_p{p}_ms.{stage}"] = stats[f"p{p}"]
     return result

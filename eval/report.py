@@ -592,19 +592,22 @@ def render_html(results: dict[str, Any], history: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def write_report(results: dict[str, Any], reports_root: str | Path) -> Path:
+def write_report(
+    results: dict[str, Any], reports_root: str | Path, history: list[dict[str, Any]] | None = None
+) -> Path:
     """
     Write `results.json`, `summary.md` and `report.html` into `<reports_root>/<run_id>/`.
 
     :param results: `{"metadata" (run_metadata()), "aggregates", "verdict", "records", optional "judge"}`.
     :param reports_root: The reports folder (earlier runs there feed the trends).
+    :param history: The earlier runs (`previous_runs(reports_root)`) when the caller has read them already.
     :returns: The run directory (`<run_id>`, or `<run_id>-2`, ... when that name is taken).
     """
     for key in ("metadata", "aggregates"):
         if key not in results:
             raise ValueError(f"Report results need {key!r} (got {sorted(results)}).")
     root = Path(reports_root)
-    history = previous_runs(root)
+    history = previous_runs(root) if history is None else history
     run_dir = root / results["metadata"]["run_id"]
     suffix = 2
     while run_dir.exists():

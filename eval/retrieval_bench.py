@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import re
-import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +42,7 @@ from tqdm import tqdm
 
 from components import settings
 from eval.metrics_ir import evaluate_run
+from gatehouse.stats import percentile
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "pipelines"
 REFERENCES = {"bm25": REFERENCE_DIR / "bm25_reference.yml", "dense": REFERENCE_DIR / "dense_reference.yml"}
@@ -214,12 +214,9 @@ def kb_name(dataset: BeirDataset) -> str:
     return f"{base}-{len(dataset.corpus)}d" if dataset.sliced else base
 
 
-def _kb_chunks(kb: str) -> tuple[Any, list[Document]]:
-    """The writer of `index.yml` (its two stores) and the chunks the lexical store holds for a knowledge base."""
-    from gatehouse.pipelines import load_pipeline
-
-    writer = load_pipeline("index").get_component("writer")
-    return writer, writer.lexical_store.filter_documents({"field": "meta.kb", "operator": "==", "value": kb})
+def _kb_chunks(writer: Any, kb: str) -> list[Document]:
+    """The chunks the lexical store of `index.yml`'s writer holds for a knowledge base (re-read after writes)."""
+    return writer.lexical_store.filter_documents({"field": "meta.kb", "operator": "==", "value": kb})
 
 
 def ingest_dataset(dataset: BeirDataset, workdir: Path, kb: str, *, reuse_index: bool, progress: bool) -> dict[str, Any]:
@@ -238,11 +235,13 @@ def ingest_dataset(dataset: BeirDataset, workdir: Path, kb: str, *, reuse_index:
     """
     from components.embedding import EmbeddingBackend
     from gatehouse.ingest import IngestGroup, ingest
+    from gatehouse.pipelines import load_pipeline
 
     files = export_corpus(dataset, workdir / "corpus")
+    writer = load_pipeline("index").get_component("writer")
     removed = 0
     if not reuse_index:
-        writer, old = _kb_chunks(kb)
+        old = _kb_chunks(writer, kb)
         if old:
             writer.dense_store.delete_documents([chunk.id for chunk in old])
             writer.lexical_store.delete_documents([chunk.id for chunk in old])
@@ -253,7 +252,7 @@ def ingest_dataset(dataset: BeirDataset, workdir: Path, kb: str, *, reuse_index:
     summary = ingest([IngestGroup(kb=kb, tenant=None, root=workdir / "corpus", files=files)], progress=progress)
     seconds = time.perf_counter() - started
     per_document: dict[str, int] = {}
-    for chunk in _kb_chunks(kb)[1]:
+    for chunk in _kb_chunks(writer, kb):
         per_document[chunk.meta["doc_id"]] = per_document.get(chunk.meta["doc_id"], 0) + 1
     return {
         "documents": len(files),
@@ -333,19 +332,12 @@ def run_queries(
     return run, latencies
 
 
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[round(share * 100) - 1]
-
-
 def _system(run: dict[str, list[str]], latencies: list[float], dataset: BeirDataset) -> dict[str, Any]:
     scores = evaluate_run(run, dataset.qrels)
     return {
         **{name: round(scores[name], 4) for name in METRICS},
         "queries": scores["queries"],
-        "latency_ms": {"p50": round(_percentile(latencies, 0.5), 1), "p95": round(_percentile(latencies, 0.95), 1)},
+        "latency_ms": {"p50": round(percentile(latencies, 0.5), 1), "p95": round(percentile(latencies, 0.95), 1)},
     }
 
 
@@ -386,7 +378,7 @@ def run_benchmark(
     :returns: The report: `dataset`, `ingest`, `embedder`, `systems` (`gatehouse`, `bm25`, `dense`), `config`.
     :raises DatasetError: If the dataset cannot be read.
     """
-    from gatehouse.pipelines import load_pipeline, pipelines_dir
+    from gatehouse.pipelines import load_pipeline, pipeline_path, pipelines_dir
 
     if depth < 100:
         raise ValueError(f"depth must be at least 100 to score recall@100 (got {depth}).")
@@ -406,11 +398,7 @@ def run_benchmark(
             run, latencies = run_queries(load_pipeline(source), dataset, kb, depth, keep_chunks, label=name,
                                          progress=progress)
             systems[name] = _system(run, latencies, dataset)
-    retrieve_path = Path(pipeline)
-    if retrieve_path.suffix not in {".yml", ".yaml"}:
-        retrieve_path = pipelines_dir() / f"{pipeline}.yml"
-    elif not retrieve_path.is_absolute() and not retrieve_path.exists():
-        retrieve_path = pipelines_dir() / retrieve_path  # as load_pipeline resolves it
+    retrieve_path = pipeline_path(pipeline)
     return {
         "dataset": {"name": dataset.name, "path": str(Path(dataset_dir).resolve()), "split": split,
                     "documents": len(dataset.corpus), "queries": len(dataset.queries), "sliced": dataset.sliced},

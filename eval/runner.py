@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from components.settings import PROJECT_ROOT, data_dir
 from eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, write_corpus
+from gatehouse.pipelines import pipeline_path
 
 DEFAULT_SETS = ("golden", "mtrag_un", "squad2")
 QUICK_LIMITS = {"golden": 24, "mtrag_un": 12, "squad2": 12}
@@ -44,7 +45,7 @@ class EvalOptions:
     baseline: str | None = None
     thresholds: str | None = None
     reports_root: Path = DEFAULT_REPORTS
-    pipeline: Path = PROJECT_ROOT / "pipelines" / "ask.yml"
+    pipeline: Path = field(default_factory=lambda: pipeline_path("ask"))
     progress: bool = True
 
 
@@ -142,7 +143,7 @@ def run_eval(options: EvalOptions) -> int:
     from eval.judge import JudgeConfig, run_judge
     from eval.metrics import aggregate, score_records
     from eval.report import render_summary, run_metadata, write_report
-    from eval.verdict import decide, format_verdict
+    from eval.verdict import decide, format_verdict, previous_runs
 
     started, clock = datetime.now(UTC), time.perf_counter()
     overrides = {"repeats": options.judge_repeats} if options.judge_repeats else {}
@@ -180,12 +181,13 @@ def run_eval(options: EvalOptions) -> int:
         judge_model=judge_config.model if judge_config else None, pipelines_directory=options.pipeline.parent,
         extra={"quick": options.quick, "skipped_sets": skipped},
     )
+    history = previous_runs(options.reports_root)  # read once: the verdict's baseline and the report's trends
     verdict = decide({"metadata": metadata, "aggregates": aggregates}, reports_root=options.reports_root,
-                     baseline=options.baseline, thresholds=options.thresholds)
+                     baseline=options.baseline, thresholds=options.thresholds, history=history)
     results = {"metadata": metadata, "aggregates": aggregates, "verdict": verdict, "records": records}
     if judge_run is not None:
         results["judge"] = {key: judge_run[key] for key in ("estimate", "usage", "cost")}
-    run_dir = write_report(results, options.reports_root)
+    run_dir = write_report(results, options.reports_root, history)
     print(render_summary(results))
     print(format_verdict(verdict))
     print(f"report: {run_dir / 'report.html'}")

@@ -195,7 +195,7 @@ def decide(
     reports_root: str | Path | None = None,
     baseline: str | Path | None = None,
     thresholds: dict[str, dict[str, Any]] | str | Path | None = None,
-    exclude: str | Path | None = None,
+    history: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """
     The verdict of a run.
@@ -204,7 +204,7 @@ def decide(
     :param reports_root: Where earlier runs are (ignored when `baseline` is given).
     :param baseline: A results.json (or run directory) to compare with instead of the previous run.
     :param thresholds: Rules (`load_thresholds()` output) or a thresholds file; None reads `eval/thresholds.yml`.
-    :param exclude: A run directory under `reports_root` to leave out (the current run, if already written).
+    :param history: The earlier runs (`previous_runs(reports_root)`) when the caller has read them already.
     :returns: `{regressed, regressions, checks, baselines, notes}`: `regressions` names every regressed metric as
         `"<set>: <metric>"`, `checks` lists one result of `check()` per set and thresholded metric (with `set`),
         `baselines` the run each set was compared with (None when there was none).
@@ -213,7 +213,7 @@ def decide(
     if baseline is not None:
         candidates = [read_run(baseline)]
     elif reports_root is not None:
-        candidates = previous_runs(reports_root, exclude=exclude)
+        candidates = previous_runs(reports_root) if history is None else history
     else:
         candidates = []
     checks: list[dict[str, Any]] = []

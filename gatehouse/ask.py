@@ -40,7 +40,22 @@ def ask(
     :param pipeline: Pipeline name or YAML path.
     :returns: The response dict.
     """
-    result = ask_pipeline(pipeline).run(
+    return run_ask(ask_pipeline(pipeline), question, kb=kb, tenant=tenant, mode=mode, context=context,
+                   history=history)
+
+
+def run_ask(
+    pipeline: Pipeline,
+    question: str,
+    *,
+    kb: str | None = None,
+    tenant: str | None = None,
+    mode: str | None = None,
+    context: str | None = None,
+    history: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Run a loaded ask pipeline (`ask.yml`'s intake inputs) and return the response contract."""
+    result = pipeline.run(
         {"intake": {"query": question, "kb": kb, "tenant": tenant, "mode": mode, "context": context,
                     "history": history}}
     )

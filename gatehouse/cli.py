@@ -104,7 +104,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host, port = args.host or manifest.host, args.port or manifest.port
         if args.prepare_only:
             check_bind(manifest, host, allow_remote_without_keys=args.allow_remote_without_keys)
-            print(hayhooks_command(manifest, prepare_deployments(manifest), host, port))
+            print(hayhooks_command(prepare_deployments(manifest), host, port))
             return 0
         serve(manifest, host=host, port=port, allow_remote_without_keys=args.allow_remote_without_keys)
     except (ManifestError, ServeError) as error:
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     calibrate = commands.add_parser("calibrate", help="propose per-KB quality-gate thresholds from labelled data")
     calibrate.add_argument("--set", default="golden", help="labelled evaluation set (default golden)")
-    calibrate.add_argument("--pipeline", default=str(Path("pipelines") / "ask.yml"), help="ask pipeline YAML")
+    calibrate.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")
     calibrate.add_argument("--precision", type=float, default=0.9,
                            help="smallest acceptable precision of passing the gate (default 0.9)")
     calibrate.add_argument("--write", action="store_true", help="apply the proposed thresholds to the YAML")

@@ -52,7 +52,8 @@ class IngestSummary:
         }
 
 
-def _files_under(path: Path) -> list[Path]:
+def files_under(path: Path) -> list[Path]:
+    """The files a path stands for: a folder's files (hidden ones left out), sorted; a file itself."""
     if path.is_dir():
         return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
     return [path]
@@ -65,14 +66,14 @@ def sample_groups(root: Path = SAMPLE_KB_DIR) -> list[IngestGroup]:
     :param root: The sample folder.
     :returns: One group per (tenant, kb).
     """
-    groups = [IngestGroup(kb=d.name, tenant=None, root=d, files=_files_under(d)) for d in sorted(root.iterdir())
+    groups = [IngestGroup(kb=d.name, tenant=None, root=d, files=files_under(d)) for d in sorted(root.iterdir())
               if d.is_dir() and d.name != "tenants"]
     tenants = root / "tenants"
     if tenants.is_dir():
         for tenant_dir in sorted(d for d in tenants.iterdir() if d.is_dir()):
             for kb_dir in sorted(d for d in tenant_dir.iterdir() if d.is_dir()):
                 groups.append(IngestGroup(kb=kb_dir.name, tenant=tenant_dir.name, root=kb_dir,
-                                          files=_files_under(kb_dir)))
+                                          files=files_under(kb_dir)))
     return groups
 
 
@@ -89,7 +90,7 @@ def path_groups(paths: list[str], kb: str, tenant: str | None) -> list[IngestGro
         path = Path(raw).expanduser().resolve()
         root = path if path.is_dir() else path.parent
         group = groups.setdefault(root, IngestGroup(kb=kb, tenant=tenant, root=root))
-        group.files.extend(_files_under(path) if path.exists() else [path])
+        group.files.extend(files_under(path) if path.exists() else [path])
     return list(groups.values())
 
 

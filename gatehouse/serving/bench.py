@@ -16,6 +16,8 @@ import time
 import httpx
 from openai import OpenAI
 
+from gatehouse.stats import percentile
+
 QUESTIONS = [
     "How do I rotate an API key?",
     "What does error CGW-2003 mean?",
@@ -23,15 +25,6 @@ QUESTIONS = [
     "How do I back up the gateway database?",
     "Can I get a refund if I cancel mid-month?",
 ]
-
-
-def percentile(values: list[float], share: float) -> float:
-    """The `share` quantile (0-1) by linear interpolation."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * share
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def run(url: str, calls: int, streams: int, key: str | None) -> dict[str, float]:

@@ -63,10 +63,6 @@ class Manifest:
     max_body_bytes: int = 10 * 1024 * 1024
     max_query_chars: int = 4000
 
-    def kind_of(self, kind: str) -> list[DeployedPipeline]:
-        """The deployed pipelines of one kind."""
-        return [p for p in self.pipelines.values() if p.kind == kind]
-
 
 def default_manifest_path() -> Path:
     """`GATEHOUSE_SERVE_MANIFEST`, else `<project>/hayhooks.yml`."""

@@ -174,7 +174,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     return app
 
 
-def hayhooks_command(manifest: Manifest, deploy_dir: Path, host: str, port: int) -> str:
+def hayhooks_command(deploy_dir: Path, host: str, port: int) -> str:
     """The equivalent plain `hayhooks run` invocation (without Gatehouse's middleware: see the README)."""
     return f"hayhooks run --pipelines-dir {deploy_dir} --host {host} --port {port}"
 

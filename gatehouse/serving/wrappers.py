@@ -33,20 +33,22 @@ from fastapi import HTTPException, UploadFile
 from fastapi_openai_compat import ChatCompletion
 from fastapi_openai_compat.chat_completions.models import Choice, Message
 from hayhooks import BasePipelineWrapper
+from haystack.core.serialization import allow_deserialization_module
 from haystack.dataclasses import ByteStream
 from starlette.datastructures import Headers
 from typing_extensions import TypedDict
 
+from components.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
 from components.retrieval_stage import run_retrieval
-from components.state import PUBLIC_TENANT
 from gatehouse import runtime
+from gatehouse.ask import run_ask
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
 from gatehouse.serving.manifest import Manifest, load_manifest
 
 # Local Qdrant and the SQLite BM25 store are single-writer: requests touching the stores run one at a time.
 STORE_LOCK = threading.RLock()
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+NAME_PATTERN = re.compile(KB_NAME_PATTERN)
 STREAM_PIECE = re.compile(r"\S+\s*|\s+")
 
 
@@ -143,7 +145,9 @@ class GatehouseWrapper(BasePipelineWrapper):
         runtime.configure()
         self.manifest: Manifest = load_manifest(self.manifest_file)
         self.keyring = KeyRing.from_manifest(self.manifest)
-        self.pipeline = load_pipeline(self.pipeline_file, allowed_modules=list(self.manifest.allowed_modules))
+        for pattern in self.manifest.allowed_modules:  # process-wide, so pipelines nested in YAML see them too
+            allow_deserialization_module(pattern)
+        self.pipeline = load_pipeline(self.pipeline_file)
         self.pipeline.warm_up()
 
     def _tenant(self, requested: str | None, headers: Headers | None) -> str:
@@ -170,9 +174,8 @@ class AskWrapper(GatehouseWrapper):
     def _ask(self, query: str, *, kb: str | None, tenant: str, mode: str | None, context: str | None,
              history: list[dict[str, Any]] | None) -> dict[str, Any]:
         with STORE_LOCK:
-            result = self.pipeline.run({"intake": {"query": query, "kb": kb, "tenant": tenant, "mode": mode,
-                                                   "context": context, "history": history or []}})
-        response = result["response"]["response"]
+            response = run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode, context=context,
+                               history=history or [])
         if response["status"] == "error":
             llm_failed = "generate_llm_failed" in response["path"]
             raise HTTPException(status_code=502 if llm_failed else 422, detail=response["error_message"])
@@ -333,7 +336,7 @@ class IndexWrapper(GatehouseWrapper):
                                                         f"{', '.join(sorted(supported))}")
         with STORE_LOCK:
             report = self.pipeline.run({"planner": {"sources": streams, "kb": kb,
-                                                    "tenant": None if tenant_name == PUBLIC_TENANT else tenant_name,
+                                                    "tenant": tenant_name,
                                                     "force": force}})["writer"]["report"]
         return {
             "kb": kb,
