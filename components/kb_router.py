@@ -10,7 +10,10 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict, logging
 
 from components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from components.retrieval_stage import RetrievalStage
 from components.state import PUBLIC_TENANT, advance, with_validation
+from components.stores.lexical_document_store import LexicalDocumentStore
+from components.tenant_filter import TenantFilter
 from components.tiered_classifier import (
     ExampleIndex,
     KeywordMatcher,
@@ -24,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 KB_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 KB_KEYS = {"name", "description", "keywords", "examples", "patterns", "threshold"}
+#: The evidence tier's settings and their defaults (see `KBRouter.__init__`).
+EVIDENCE_DEFAULTS: dict[str, Any] = {"enabled": False, "pipeline": "retrieve", "top_k": 10, "margin": 0.05,
+                                     "lead_below": 0.3}
 
 DEFAULT_LLM_PROMPT = """Select the knowledge base that can answer the question.
 
@@ -50,10 +56,21 @@ class KBRouter:
     3. the two are combined into one score per KB (`keyword_weight`, `embedding_weight`; the embedding score
        alone when no keyword matched), and the best KB wins. KBs within `dual_route_margin` of the best are
        added, up to `max_kbs`. When the best score is below `min_route_score` the top `max_kbs` KBs are searched;
-    4. optional LLM (`chat_generator`): asked only when the result is ambiguous (lead below `llm_margin` or a
-       low score); a failed or unparseable answer keeps the non-LLM result.
+    4. evidence (`evidence.enabled`): when the tiers above are unsure (best score below `min_route_score` or a lead
+       below `evidence.lead_below`), the candidate KBs are searched through the tenant-pinned retrieval pipeline
+       (`evidence.pipeline`, `retrieve.yml`) and the KB holding the best-scoring document wins; KBs whose best
+       document scores within `evidence.margin` of it are added, up to `max_kbs`;
+    5. optional LLM (`chat_generator`): asked only when the result is still ambiguous (lead below `llm_margin` or a
+       low score, and no evidence decided); a failed or unparseable answer keeps the non-LLM result.
 
-    An explicit `state["kb"]` bypasses the scoring; an undeclared one goes out on `unknown_kb` with an error.
+    Tenants: a caller reads its own documents and, with `include_public`, the public ones (the same rule as
+    `TenantFilter`; keep `include_public` in step with `retrieve.yml`). With a `catalogue_store` (the lexical store),
+    only the declared KBs that hold documents the caller may read are candidates, from a (tenant, kb) document count
+    that the store caches until its next write. A KB the YAML does not declare but that holds the caller's own
+    (non-public) documents is a candidate of the evidence tier only (nothing else can score it), which then always
+    runs; it can also be named explicitly. Without a catalogue store every declared KB is a candidate.
+
+    An explicit `state["kb"]` bypasses the scoring; an unknown one goes out on `unknown_kb` with an error.
 
     Usage example:
     ```python
@@ -68,6 +85,10 @@ class KBRouter:
     ])
     result = router.run(state=new_state("How do I rotate an API key?", tenant="acme"))
     assert result["routed"]["kbs"] == ["faq"]
+
+    # Tenant-aware, with the evidence tier (needs the stores ingested, e.g. by `gatehouse ingest`):
+    router = KBRouter(knowledge_bases=[...], catalogue_store=LexicalDocumentStore(),
+                      evidence={"enabled": True, "top_k": 10, "margin": 0.05})
     ```
     """
 
@@ -85,6 +106,9 @@ class KBRouter:
         min_route_score: float = 0.2,
         default_threshold: float = 0.5,
         default_tenant: str = PUBLIC_TENANT,
+        include_public: bool = True,
+        catalogue_store: LexicalDocumentStore | None = None,
+        evidence: dict[str, Any] | None = None,
         embedding_model: str | None = None,
         cache_dir: str | None = None,
         chat_generator: Any = None,
@@ -109,6 +133,13 @@ class KBRouter:
         :param min_route_score: Below this best score the router is unsure and searches the top `max_kbs` KBs.
         :param default_threshold: Threshold of a KB that declares none.
         :param default_tenant: Tenant used in the filters when the state names none.
+        :param include_public: Whether a tenant also reads the public tenant's documents (as `TenantFilter`).
+        :param catalogue_store: The store whose (tenant, kb) document counts restrict routing to the KBs holding
+            documents the caller may read (`metadata_counts`); None considers every declared KB.
+        :param evidence: The evidence tier: `enabled` (default false), `pipeline` (the retrieval pipeline searched,
+            default `retrieve`), `top_k` (chunks retrieved, default 10), `margin` (KBs whose best document scores
+            within this of the best KB's are searched too, default 0.05) and `lead_below` (the tier runs when the
+            best KB leads the second by less than this, or scores below `min_route_score`; default 0.3).
         :param embedding_model: Embedding model for `EmbeddingBackend.get`; None uses the configured default.
         :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
         :param chat_generator: Optional Haystack chat generator for the LLM tier; None disables the tier.
@@ -127,6 +158,9 @@ class KBRouter:
         self.min_route_score = float(min_route_score)
         self.default_threshold = float(default_threshold)
         self.default_tenant = default_tenant
+        self.include_public = bool(include_public)
+        self.catalogue_store = catalogue_store
+        self.evidence = self._validate_evidence(evidence)
         self.embedding_model = embedding_model
         self.cache_dir = cache_dir
         self.chat_generator = chat_generator
@@ -141,6 +175,12 @@ class KBRouter:
             raise ValueError("'keyword_weight' and 'embedding_weight' must be non-negative and not both zero.")
         self._kbs = self._validate(self.knowledge_bases, self.default_threshold)
         self.names = [kb["name"] for kb in self._kbs]
+        self._tenant_filter = TenantFilter(default_tenant=default_tenant, include_public=self.include_public)
+        self._retrieval = (
+            RetrievalStage(pipeline=self.evidence["pipeline"], top_k=self.evidence["top_k"])
+            if self.evidence["enabled"]
+            else None
+        )
         self._keywords = KeywordMatcher(
             {kb["name"]: kb["keywords"] for kb in self._kbs}, owner="knowledge_bases keywords"
         )
@@ -204,9 +244,38 @@ class KBRouter:
             )
         return normalised
 
+    @staticmethod
+    def _validate_evidence(evidence: Any) -> dict[str, Any]:
+        """The evidence settings with their defaults filled in."""
+        if evidence is None:
+            evidence = {}
+        if not isinstance(evidence, dict):
+            raise ValueError(f"'evidence' must be a mapping, got {type(evidence).__name__}.")
+        unknown = sorted(set(evidence) - set(EVIDENCE_DEFAULTS))
+        if unknown:
+            raise ValueError(f"'evidence' has unknown keys {unknown}; allowed: {sorted(EVIDENCE_DEFAULTS)}.")
+        settings = {**EVIDENCE_DEFAULTS, **evidence}
+        if not isinstance(settings["enabled"], bool):
+            raise ValueError(f"'evidence.enabled' must be true or false, got {settings['enabled']!r}.")
+        if not isinstance(settings["pipeline"], str) or not settings["pipeline"].strip():
+            raise ValueError(f"'evidence.pipeline' must name a retrieval pipeline, got {settings['pipeline']!r}.")
+        if isinstance(settings["top_k"], bool) or not isinstance(settings["top_k"], int) or settings["top_k"] < 1:
+            raise ValueError(f"'evidence.top_k' must be a positive integer, got {settings['top_k']!r}.")
+        for key in ("margin", "lead_below"):
+            value = settings[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"'evidence.{key}' must be a non-negative number, got {value!r}.")
+            settings[key] = float(value)
+        return settings
+
     def warm_up(self) -> None:
-        """Load the embedding model, embed the KB descriptions and examples once, warm up the chat generator."""
+        """
+        Load the embedding model, embed the KB descriptions and examples once, load the evidence tier's retrieval
+        pipeline, warm up the chat generator.
+        """
         self._index.warm_up()
+        if self._retrieval is not None:
+            self._retrieval.warm_up()
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
 
@@ -229,6 +298,9 @@ class KBRouter:
             min_route_score=self.min_route_score,
             default_threshold=self.default_threshold,
             default_tenant=self.default_tenant,
+            include_public=self.include_public,
+            catalogue_store=self.catalogue_store,
+            evidence=self.evidence,
             embedding_model=self.embedding_model,
             cache_dir=self.cache_dir,
             chat_generator=chat_generator_to_dict(self.chat_generator),
@@ -280,6 +352,23 @@ class KBRouter:
             tier = "keywords" if only_one and lexical_best == next(iter(ranked)) else "combined"
         return {name: round(value, 4) for name, value in ranked.items()}, tier
 
+    def candidates(self, tenant: str | None) -> tuple[list[str], list[str]]:
+        """
+        The knowledge bases a caller's query may be routed to, from the catalogue store's document counts.
+
+        :param tenant: The caller's tenant (None: `default_tenant`).
+        :returns: `(declared KBs holding documents the caller may read, in declaration order — all declared KBs when
+            there is no catalogue store or none holds any; undeclared KBs holding the caller's own documents, by name)`.
+        """
+        if self.catalogue_store is None:
+            return list(self.names), []
+        readable = self._tenant_filter.tenants(tenant)
+        counts = {key: count for key, count in self.catalogue_store.metadata_counts(["tenant", "kb"]).items() if count}
+        held = {kb for owner, kb in counts if owner in readable}
+        own = {kb for owner, kb in counts if owner == readable[0] and owner != PUBLIC_TENANT}
+        declared = [name for name in self.names if name in held]
+        return declared or list(self.names), sorted(name for name in own - set(self.names) if name)
+
     def _choose(self, scores: dict[str, float]) -> tuple[list[str], bool]:
         """The KBs to search given the scores (best first) and whether the choice is low-confidence."""
         names = list(scores)
@@ -289,39 +378,50 @@ class KBRouter:
         chosen = [name for name in names if best - scores[name] < self.dual_route_margin]
         return chosen[: self.max_kbs], False
 
-    def _ask_llm(self, query: str) -> tuple[list[str], str | None]:
-        """KB names chosen by the chat generator (best first) and an error message when it failed."""
-        listing = "\n".join(f"- {kb['name']}: {kb['description'] or ', '.join(kb['keywords'])}" for kb in self._kbs)
+    def _evidence(self, query: str, tenant: str | None, kbs: list[str]) -> dict[str, float]:
+        """The score of the best document of each KB in one tenant-pinned retrieval over `kbs`, best KB first."""
+        assert self._retrieval is not None
+        best: dict[str, float] = {}
+        for document in self._retrieval.retrieve(query, tenant, kbs):
+            kb = document.meta["kb"]
+            best[kb] = max(best.get(kb, 0.0), float(document.score or 0.0))
+        return {name: round(value, 4) for name, value in sorted(best.items(), key=lambda item: -item[1])}
+
+    def _ask_llm(self, query: str, candidates: list[str]) -> tuple[list[str], str | None]:
+        """The candidate KBs chosen by the chat generator (best first) and an error message when it failed."""
+        listing = "\n".join(
+            f"- {kb['name']}: {kb['description'] or ', '.join(kb['keywords'])}" for kb in self._kbs
+            if kb["name"] in candidates
+        )
         prompt = fill_prompt(self.llm_prompt, query=query, knowledge_bases=listing)
         try:
             reply = ask_chat_generator(self.chat_generator, prompt)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the non-LLM result
             return [], f"{type(error).__name__}: {error}"
-        chosen = parse_labels(reply, self.names)[: self.max_kbs]
+        chosen = parse_labels(reply, candidates)[: self.max_kbs]
         return chosen, None if chosen else f"unparseable reply {reply[:200]!r}"
 
-    def _routed(
-        self, state: dict[str, Any], started: float, kbs: list[str], reason: str, scores: dict[str, float]
+    def _routed(  # noqa: PLR0913
+        self,
+        state: dict[str, Any],
+        started: float,
+        kbs: list[str],
+        reason: str,
+        scores: dict[str, float],
+        evidence: dict[str, float] | None = None,
     ) -> dict[str, dict[str, Any]]:
         thresholds = {kb["name"]: kb["threshold"] for kb in self._kbs}
-        tenant = state.get("tenant") or self.default_tenant
-        filters = {
-            "operator": "AND",
-            "conditions": [
-                {"field": "meta.tenant", "operator": "==", "value": tenant},
-                {"field": "meta.kb", "operator": "in", "value": list(kbs)},
-            ],
-        }
         new_state = advance(
             state,
             stage="kb_router",
             started=started,
             steps=[f"route_to_{'+'.join(kbs)}"],
             kbs=list(kbs),
-            threshold=min(thresholds[name] for name in kbs),
+            threshold=min(thresholds.get(name, self.default_threshold) for name in kbs),
             route_scores=scores,
+            route_evidence=evidence or {},
             route_reason=reason,
-            filters=filters,
+            filters=self._tenant_filter.run(tenant=state.get("tenant"), kbs=list(kbs))["filters"],
         )
         return {"routed": new_state}
 
@@ -331,20 +431,24 @@ class KBRouter:
         Route the query of `state` to knowledge bases.
 
         :param state: The request state (see `components.state`); reads `query`, `kb` and `tenant`.
-        :returns: `{"routed": state}` with `kbs`, `threshold` (the lowest of the chosen KBs), `route_scores`,
-            `route_reason` (explicit, keywords, embedding, combined, low_confidence or llm) and `filters` (tenant
-            and KBs); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names an undeclared KB.
+        :returns: `{"routed": state}` with `kbs`, `threshold` (the lowest of the chosen KBs), `route_scores` (per
+            candidate KB), `route_evidence` (best document score per KB when the evidence tier ran), `route_reason`
+            (explicit, keywords, embedding, combined, low_confidence, evidence or llm) and `filters` (tenants and
+            KBs); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names a KB that is neither
+            declared nor holds the caller's own documents.
         """
         started = time.perf_counter()
+        declared, undeclared = self.candidates(state.get("tenant"))
         requested = state.get("kb")
         if requested:
+            known = self.names + undeclared
             wanted = [requested] if isinstance(requested, str) else [str(item) for item in requested]
             wanted = [name.strip() for item in wanted for name in item.split(",") if name.strip()]
-            unknown = [name for name in wanted if name not in self.names]
+            unknown = [name for name in wanted if name not in known]
             if unknown:
                 message = (
                     f"Unknown knowledge base {', '.join(repr(name) for name in unknown)}. "
-                    f"Known knowledge bases: {', '.join(self.names)}."
+                    f"Known knowledge bases: {', '.join(known)}."
                 )
                 new_state = advance(
                     state, stage="kb_router", started=started, steps=["unknown_kb"], kbs=[], status="error",
@@ -355,14 +459,24 @@ class KBRouter:
             return self._routed(state, started, wanted, "explicit", {name: 1.0 for name in wanted})
 
         query = normalize_text(str(state.get("query") or ""))
-        scores, tier = self.score(query)
+        all_scores, tier = self.score(query)
+        scores = {name: value for name, value in all_scores.items() if name in declared}
         kbs, low_confidence = self._choose(scores)
         reason = "low_confidence" if low_confidence else tier
         warnings: list[str] = []
         names = list(scores)
         lead = scores[names[0]] - scores[names[1]] if len(names) > 1 else 1.0
-        if self.chat_generator is not None and (low_confidence or lead < self.llm_margin):
-            chosen, error = self._ask_llm(query)
+        evidence: dict[str, float] = {}
+        searchable = declared + undeclared
+        unsure = low_confidence or lead < self.evidence["lead_below"] or bool(undeclared)
+        if self._retrieval is not None and query and len(searchable) > 1 and unsure:
+            evidence = self._evidence(query, state.get("tenant"), searchable)
+            if evidence:
+                best = next(iter(evidence.values()))
+                close = [name for name, value in evidence.items() if best - value <= self.evidence["margin"]]
+                kbs, reason = close[: self.max_kbs], "evidence"
+        if self.chat_generator is not None and reason != "evidence" and (low_confidence or lead < self.llm_margin):
+            chosen, error = self._ask_llm(query, declared)
             if error:
                 warnings.append(f"kb_router: LLM tier failed ({error}); used the non-LLM routing")
             else:
@@ -372,7 +486,7 @@ class KBRouter:
                 f"kb_router: no knowledge base scored {self.min_route_score} or more "
                 f"(best {names[0]} {scores[names[0]]:.2f}); searching {', '.join(kbs)}"
             )
-        result = self._routed(state, started, kbs, reason, scores)
+        result = self._routed(state, started, kbs, reason, scores, evidence)
         if warnings:
             result["routed"] = with_validation(result["routed"], "confidence_warnings", *warnings)
         return result

@@ -1,4 +1,4 @@
-"""Builds the retrieval filters; every filter it emits pins one tenant."""
+"""Builds the retrieval filters; every filter it emits pins the set of tenants the caller may read."""
 
 from typing import Any
 
@@ -12,24 +12,42 @@ class TenantFilter:
     """
     Combines the tenant, the knowledge bases and any caller filters into one Haystack filter.
 
-    The tenant condition is always present: a request without a tenant sees only the public tenant, so no
-    retrieval can cross tenants whatever the caller's own filters say.
+    The tenant condition is always present and names the tenants explicitly: the caller's own and, with
+    `include_public`, the public tenant (`components.state.PUBLIC_TENANT`). A request without a tenant sees only the
+    default (public) tenant. The caller's own filters are AND-ed after it, so no retrieval can reach another
+    tenant's documents whatever they say.
 
     Usage:
     ```python
     from components.tenant_filter import TenantFilter
 
     filters = TenantFilter().run(tenant="globex", kbs=["faq"])["filters"]
-    # {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "==", "value": "globex"},
+    # {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "in", "value": ["globex", "public"]},
     #                                    {"field": "meta.kb", "operator": "in", "value": ["faq"]}]}
+    TenantFilter(include_public=False).tenants("globex")   # ["globex"]
     ```
     """
 
-    def __init__(self, *, default_tenant: str = PUBLIC_TENANT) -> None:
+    def __init__(self, *, default_tenant: str = PUBLIC_TENANT, include_public: bool = True) -> None:
         """
         :param default_tenant: The tenant of requests that name none.
+        :param include_public: Whether a tenant also sees the public tenant's documents (the shared documentation).
         """
         self.default_tenant = default_tenant
+        self.include_public = include_public
+
+    def tenants(self, tenant: str | None) -> list[str]:
+        """
+        The tenants a caller may read: its own (the default one when it names none), then the public one.
+
+        :param tenant: The caller's tenant; None or blank means `default_tenant`.
+        :returns: The tenant names, without duplicates.
+        :raises ValueError: If `tenant` is not a plain string.
+        """
+        if tenant is not None and not isinstance(tenant, str):
+            raise ValueError("tenant must be a string.")
+        own = (tenant or "").strip() or self.default_tenant
+        return list(dict.fromkeys([own, PUBLIC_TENANT] if self.include_public else [own]))
 
     @component.output_types(filters=dict[str, Any])
     def run(
@@ -44,13 +62,9 @@ class TenantFilter:
         :returns: `filters`.
         :raises ValueError: If `tenant` is not a plain string.
         """
-        if tenant is not None and not isinstance(tenant, str):
-            raise ValueError("tenant must be a string.")
         if isinstance(kbs, str):
             kbs = [kbs]
-        conditions: list[dict[str, Any]] = [
-            {"field": "meta.tenant", "operator": "==", "value": (tenant or "").strip() or self.default_tenant}
-        ]
+        conditions: list[dict[str, Any]] = [{"field": "meta.tenant", "operator": "in", "value": self.tenants(tenant)}]
         if kbs:
             conditions.append({"field": "meta.kb", "operator": "in", "value": list(kbs)})
         if filters:
@@ -59,7 +73,7 @@ class TenantFilter:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component."""
-        return default_to_dict(self, default_tenant=self.default_tenant)
+        return default_to_dict(self, default_tenant=self.default_tenant, include_public=self.include_public)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TenantFilter":

@@ -1,12 +1,14 @@
 """Tests for `components.kb_router.KBRouter` with real MiniLM embeddings."""
 
 import pytest
+from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.utils import Secret
 
 from components.embedding import EmbeddingBackend
 from components.kb_router import KBRouter
 from components.state import new_state
+from components.stores.lexical_document_store import LexicalDocumentStore
 
 KNOWLEDGE_BASES = [
     {
@@ -100,6 +102,38 @@ def test_init():
     assert router.names == ["product", "ops", "faq"]
     assert router.chat_generator is None
     assert router.keyword_weight == 0.3 and router.embedding_weight == 0.7
+    assert router.include_public is True
+    assert router.catalogue_store is None
+    assert router.evidence == {"enabled": False, "pipeline": "retrieve", "top_k": 10, "margin": 0.05, "lead_below": 0.3}
+
+
+def test_init_tenant_and_evidence_parameters(tmp_path):
+    store = LexicalDocumentStore(backend="local", local={"path": str(tmp_path)})
+    router = KBRouter(
+        knowledge_bases=KNOWLEDGE_BASES, include_public=False, catalogue_store=store,
+        evidence={"enabled": True, "top_k": 5, "margin": 0}, cache_dir="off",
+    )
+    assert router.include_public is False
+    assert router.catalogue_store is store
+    assert router.evidence == {"enabled": True, "pipeline": "retrieve", "top_k": 5, "margin": 0.0, "lead_below": 0.3}
+
+
+@pytest.mark.parametrize(
+    ("evidence", "message"),
+    [
+        ("yes", "'evidence' must be a mapping"),
+        ({"enable": True}, "unknown keys"),
+        ({"enabled": "yes"}, "'evidence.enabled'"),
+        ({"pipeline": ""}, "'evidence.pipeline'"),
+        ({"top_k": 0}, "'evidence.top_k'"),
+        ({"top_k": 2.5}, "'evidence.top_k'"),
+        ({"margin": -0.1}, "'evidence.margin'"),
+        ({"lead_below": "high"}, "'evidence.lead_below'"),
+    ],
+)
+def test_init_rejects_bad_evidence(evidence, message):
+    with pytest.raises(ValueError, match=message):
+        KBRouter(knowledge_bases=KNOWLEDGE_BASES, evidence=evidence, cache_dir="off")
 
 
 @pytest.mark.parametrize(
@@ -143,6 +177,29 @@ def test_to_dict():
     assert params["dual_route_margin"] == 0.05
     assert params["cache_dir"] == "off"
     assert params["chat_generator"] is None
+    assert params["include_public"] is True
+    assert params["catalogue_store"] is None
+    assert params["evidence"]["enabled"] is False
+
+
+def test_to_dict_from_dict_with_catalogue_and_evidence(tmp_path, monkeypatch):
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    store = LexicalDocumentStore(backend="local", local={"path": str(tmp_path)})
+    router = KBRouter(
+        knowledge_bases=KNOWLEDGE_BASES, include_public=False, catalogue_store=store,
+        evidence={"enabled": True, "pipeline": "retrieve", "top_k": 4, "margin": 0.1, "lead_below": 0.5},
+        cache_dir="off",
+    )
+    data = router.to_dict()
+    params = data["init_parameters"]
+    assert params["include_public"] is False
+    assert params["catalogue_store"] == store.to_dict()
+    assert params["evidence"] == {"enabled": True, "pipeline": "retrieve", "top_k": 4, "margin": 0.1, "lead_below": 0.5}
+    restored = KBRouter.from_dict(data)
+    assert isinstance(restored.catalogue_store, LexicalDocumentStore)
+    assert restored.catalogue_store.local == {"path": str(tmp_path)}
+    assert restored.evidence == router.evidence and restored.include_public is False
+    assert restored.to_dict() == data
 
 
 def test_from_dict():
@@ -197,7 +254,7 @@ def test_run_required_routes(router, question, expected):
     assert state["filters"] == {
         "operator": "AND",
         "conditions": [
-            {"field": "meta.tenant", "operator": "==", "value": "acme"},
+            {"field": "meta.tenant", "operator": "in", "value": ["acme", "public"]},
             {"field": "meta.kb", "operator": "in", "value": [expected]},
         ],
     }
@@ -214,7 +271,7 @@ def test_run_tenant_defaults_to_public(router):
     for state in (new_state("I forgot my password", tenant=None), {"query": "I forgot my password"}):
         routed = router.run(state=state)["routed"]
         tenant_condition = routed["filters"]["conditions"][0]
-        assert tenant_condition == {"field": "meta.tenant", "operator": "==", "value": "public"}
+        assert tenant_condition == {"field": "meta.tenant", "operator": "in", "value": ["public"]}
 
 
 def test_run_explicit_kb(router):
@@ -225,7 +282,7 @@ def test_run_explicit_kb(router):
     assert routed["path"][-1] == "route_to_ops"
     assert routed["threshold"] == 0.55
     assert routed["filters"]["conditions"][1]["value"] == ["ops"]
-    assert routed["filters"]["conditions"][0]["value"] == "acme"
+    assert routed["filters"]["conditions"][0]["value"] == ["acme", "public"]
 
 
 def test_run_unknown_kb(router):
@@ -271,7 +328,7 @@ def test_run_empty_query(router, query):
     routed = router.run(state=new_state(query))["routed"]
     assert routed["route_reason"] == "low_confidence"
     assert 1 <= len(routed["kbs"]) <= router.max_kbs
-    assert routed["filters"]["conditions"][0]["value"] == "public"
+    assert routed["filters"]["conditions"][0]["value"] == ["public"]
 
 
 def test_run_unicode_query(router):
@@ -341,3 +398,67 @@ def test_run_llm_failure_falls_back():
     assert routed["kbs"] == ["faq"]
     warnings = routed["validation"]["confidence_warnings"]
     assert len(warnings) == 1 and "LLM tier failed" in warnings[0]
+
+
+def _catalogue(tmp_path, placements):
+    """A local lexical store holding one document per (tenant, kb) pair."""
+    store = LexicalDocumentStore(backend="local", local={"path": str(tmp_path)})
+    store.write_documents(
+        [Document(content=f"{kb} notes of {tenant}", meta={"tenant": tenant, "kb": kb}) for tenant, kb in placements]
+    )
+    return store
+
+
+def test_run_routes_only_to_kbs_with_the_callers_documents(tmp_path):
+    store = _catalogue(tmp_path, [("public", "ops"), ("public", "faq"), ("globex", "product")])
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, cache_dir="off")
+    public = router.run(state=new_state("Which models are supported?"))["routed"]
+    assert set(public["route_scores"]) == {"ops", "faq"}
+    assert "product" not in public["kbs"]
+    globex = router.run(state=new_state("Which models are supported?", tenant="globex"))["routed"]
+    assert set(globex["route_scores"]) == {"product", "ops", "faq"}
+    assert globex["kbs"] == ["product"]
+    assert globex["filters"]["conditions"][0]["value"] == ["globex", "public"]
+    other = router.run(state=new_state("Which models are supported?", tenant="initech"))["routed"]
+    assert "product" not in other["route_scores"]
+
+
+def test_run_tenant_without_public_documents(tmp_path):
+    store = _catalogue(tmp_path, [("public", "product"), ("public", "faq"), ("acme", "ops")])
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, include_public=False, cache_dir="off")
+    routed = router.run(state=new_state("How do I rotate an API key?", tenant="acme"))["routed"]
+    assert list(routed["route_scores"]) == ["ops"] and routed["kbs"] == ["ops"]
+    assert routed["filters"]["conditions"][0] == {"field": "meta.tenant", "operator": "in", "value": ["acme"]}
+
+
+def test_run_catalogue_sees_new_documents(tmp_path):
+    store = _catalogue(tmp_path, [("public", "ops")])
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, cache_dir="off")
+    assert router.candidates(None) == (["ops"], [])
+    LexicalDocumentStore(backend="local", local={"path": str(tmp_path)}).write_documents(
+        [Document(content="refund policy", meta={"tenant": "public", "kb": "faq"})]
+    )
+    assert router.candidates(None) == (["ops", "faq"], [])
+    assert router.run(state=new_state("How do I get a refund?"))["routed"]["kbs"] == ["faq"]
+
+
+def test_run_empty_catalogue_considers_every_declared_kb(tmp_path):
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=_catalogue(tmp_path, []), cache_dir="off")
+    assert router.candidates("acme") == (["product", "ops", "faq"], [])
+    assert router.run(state=new_state("How do I rotate an API key?"))["routed"]["kbs"] == ["faq"]
+
+
+def test_run_undeclared_kb_of_the_callers_own(tmp_path):
+    store = _catalogue(tmp_path, [("public", "faq"), ("public", "wiki"), ("acme", "handbook"), ("globex", "quasar")])
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, cache_dir="off")
+    assert router.candidates("acme") == (["faq"], ["handbook"])
+    assert router.candidates(None) == (["faq"], [])  # public KBs must be declared to be routed to
+    explicit = router.run(state=new_state("What is the leave policy?", tenant="acme", kb="handbook"))["routed"]
+    assert explicit["kbs"] == ["handbook"] and explicit["route_reason"] == "explicit"
+    assert explicit["threshold"] == router.default_threshold
+    for tenant in ("globex", None):
+        result = router.run(state=new_state("What is the leave policy?", tenant=tenant, kb="handbook"))
+        assert set(result) == {"unknown_kb"}
+        assert "handbook" not in result["unknown_kb"]["error_message"].split("Known knowledge bases:")[1]
+    # Without the evidence tier an undeclared KB is only searched when asked for by name.
+    assert router.run(state=new_state("What is the leave policy?", tenant="acme"))["routed"]["kbs"] == ["faq"]

@@ -1,44 +1,59 @@
 import pytest
+from haystack import Document
+from haystack.utils.filters import document_matches_filter
 
 from components.tenant_filter import TenantFilter
 
-PUBLIC = {"field": "meta.tenant", "operator": "==", "value": "public"}
+PUBLIC = {"field": "meta.tenant", "operator": "in", "value": ["public"]}
+GLOBEX_AND_PUBLIC = {"field": "meta.tenant", "operator": "in", "value": ["globex", "public"]}
 
 
 def test_init():
     assert TenantFilter().default_tenant == "public"
-    assert TenantFilter(default_tenant="shared").default_tenant == "shared"
+    assert TenantFilter().include_public is True
+    component = TenantFilter(default_tenant="shared", include_public=False)
+    assert component.default_tenant == "shared"
+    assert component.include_public is False
 
 
 def test_to_dict():
-    assert TenantFilter(default_tenant="shared").to_dict() == {
+    assert TenantFilter(default_tenant="shared", include_public=False).to_dict() == {
         "type": "components.tenant_filter.TenantFilter",
-        "init_parameters": {"default_tenant": "shared"},
+        "init_parameters": {"default_tenant": "shared", "include_public": False},
     }
+    assert TenantFilter().to_dict()["init_parameters"] == {"default_tenant": "public", "include_public": True}
 
 
 def test_from_dict():
-    assert TenantFilter.from_dict(TenantFilter(default_tenant="x").to_dict()).default_tenant == "x"
+    restored = TenantFilter.from_dict(TenantFilter(default_tenant="x", include_public=False).to_dict())
+    assert restored.default_tenant == "x" and restored.include_public is False
+    minimal = TenantFilter.from_dict({"type": "components.tenant_filter.TenantFilter", "init_parameters": {}})
+    assert minimal.include_public is True
 
 
-def test_run_tenant_pinned():
+def test_run_tenant_sees_own_and_public():
     out = TenantFilter().run(tenant="globex")["filters"]
-    assert out == {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "==", "value": "globex"}]}
+    assert out == {"operator": "AND", "conditions": [GLOBEX_AND_PUBLIC]}
 
 
-@pytest.mark.parametrize("tenant", [None, "", "   "])
-def test_run_missing_tenant_is_public(tenant):
+def test_run_without_public():
+    out = TenantFilter(include_public=False).run(tenant="globex")["filters"]
+    assert out == {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "in", "value": ["globex"]}]}
+
+
+@pytest.mark.parametrize("tenant", [None, "", "   ", "public"])
+def test_run_missing_or_public_tenant_is_public_only(tenant):
     assert TenantFilter().run(tenant=tenant)["filters"] == {"operator": "AND", "conditions": [PUBLIC]}
 
 
 def test_run_default_tenant_configurable():
-    out = TenantFilter(default_tenant="shared").run()["filters"]
-    assert out["conditions"][0]["value"] == "shared"
+    assert TenantFilter(default_tenant="shared").run()["filters"]["conditions"][0]["value"] == ["shared", "public"]
+    assert TenantFilter(default_tenant="shared", include_public=False).tenants(None) == ["shared"]
 
 
 def test_run_tenant_stripped_and_unicode():
-    assert TenantFilter().run(tenant="  acme ")["filters"]["conditions"][0]["value"] == "acme"
-    assert TenantFilter().run(tenant="müller")["filters"]["conditions"][0]["value"] == "müller"
+    assert TenantFilter().run(tenant="  acme ")["filters"]["conditions"][0]["value"] == ["acme", "public"]
+    assert TenantFilter().run(tenant="müller")["filters"]["conditions"][0]["value"] == ["müller", "public"]
 
 
 def test_run_kbs_condition():
@@ -51,7 +66,7 @@ def test_run_extra_filters_and_ed():
     extra = {
         "operator": "OR",
         "conditions": [
-            {"field": "meta.tenant", "operator": "==", "value": "other"},  # cannot widen the tenant
+            {"field": "meta.tenant", "operator": "==", "value": "other"},  # cannot widen the tenant set
             {"field": "meta.lang", "operator": "==", "value": "en"},
         ],
     }
@@ -61,17 +76,19 @@ def test_run_extra_filters_and_ed():
 
 
 def test_run_filters_apply_to_documents():
-    from haystack import Document
-    from haystack.utils.filters import document_matches_filter
+    def visible(filters, tenant, kb="faq"):
+        return document_matches_filter(filters, Document(content="x", meta={"tenant": tenant, "kb": kb}))
 
-    f = TenantFilter().run(
-        tenant="acme",
-        filters={"operator": "OR", "conditions": [{"field": "meta.tenant", "operator": "==", "value": "other"}]},
-    )["filters"]
-    assert not document_matches_filter(f, Document(content="x", meta={"tenant": "other"}))
+    widening = {"operator": "OR", "conditions": [{"field": "meta.tenant", "operator": "==", "value": "other"}]}
+    f = TenantFilter().run(tenant="acme", filters=widening)["filters"]
+    assert not visible(f, "other")
     f = TenantFilter().run(tenant="acme", kbs=["faq"])["filters"]
-    assert document_matches_filter(f, Document(content="x", meta={"tenant": "acme", "kb": "faq"}))
-    assert not document_matches_filter(f, Document(content="x", meta={"tenant": "acme", "kb": "hr"}))
+    assert visible(f, "acme") and visible(f, "public")
+    assert not visible(f, "other") and not visible(f, "acme", kb="hr")
+    f = TenantFilter(include_public=False).run(tenant="acme")["filters"]
+    assert visible(f, "acme") and not visible(f, "public")
+    f = TenantFilter().run()["filters"]
+    assert visible(f, "public") and not visible(f, "acme")
 
 
 @pytest.mark.parametrize("tenant", [123, ["acme"], {"t": 1}])

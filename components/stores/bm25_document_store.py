@@ -140,6 +140,7 @@ class BM25DocumentStore:
         self._documents: list[Document] = []
         self._bm25: bm25s.BM25 | None = None
         self._mask_cache: dict[str, np.ndarray] = {}
+        self._counts_cache: dict[tuple[str, ...], tuple[int, dict[tuple[Any, ...], int]]] = {}
 
     # -- storage ----------------------------------------------------------------------------------------------
     @property
@@ -243,6 +244,32 @@ class BM25DocumentStore:
         """The number of stored documents."""
         with self._lock:
             return int(self._connection().execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
+    def metadata_counts(self, fields: list[str]) -> dict[tuple[Any, ...], int]:
+        """
+        How many documents hold each combination of values of the metadata `fields` (e.g. `["tenant", "kb"]`).
+
+        Counted by SQLite and cached until the data changes (a write by any process bumps the generation), so a
+        repeated call costs one read of the generation counter.
+
+        :param fields: Metadata keys (without `meta.`).
+        :returns: Document count per tuple of values (None where a document lacks the key).
+        """
+        key = tuple(fields)
+        with self._lock:
+            generation = self._stored_generation()
+            cached = self._counts_cache.get(key)
+            if cached is not None and cached[0] == generation:
+                return dict(cached[1])
+            columns = ", ".join("json_extract(body, ?)" for _ in key)
+            groups = ", ".join(str(position) for position in range(1, len(key) + 1))
+            rows = self._connection().execute(
+                f"SELECT {columns}, COUNT(*) FROM documents GROUP BY {groups}",  # noqa: S608 - only placeholders
+                [f'$.meta."{field}"' for field in key],
+            ).fetchall()
+            counts = {tuple(row[:-1]): int(row[-1]) for row in rows}
+            self._counts_cache[key] = (generation, counts)
+            return dict(counts)
 
     def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
         """

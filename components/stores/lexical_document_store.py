@@ -82,6 +82,30 @@ class LexicalDocumentStore:
         """The number of stored documents."""
         return self._store.count_documents()
 
+    def metadata_counts(self, fields: list[str]) -> dict[tuple[Any, ...], int]:
+        """
+        How many documents hold each combination of values of the metadata `fields` (e.g. `["tenant", "kb"]`): one
+        cached SQL query locally, a composite terms aggregation in Elasticsearch.
+
+        :param fields: Metadata keys (without `meta.`).
+        :returns: Document count per tuple of values (None where a document lacks the key).
+        """
+        if self.active_backend == "local":
+            return self._store.metadata_counts(fields)
+        sources = [{field: {"terms": {"field": field, "missing_bucket": True}}} for field in fields]
+        counts: dict[tuple[Any, ...], int] = {}
+        after: dict[str, Any] | None = None
+        while True:
+            composite: dict[str, Any] = {"size": 1000, "sources": sources, **({"after": after} if after else {})}
+            result = self._store.client.search(
+                index=self.elasticsearch_index, size=0, aggs={"counts": {"composite": composite}}
+            )["aggregations"]["counts"]
+            for bucket in result["buckets"]:
+                counts[tuple(bucket["key"][field] for field in fields)] = int(bucket["doc_count"])
+            after = result.get("after_key")
+            if not result["buckets"] or after is None:
+                return counts
+
     def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
         """Documents that match Haystack filters."""
         return self._store.filter_documents(filters=filters)

@@ -1,0 +1,135 @@
+"""
+Tenant-aware retrieval and routing on the sample knowledge bases (real MiniLM, Qdrant local store and BM25): a
+tenant reads its own documents and the public ones, never another tenant's, and the router only routes to
+knowledge bases holding documents the caller may read, deciding by retrieval evidence when unsure.
+"""
+
+import pytest
+import yaml
+from haystack import Document
+
+from components.kb_router import KBRouter
+from components.retrieval_stage import run_retrieval
+from components.state import new_state
+from components.stores.bm25_document_store import BM25DocumentStore
+from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.ask import ask
+from gatehouse.ingest import ingest, path_groups, sample_groups
+from gatehouse.pipelines import load_pipeline, pipelines_dir
+
+INITECH_FAQ = """# Initech refund terms
+
+Initech's TPS programme refunds unused prepaid platform fees within 10 business days when the programme is cancelled.
+"""
+INITECH_HANDBOOK = """# Initech staff handbook
+
+## Parental leave
+
+Initech employees receive sixteen weeks of paid parental leave, to be taken within the first year after the birth.
+"""
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("initech")
+    (folder / "faq").mkdir()
+    (folder / "faq" / "initech-refunds.md").write_text(INITECH_FAQ)
+    (folder / "handbook").mkdir()
+    (folder / "handbook" / "staff-handbook.md").write_text(INITECH_HANDBOOK)
+    groups = sample_groups()
+    groups += path_groups([str(folder / "faq")], "faq", "initech")
+    groups += path_groups([str(folder / "handbook")], "handbook", "initech")
+    summary = ingest(groups, progress=False)
+    assert summary.failed == []
+
+
+@pytest.fixture(scope="module")
+def router(ingested):
+    """The router exactly as `ask.yml` declares it."""
+    spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())["components"]["router"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+        component = KBRouter.from_dict(spec)
+    component.warm_up()
+    return component
+
+
+def test_store_counts_documents_per_tenant_and_kb(tmp_path):
+    store = BM25DocumentStore(path=str(tmp_path))
+    store.write_documents([
+        Document(content="a", meta={"tenant": "public", "kb": "faq"}),
+        Document(content="b", meta={"tenant": "public", "kb": "faq"}),
+        Document(content="c", meta={"tenant": "acme", "kb": "faq"}),
+        Document(content="d", meta={"kb": "ops"}),
+    ])
+    counts = store.metadata_counts(["tenant", "kb"])
+    assert counts == {("public", "faq"): 2, ("acme", "faq"): 1, (None, "ops"): 1}
+    assert LexicalDocumentStore(backend="local", local={"path": str(tmp_path)}).metadata_counts(["kb"]) == {
+        ("faq",): 3, ("ops",): 1
+    }
+    other_process_view = BM25DocumentStore(path=str(tmp_path))
+    other_process_view.delete_by_filter({"field": "meta.tenant", "operator": "==", "value": "acme"})
+    assert store.metadata_counts(["tenant", "kb"]) == {("public", "faq"): 2, (None, "ops"): 1}
+
+
+def test_retrieval_tenant_reads_own_and_public_never_another_tenants(ingested):
+    retrieve = load_pipeline("retrieve")
+    question = "Can I get a refund of prepaid platform fees?"
+    seen = {}
+    for tenant in ("globex", "initech", None):
+        documents = run_retrieval(retrieve, question, tenant, None, top_k=30)
+        seen[tenant] = {doc.meta["tenant"] for doc in documents}
+    assert seen["globex"] == {"globex", "public"}
+    assert seen["initech"] == {"initech", "public"}
+    assert seen[None] == {"public"}
+    assert not any(doc.meta["tenant"] != "public" for doc in run_retrieval(retrieve, question, "umbrella", None))
+
+
+def test_router_catalogue_of_the_sample_stores(router):
+    assert router.candidates("globex") == (["product", "ops", "faq"], [])
+    assert router.candidates("initech") == (["product", "ops", "faq"], ["handbook"])
+    assert router.candidates(None) == (["product", "ops", "faq"], [])
+
+
+def test_router_evidence_finds_the_tenants_own_document(router):
+    routed = router.run(state=new_state("What is Project Quasar?", tenant="globex"))["routed"]
+    assert routed["kbs"] == ["faq"]
+    assert routed["route_reason"] == "evidence"
+    assert next(iter(routed["route_evidence"])) == "faq"
+    assert routed["filters"]["conditions"][0]["value"] == ["globex", "public"]
+
+
+def test_router_undeclared_kb_of_the_tenant_by_evidence(router):
+    question = "How many weeks of parental leave do employees get?"
+    routed = router.run(state=new_state(question, tenant="initech"))["routed"]
+    assert routed["kbs"][0] == "handbook" and routed["route_reason"] == "evidence"
+    for tenant in ("globex", None):
+        assert "handbook" not in router.run(state=new_state(question, tenant=tenant))["routed"]["kbs"]
+
+
+def test_router_confident_question_skips_the_evidence_search(router):
+    routed = router.run(state=new_state("How do I rotate an API key?", tenant="globex"))["routed"]
+    assert routed["kbs"] == ["faq"] and routed["route_reason"] == "keywords" and routed["route_evidence"] == {}
+
+
+def test_ask_tenant_gets_public_documentation(ingested):
+    response = ask("How much does the Team plan cost?", tenant="globex")
+    assert response["status"] == "success"
+    assert response["metadata"]["tenant"] == "globex"
+    assert response["citations"] and all(c["kb"] == "product" for c in response["citations"])
+    assert "$49" in response["answer"]
+
+
+def test_ask_tenant_gets_its_own_document_never_another_tenants(ingested):
+    globex = ask("What is Project Quasar?", tenant="globex")
+    assert globex["status"] in {"success", "partial"}
+    assert globex["metadata"]["kb"] == "faq"
+    assert any(c["source"] == "globex-contract.md" for c in globex["citations"])
+    for tenant in ("initech", None):
+        other = ask("What is Project Quasar?", tenant=tenant)
+        assert all(c["source"] != "globex-contract.md" for c in other["citations"])
+        assert "Quasar" not in other["answer"]
+    initech = ask("How many weeks of parental leave do Initech employees get?", tenant="initech")
+    assert any(c["source"] == "staff-handbook.md" for c in initech["citations"])
+    assert all(c["source"] != "staff-handbook.md" for c in ask("How many weeks of parental leave do Initech "
+                                                                 "employees get?", tenant="globex")["citations"])
