@@ -37,9 +37,17 @@ DEFAULT_OPERATOR_WORDS: dict[str, str] = {
     "^": "**",
 }
 
+#: Words that may open or close a purely arithmetic question ("What is 2 + 2?", "What does 6 * 7 equal?").
+DEFAULT_ARITHMETIC_PREFIXES = [
+    "please", "can you", "could you", "what is", "what's", "whats", "what does", "how much is", "calculate",
+    "compute", "evaluate", "solve",
+]  # fmt: skip
+DEFAULT_ARITHMETIC_SUFFIXES = ["equal", "equals", "make", "come to"]
+
 DEFAULT_GREETING_PATTERNS = [
     r"^(hi|hello|hey|hiya|howdy|greetings|hallo|bonjour|hola|ciao|hej|salut|привет)\b",
     r"^good (morning|afternoon|evening|day)\b",
+    r"^what can you (do|help( me| us)? with)\b",
 ]
 DEFAULT_THANKS_PATTERNS = [r"^(thanks|thank you|thank u|thx|ty|cheers|many thanks|much appreciated)\b"]
 DEFAULT_FAREWELL_PATTERNS = [r"^(bye|goodbye|good bye|see you|see ya|farewell)\b"]
@@ -148,9 +156,11 @@ class DirectAnswerer:
     """
     Answers without retrieval, for the intent gate's `direct` route (seed 000's `skip_retrieval`).
 
-    In order: a safe arithmetic evaluation ("What is 12 * 7?" -> "12 * 7 = 84."; words such as "plus", "times",
-    "divided by" work); a short polite reply to greetings, thanks and farewells; otherwise the optional general
-    `chat_generator`, and with none configured an honest reply that no general model is set up (status
+    In order: a safe arithmetic evaluation when the whole question is arithmetic ("What is 12 * 7?" ->
+    "12 * 7 = 84."; words such as "plus", "times", "divided by" work; only `arithmetic_prefixes` and
+    `arithmetic_suffixes` may surround the expression, so "How would one write T(n) = 7n2 + 15n + 40 in big O
+    notation?" is not arithmetic); a short polite reply to greetings, thanks and farewells; otherwise the optional
+    general `chat_generator`, and with none configured an honest reply that no general model is set up (status
     `"partial"`), never an invented answer. Sets `answer`, `status`, `citations` (`[]`), `generator`
     (`"arithmetic"` | `"greeting"` | `"llm"` | `"none"`) and appends `direct_answer` to the path.
 
@@ -168,6 +178,8 @@ class DirectAnswerer:
         self,
         *,
         operator_words: dict[str, str] | None = None,
+        arithmetic_prefixes: list[str] | None = None,
+        arithmetic_suffixes: list[str] | None = None,
         max_exponent: float = 1000,
         max_result_digits: int = 100,
         max_expression_chars: int = 200,
@@ -191,6 +203,11 @@ class DirectAnswerer:
         """
         :param operator_words: Words or symbols replaced by operators before parsing (longest first); None uses
             the defaults ("plus", "times", "divided by", "to the power of", "×", "^", ...).
+        :param arithmetic_prefixes: Phrases (case-insensitive) that may open an arithmetic question ("what is",
+            "calculate", ...); None uses the defaults. Any other word around the expression means the question is
+            not arithmetic.
+        :param arithmetic_suffixes: Phrases that may close an arithmetic question ("equal", "make"); None uses the
+            defaults.
         :param max_exponent: Largest absolute exponent allowed.
         :param max_result_digits: Largest number of digits of any result.
         :param max_expression_chars: Longer expressions are not evaluated.
@@ -212,6 +229,8 @@ class DirectAnswerer:
         :param max_history_turns: Earlier user/assistant pairs passed to the general model.
         """
         self.operator_words = operator_words
+        self.arithmetic_prefixes = arithmetic_prefixes
+        self.arithmetic_suffixes = arithmetic_suffixes
         self.max_exponent = max_exponent
         self.max_result_digits = max_result_digits
         self.max_expression_chars = max_expression_chars
@@ -238,6 +257,15 @@ class DirectAnswerer:
             for word, symbol in sorted(words.items(), key=lambda item: -len(item[0]))
         ]
 
+        def phrases(values: list[str] | None, defaults: list[str]) -> str:
+            words = [r"\s+".join(map(re.escape, p.split())) for p in (defaults if values is None else values)]
+            return "|".join(words) or "(?!)"
+
+        prefixes = phrases(arithmetic_prefixes, DEFAULT_ARITHMETIC_PREFIXES)
+        suffixes = phrases(arithmetic_suffixes, DEFAULT_ARITHMETIC_SUFFIXES)
+        self._prefix = re.compile(rf"^\s*(?:{prefixes})\b[\s,:]*", re.I)
+        self._suffix = re.compile(rf"(?<!\w)(?:{suffixes})\s*$", re.I)
+
         def compile_all(patterns: list[str] | None, defaults: list[str]) -> list[re.Pattern[str]]:
             return [re.compile(p, re.IGNORECASE) for p in (defaults if patterns is None else patterns)]
 
@@ -254,29 +282,33 @@ class DirectAnswerer:
 
     def find_expression(self, question: str) -> str | None:
         """
-        The arithmetic expression in a question, if it has one with at least one operation.
+        The arithmetic expression that makes up the whole question, if it has at least one operation.
 
         :param question: E.g. `"What is 12 times 7?"`.
-        :returns: The expression text (`"12 * 7"`), or None.
+        :returns: The expression text (`"12 * 7"`), or None when the question is anything but arithmetic
+            (words other than the prefixes, suffixes and operator words, or no operation).
         """
-        text = question
+        text = question.replace("\u2019", "'").strip()
+        while (prefix := self._prefix.match(text)) and prefix.end() > 0:
+            text = text[prefix.end() :]
+        text = self._suffix.sub("", re.sub(r"[\s?!=]+$", "", text)).rstrip(" ?!=")
         text = re.sub(r"(\d+(?:\.\d+)?)\s*%\s*of\s+(?=[\d(])", r"(\1 / 100) * ", text, flags=re.I)
         for pattern, symbol in self._operator_words:
             text = pattern.sub(f" {symbol} ", text)
         text = re.sub(r"(?<=\d)\s*[xX]\s*(?=\d)", " * ", text)
         text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
-        best: str | None = None
-        for match in _EXPRESSION_RE.finditer(text):
-            candidate = match.group(0).strip().rstrip(".")
-            if not re.search(r"\d", candidate) or len(candidate) > self.max_expression_chars:
-                continue
-            try:
-                tree = ast.parse(candidate, mode="eval")
-            except SyntaxError:
-                continue
-            if _has_operation(tree) and (best is None or len(candidate) > len(best)):
-                best = candidate
-        return best
+        candidate = text.strip().rstrip(".").strip()
+        if (
+            not _EXPRESSION_RE.fullmatch(candidate)
+            or not re.search(r"\d", candidate)
+            or len(candidate) > self.max_expression_chars
+        ):
+            return None
+        try:
+            tree = ast.parse(candidate, mode="eval")
+        except SyntaxError:
+            return None
+        return candidate if _has_operation(tree) else None
 
     def _format(self, value: int | float) -> str:
         if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
@@ -364,6 +396,8 @@ class DirectAnswerer:
         return default_to_dict(
             self,
             operator_words=self.operator_words,
+            arithmetic_prefixes=self.arithmetic_prefixes,
+            arithmetic_suffixes=self.arithmetic_suffixes,
             max_exponent=self.max_exponent,
             max_result_digits=self.max_result_digits,
             max_expression_chars=self.max_expression_chars,

@@ -7,8 +7,10 @@ One component class serves both ends of the pipeline, chosen by `stage`:
   characters removed, whitespace collapsed), redacts personal data and secrets, and then checks the query for
   prompt injection, disallowed capabilities (writing code, acting in the world) and out-of-scope topics. It emits
   the state on `passed`, or on `blocked` with `answer` and `status` filled in.
-- `stage="output"` masks personal data in the answer, strips HTML, replaces unsupported answers with the fallback
-  message, and warns about hedging language and answers given without sources. It always emits on `state`.
+- `stage="output"` masks personal data in the answer (except, with `allow_pii_from_sources`, contact details
+  quoted verbatim from a cited passage, such as the documentation's own support address), strips HTML, replaces
+  unsupported answers with the fallback message, and warns about hedging language and answers given without
+  sources. It always emits on `state`.
 
 Soft violations warn (`validation.confidence_warnings`, guardrail action `inject_warning`) and keep the answer;
 hard violations override it (guardrail action `override:<violation>`).
@@ -160,26 +162,32 @@ DEFAULT_CAPABILITY_MESSAGES: dict[str, str] = {
     ),
 }
 
+#: Only a request addressed to the assistant counts ("Can you give me legal advice?"); an encyclopedic question that
+#: mentions the topic ("Why could a Dutch lawyer give legal advice?") is not refused.
+_ADDRESSED = r"re:^(?=.*\b(?:i|me|my|we|us|our|you|your)\b).*"
+
 DEFAULT_OUT_OF_SCOPE_TOPICS: dict[str, list[str]] = {
     "medical_advice": [
-        "medical advice",
+        _ADDRESSED + r"\bmedical\s+advice\b",
         r"re:\b(?:diagnose|diagnosis\s+(?:for|of))\s+(?:my|me|this)\b",
         r"re:\bmy\s+(?:\w+\s+){0,2}?(?:symptoms|pain|rash|fever|illness|disease|infection|headaches?|migraines?)\b",
-        r"re:\b(?:dosage|dose)\s+of\b",
+        r"re:\bi\s+(?:have|got|am\s+having)\s+(?:a\s+|an\s+)?(?:\w+\s+){0,2}?(?:headaches?|fever|rash|cough|flu|"
+        r"infection|migraines?|sore\s+throat|toothache)\b",
+        _ADDRESSED + r"\b(?:dosage|dose)\s+of\b",
         r"re:\bshould\s+i\s+(?:take|stop\s+taking)\s+(?:\w+\s+){0,2}?(?:mg|pills?|medication|medicine|antibiotics|"
         r"ibuprofen|aspirin|paracetamol|tylenol)\b",
+        r"re:\b(?:which|what)\s+(?:medication|medicine|drug|pills?|painkillers?)\s+should\s+i\s+take\b",
         r"re:\bshould\s+i\s+see\s+a\s+doctor\b",
-        r"re:\b(?:prescribe|prescription\s+for)\b",
+        _ADDRESSED + r"\b(?:prescribe|prescription\s+for)\b",
     ],
     "legal_advice": [
-        "legal advice",
+        _ADDRESSED + r"\blegal\s+advice\b",
         r"re:\bshould\s+i\s+(?:sue|file\s+a\s+lawsuit|sign\s+(?:this|the)\s+contract|get\s+a\s+lawyer)\b",
         r"re:\bcan\s+i\s+(?:sue|be\s+sued)\b",
         r"re:\bmy\s+(?:lawyer|attorney|divorce|custody\s+case|lawsuit|court\s+case)\b",
     ],
     "investment_advice": [
-        "investment advice",
-        "financial advice",
+        _ADDRESSED + r"\b(?:investment|financial)\s+advice\b",
         r"re:\bshould\s+i\s+(?:buy|sell|invest\s+in|short)\s+(?:\w+\s+){0,2}?(?:stocks?|shares|bitcoin|crypto\w*|"
         r"coins?|etfs?|funds?|bonds?|options|gold)\b",
         r"re:\b(?:which|what)\s+(?:stocks?|shares|crypto\w*|coins?|etfs?|funds?)\s+(?:should\s+i|to)\s+"
@@ -366,25 +374,40 @@ class _Detectors:
 
     # -- PII --------------------------------------------------------------------------------------------------
 
-    def redact(self, text: str) -> tuple[str, list[str]]:
-        """Replace every enabled kind of PII with its placeholder; return the text and the kinds found."""
+    def redact(self, text: str, keep: Callable[[str], bool] | None = None) -> tuple[str, list[str], list[str]]:
+        """
+        Replace every enabled kind of PII with its placeholder.
+
+        :param text: The text.
+        :param keep: Called with each detected value; True leaves it in place (e.g. it is quoted from a source).
+        :returns: The text, the kinds redacted and the kinds kept.
+        """
         found: list[str] = []
+        kept: list[str] = []
         for kind in self.order:
             placeholder = self.placeholders.get(kind, f"[{kind.upper()}]")
             validator = self.validators.get(kind)
             for pattern in self.patterns[kind]:
                 hits: list[str] = []
 
+                def keeps(value: str) -> bool:
+                    if keep is None or not keep(value):
+                        return False
+                    if kind not in kept:
+                        kept.append(kind)
+                    return True
+
                 def replace(match: re.Match[str]) -> str:
                     whole = match.group(0)
                     if kind == "iban":
                         replaced = self._redact_iban(whole, placeholder)
-                        if replaced != whole:
-                            hits.append(kind)
+                        if replaced == whole or keeps(whole):
+                            return whole
+                        hits.append(kind)
                         return replaced
                     has_value = "value" in match.re.groupindex and match.group("value") is not None
                     target = match.group("value") if has_value else whole
-                    if validator is not None and not validator(target):
+                    if (validator is not None and not validator(target)) or keeps(target):
                         return whole
                     hits.append(kind)
                     if has_value:
@@ -395,7 +418,7 @@ class _Detectors:
                 text = pattern.sub(replace, text)
                 if hits and kind not in found:
                     found.append(kind)
-        return text, found
+        return text, found, kept
 
     @staticmethod
     def _redact_iban(candidate: str, placeholder: str) -> str:
@@ -476,6 +499,7 @@ class Guardrails:
         hedge_phrases: list[str] | None = None,
         fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
         warn_without_sources: bool = True,
+        allow_pii_from_sources: bool = True,
     ) -> None:
         """
         Create the guardrails for one stage.
@@ -519,6 +543,11 @@ class Guardrails:
         :param hedge_phrases: Phrases that raise a confidence warning in the output stage.
         :param fallback_message: Answer that replaces an answer the citation verifier found unsupported.
         :param warn_without_sources: Whether to warn about a retrieved answer that has no citations.
+        :param allow_pii_from_sources: Output stage: leave an e-mail address, phone number, ... in the answer when
+            it appears verbatim in a passage the answer cites (`state["passages"]` whose `source_id` is among
+            `state["citations"]`), e.g. the documentation's own support address; PII found nowhere in the cited
+            passages (from the user, or invented) is still masked. Input PII was redacted before retrieval, so it
+            never comes back this way.
         :raises ValueError: If the stage, a detector name, an action or a pattern is invalid.
         """
         if stage not in STAGES:
@@ -554,6 +583,7 @@ class Guardrails:
         self.hedge_phrases = _or_default(hedge_phrases, DEFAULT_HEDGE_PHRASES)
         self.fallback_message = fallback_message
         self.warn_without_sources = warn_without_sources
+        self.allow_pii_from_sources = allow_pii_from_sources
 
         unknown_scope = [field for field in self.injection_scope if field not in CONTENT_FIELDS]
         if unknown_scope:
@@ -643,6 +673,7 @@ class Guardrails:
             hedge_phrases=self.hedge_phrases,
             fallback_message=self.fallback_message,
             warn_without_sources=self.warn_without_sources,
+            allow_pii_from_sources=self.allow_pii_from_sources,
         )
 
     @classmethod
@@ -679,7 +710,7 @@ class Guardrails:
 
     def _clean_and_redact(self, text: str, *, keep_newlines: bool, found: list[str]) -> str:
         cleaned = self._detectors.clean(text, keep_newlines=keep_newlines)
-        redacted, kinds = self._detectors.redact(cleaned)
+        redacted, kinds, _ = self._detectors.redact(cleaned)
         found.extend(kind for kind in kinds if kind not in found)
         return redacted
 
@@ -736,7 +767,7 @@ class Guardrails:
         raw_query = raw_query if isinstance(raw_query, str) else ""
         found: list[str] = []
         cleaned_query = self._detectors.clean(raw_query, keep_newlines=False)
-        query, kinds = self._detectors.redact(cleaned_query)
+        query, kinds, _ = self._detectors.redact(cleaned_query)
         found.extend(kinds)
         history = self._clean_history(state.get("history"), found)
         context = state.get("context")
@@ -828,6 +859,21 @@ class Guardrails:
             pieces[index] = _SCRIPT_LINK.sub(r"\1", piece)
         return "".join(pieces)
 
+    def _quoted_from_sources(self, state: dict[str, Any]) -> Callable[[str], bool] | None:
+        """With `allow_pii_from_sources`: whether a value occurs verbatim in a cited passage (whitespace and case
+        folded); None when nothing is cited."""
+        if not self.allow_pii_from_sources:
+            return None
+        cited = {str(c.get("id")) for c in state.get("citations") or [] if isinstance(c, dict) and c.get("id")}
+        texts = [
+            " ".join(str(getattr(p, "content", "") or "").split()).casefold()
+            for p in state.get("passages") or []
+            if str((getattr(p, "meta", None) or {}).get("source_id")) in cited
+        ]
+        if not texts:
+            return None
+        return lambda value: bool(value.strip()) and any(" ".join(value.split()).casefold() in t for t in texts)
+
     def _run_output(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
         started = time.perf_counter()
         answer = state.get("answer")
@@ -836,8 +882,9 @@ class Guardrails:
         warnings: list[str] = []
         updates: dict[str, Any] = {}
 
-        masked, kinds = self._detectors.redact(answer)
+        masked, kinds, kept = self._detectors.redact(answer, self._quoted_from_sources(state))
         actions.extend(f"redacted_pii:{kind}" for kind in kinds)
+        actions.extend(f"kept_source_pii:{kind}" for kind in kept)
         if self.sanitize_markup:
             sanitized = self._sanitize(masked)
             if sanitized != masked:

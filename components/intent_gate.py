@@ -9,6 +9,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict, logging
 
 from components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from components.quality_gate import TermNormaliser, tokenize
 from components.state import advance, with_validation
 from components.tiered_classifier import (
     Decision,
@@ -33,7 +34,7 @@ DEFAULT_REFUSE_PATTERNS = [
     r"^\W*(?:(?:please|can you|could you|would you|will you|i need you to|i want you to|help me)\s+)*"
     r"(?:write|generate|create|code|build|implement|develop|produce|make)\s+(?:me\s+|us\s+)?"
     r"(?:[\w+#.\-]+\s+){0,4}?(?:script|program|code|function|class|app|application|bot|scraper|crawler|"
-    r"module|snippet|macro|plugin|extension|cli tool|website|web ?page)s?\b",
+    r"module|component|snippet|macro|plugin|extension|cli tool|website|web ?page)s?\b",
     # External actions.
     r"^\W*(?:(?:please|can you|could you|would you)\s+)*(?:send|e-?mail|text|message|call|phone|book|reserve|"
     r"order|buy|purchase|transfer|wire|pay|post|tweet|schedule)\b.*\b(?:for me|on my behalf)\b",
@@ -58,6 +59,7 @@ SMALL_TALK_PATTERNS = [
     r"(?:\s+(?:so|very)\s+much|\s+a lot|\s+again)?(?:,?\s+(?:for (?:your|the|all the|all your) help|"
     r"that (?:helps|helped|works|worked)))?[\s!.,:;)(\-]*$",
     r"^\W*(?:how are you(?: doing)?(?: today)?|how's it going|what's up|who are you|what are you|"
+    r"what can you (?:do|help (?:me |us )?with)(?: for (?:me|us))?|"
     r"are you a (?:bot|robot|human)|nice to meet you|tell me a joke)[\s!?.,)]*$",
     r"^\W*(?:bye|goodbye|good bye|see you|see ya|later|have a (?:nice|good|great) day)[\s!.,)]*$",
 ]
@@ -164,7 +166,12 @@ DEFAULT_INTENT_PATTERNS = {
     "out_of_scope": [
         r"^\W*(?:(?:please|can you|could you)\s+)*(?:write|generate|create|code|build|implement)\s+(?:me\s+)?"
         r"(?:[\w+#.\-]+\s+){0,4}?(?:script|program|code|function|app|bot|scraper|poem|song|story|essay|joke)s?\b",
-        r"\b(?:weather|horoscope|lottery|recipe|sports? scores?|movie recommendations?)\b",
+        # A topic with its context ("the weather in Paris", "a recipe for"): a bare "weather" or "recipe" also
+        # occurs in encyclopedic questions.
+        r"^\W*(?:what(?:'s| is| will be)|how(?:'s| is)) the weather\b",
+        r"\bweather\b.*\b(?:today|tonight|tomorrow|this (?:week|weekend)|next (?:week|weekend)|right now|forecast)\b",
+        r"\b(?:weather forecast|horoscope|lottery numbers|recipes? for|sports? scores?|movie recommendations?|"
+        r"recommend (?:me |us )?(?:an? |some )?(?:good |great |nice )?(?:movie|film|book|song|restaurant)s?)\b",
     ],
     "comparison": [
         r"\b(?:compare|comparison|compared to|vs\.?|versus|difference(?:s)? between|differ(?:s)? from|"
@@ -212,7 +219,10 @@ DEFAULT_INTENT_KEYWORDS = {
     "opinion": ["recommend*", "should", "best", "worth", "prefer*", "opinion"],
     "clarification": ["clarify", "unclear", "confus*", "elaborate"],
     "chitchat": ["hello", "thanks", "thank you", "bye", "how are you"],
-    "out_of_scope": ["weather", "recipe", "sports", "movie*", "song*", "poem*", "horoscope", "lottery", "joke"],
+    # Phrases, never a bare topic word: "song" alone would refuse a question about the Song dynasty.
+    "out_of_scope": ["weather forecast", "recipe for", "recipes for", "sports scores", "movie recommendation",
+                     "good movie", "song lyrics", "write a song", "write a poem", "poem about", "horoscope",
+                     "lottery numbers", "tell me a joke"],
     "factual": ["price", "cost", "limit", "support*", "include*", "status"],
 }
 # The intent: tier 3, labelled examples.
@@ -270,9 +280,17 @@ class IntentGate:
     Both decisions are made in tiers, cheapest first; each tier decides only when it is confident, otherwise it
     defers to the next:
 
-    1. `regex`: refuse patterns, then direct patterns (greetings, arithmetic), then retrieve patterns
-       ("your", "our", the product name), then general-knowledge patterns (direct unless a domain keyword occurs).
+    1. `regex`: refuse patterns, then direct patterns (greetings, whole-question arithmetic), then retrieve
+       patterns ("your", "our", the product name), then general-knowledge patterns (direct unless a domain keyword
+       occurs).
     2. `keywords`: domain keywords (retrieve), refuse keywords, general-knowledge keywords (direct).
+
+    A general-knowledge pattern or keyword sends a question to `direct` only when the rest of the question is
+    short: at most `max_general_subject_terms` content words outside the matched cue ("What is the capital of
+    *France*?" is direct; "Who was the first *Byzantine mercenary* to *serve* with the *Normans*?" goes on to
+    the next tiers, as an encyclopedic question the knowledge bases may answer). Keywords match whole words (a
+    trailing `*` any word ending); the out-of-scope intent keywords are phrases with context ("recipe for",
+    "song lyrics"), never a bare topic word that an unrelated question may use ("the Song emperor").
     3. `embedding`: cosine similarity to labelled example queries, with a threshold and a margin.
     4. `llm`: an optional chat generator (off by default); failures fall back to the non-LLM result.
     5. `intent`: the intent implies the route (`intent_routes`: chitchat -> direct, out_of_scope -> refuse) when
@@ -305,6 +323,8 @@ class IntentGate:
         domain_keywords: list[str] | None = None,
         refuse_keywords: list[str] | None = None,
         general_keywords: list[str] | None = None,
+        max_general_subject_terms: int = 2,
+        stopwords: list[str] | None = None,
         examples: dict[str, list[str]] | None = None,
         embedding_threshold: float = 0.55,
         embedding_margin: float = 0.08,
@@ -342,6 +362,10 @@ class IntentGate:
         :param domain_keywords: Vocabulary of the product; any of them in the query means retrieve.
         :param refuse_keywords: Keywords that mean refuse (checked after the domain keywords).
         :param general_keywords: Keywords that mean a general question, answered directly (checked last).
+        :param max_general_subject_terms: Most content words a question may have besides a general-knowledge
+            pattern's or keyword's match for that match to send it to `direct`; longer, more specific questions go
+            on to the next tiers.
+        :param stopwords: Words not counted as content words; None uses the built-in English list.
         :param examples: Labelled example queries per route (`retrieve`, `direct`, `refuse`) for the embedding tier.
         :param embedding_threshold: Minimum similarity of the best route's examples for the embedding tier to decide.
         :param embedding_margin: Minimum lead of the best route over the second for the embedding tier to decide.
@@ -377,6 +401,8 @@ class IntentGate:
         self.domain_keywords = _string_list(domain_keywords, DEFAULT_DOMAIN_KEYWORDS, "domain_keywords")
         self.refuse_keywords = _string_list(refuse_keywords, DEFAULT_REFUSE_KEYWORDS, "refuse_keywords")
         self.general_keywords = _string_list(general_keywords, DEFAULT_GENERAL_KEYWORDS, "general_keywords")
+        self.max_general_subject_terms = int(max_general_subject_terms)
+        self.stopwords = stopwords
         self.examples = deepcopy(DEFAULT_EXAMPLES if examples is None else examples)
         self.embedding_threshold = float(embedding_threshold)
         self.embedding_margin = float(embedding_margin)
@@ -429,6 +455,7 @@ class IntentGate:
             {"retrieve": self.domain_keywords, "refuse": self.refuse_keywords, "direct": self.general_keywords},
             owner="route keywords",
         )
+        self._terms = TermNormaliser(stopwords, None, 1)
         self._route_index = ExampleIndex(
             self.examples, embedding_model=embedding_model, cache_dir=cache_dir, top_k=self.examples_top_k,
             owner="examples",
@@ -468,6 +495,8 @@ class IntentGate:
             domain_keywords=self.domain_keywords,
             refuse_keywords=self.refuse_keywords,
             general_keywords=self.general_keywords,
+            max_general_subject_terms=self.max_general_subject_terms,
+            stopwords=self.stopwords,
             examples=self.examples,
             embedding_threshold=self.embedding_threshold,
             embedding_margin=self.embedding_margin,
@@ -511,12 +540,22 @@ class IntentGate:
         for route in ("refuse", "direct", "retrieve"):
             if matches[route]:
                 return route, "regex", f"matched {route} pattern {_short(matches[route][0])}"
-        if matches["general"] and not hits["retrieve"]:
+        if matches["general"] and not hits["retrieve"] and self._general(query, self._route_patterns, "general"):
             return "direct", "regex", f"matched general-knowledge pattern {_short(matches['general'][0])}"
         for route in ("retrieve", "refuse", "direct"):
-            if hits[route]:
+            if hits[route] and (route != "direct" or self._general(query, self._route_keywords, "direct")):
                 return route, "keywords", f"{route} keywords: {', '.join(hits[route][:5])}"
         return None
+
+    def _general(self, query: str, matcher: PatternMatcher | KeywordMatcher, label: str) -> bool:
+        """Whether a general-knowledge cue leaves at most `max_general_subject_terms` content words."""
+        text = normalize_text(query)
+        covered = [False] * len(text)
+        for start, end in matcher.spans(text, label):
+            covered[start:end] = [True] * (end - start)
+        rest = "".join(" " if hit else char for char, hit in zip(text, covered))
+        subject = [token for token in tokenize(rest) if self._terms.is_content(token)]
+        return len(subject) <= self.max_general_subject_terms
 
     def _route_by_embedding(self, vector: Any) -> tuple[Decision, dict[str, float]]:
         scores = self._route_index.scores(vector)

@@ -8,6 +8,7 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,12 +49,74 @@ DEFAULT_FOLLOWUP_PATTERNS = [
     r"^\s*(same|ditto)\b",
     r"\b(as well|too|instead)\s*[?.!]*\s*$",
 ]
-DEFAULT_REFERENCE_PATTERNS = [r"\b(it|its|that|this|these|those|they|them|their|there|one|ones|he|she|him|her)\b"]
-DEFAULT_PHRASE_MARKERS = [
+DEFAULT_PRONOUNS = ["it", "this", "that", "these", "those", "they", "them"]
+DEFAULT_NOUN_PRONOUNS = ["one", "ones"]
+DEFAULT_LEADING_CONNECTIVES = ["and", "but", "also", "so", "then", "or", "plus"]
+_ELLIPSIS_TAIL = r"(?:\s+(?:too|instead|as well))?\s*[?.!]*\s*$"
+_ELLIPSIS_PREPOSITION = r"(?P<prep>for|in|on|with|without|at|from|during|under|over|of)"
+DEFAULT_ELLIPSIS_PATTERNS = [
+    rf"^(?:what|how)\s+about\s+(?:{_ELLIPSIS_PREPOSITION}\s+)?(?P<entity>[^?.!]+?){_ELLIPSIS_TAIL}",
+    rf"^{_ELLIPSIS_PREPOSITION}\s+(?P<entity>[^?.!]+?){_ELLIPSIS_TAIL}",
+    rf"^(?P<entity>(?:the|a|an|my|our|your|their)\s+[^?.!]+?){_ELLIPSIS_TAIL}",
+]
+DEFAULT_DETERMINERS = [
     "a", "an", "the", "my", "our", "your", "their", "his", "her", "its", "this", "that", "these", "those", "each",
-    "every", "any", "some", "no", "of", "for", "in", "on", "with", "about", "from", "by", "into", "per", "via",
-    "without", "between", "under", "over",
+    "every", "any", "some", "no", "all",
 ]  # fmt: skip
+DEFAULT_QUESTION_DETERMINERS = ["what", "which", "whose"]
+DEFAULT_PREPOSITIONS = [
+    "of", "for", "in", "on", "with", "about", "from", "by", "into", "per", "via", "without", "between", "under",
+    "over", "at", "to", "during", "after", "before",
+]  # fmt: skip
+DEFAULT_AUXILIARY_VERBS = ["do", "does", "did", "can", "could", "will", "would", "should", "shall", "may", "might",
+                           "must"]  # fmt: skip
+DEFAULT_VERB_CUES = ["i", "we", "you", "to", "please"]
+DEFAULT_CONTEXT_TEMPLATE = "Regarding {topic}, {question}"
+_WORD_RE = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")
+
+
+@dataclass(frozen=True)
+class _Token:
+    start: int
+    end: int
+    lower: str
+    broken: bool  # punctuation (or the start of the text) comes before it
+
+
+@dataclass(frozen=True)
+class _Phrase:
+    """A noun phrase of a question: its words, how to mention it again, and the spans to replace."""
+
+    text: str  # the content words ("API key")
+    mention: str  # with its article ("an API key")
+    end: int
+    outer_start: int  # start of the determiner, else of the words
+    prep_start: int  # start of the preposition before it, else `outer_start`
+    determiner: str | None
+    preposition: str | None
+    head: str  # the stemmed last word
+
+
+def _tokens(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    previous_end = None
+    for match in _WORD_RE.finditer(text):
+        gap = text[previous_end : match.start()] if previous_end is not None else ""
+        tokens.append(
+            _Token(match.start(), match.end(), match.group(0).casefold(), previous_end is None or bool(gap.strip()))
+        )
+        previous_end = match.end()
+    return tokens
+
+
+def _singular(word: str) -> str:
+    """A rough English singular, for "the last one" -> "the last region"."""
+    lower = word.casefold()
+    if len(word) > 4 and lower.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and lower.endswith("s") and not lower.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
 
 
 def _same_query(a: str, b: str) -> bool:
@@ -86,9 +149,16 @@ class QueryRewriter:
 
     **condense** (before routing): when `state["history"]` is non-empty and the question is conversational
     (a short follow-up such as "and for the free tier?", or a short question that leans on a pronoun such as
-    "how much does it cost?"), the salient noun phrases of the last user turns are appended, e.g.
-    "and how do I revoke it? API key". Standalone questions are left unchanged. Path `condense_query` only when
-    the query changed; `state["condensed_query"]` holds the standalone question.
+    "how much does it cost?"), it is rewritten into a standalone question by rules, without a model. The topic is
+    the noun phrase of the previous user turn that the question asked about ("How do I rotate *an API key*?",
+    "Which *regions* ...", "How much does *the Team plan* cost?"); a leading "and"/"so" is dropped, then:
+    a new entity ("what about X", "and for X", "and the X?") takes the place of the matching phrase of the previous
+    question ("How much does the Business plan cost?"); else the first pronoun (it, this, that, they, them, one)
+    becomes the topic ("how do I revoke an API key?"); else the question is put in context with
+    `context_template` ("Regarding two-factor authentication, what if I lose my phone?"). Earlier follow-ups in
+    the history are resolved the same way first. Standalone questions are left unchanged. With a
+    `chat_generator`, its rewrite replaces the rules' one (the rules remain the fallback). Path `condense_query`
+    only when the query changed; `state["condensed_query"]` holds the standalone question.
 
     Usage:
     ```python
@@ -98,7 +168,7 @@ class QueryRewriter:
     condenser = QueryRewriter(task="condense")
     state = new_state("and how do I revoke it?",
                       history=[{"role": "user", "content": "How do I rotate an API key?"}])
-    condenser.run(state=state)["state"]["query"]   # "and how do I revoke it? API key"
+    condenser.run(state=state)["state"]["query"]   # "how do I revoke an API key?"
 
     rewriter = QueryRewriter(task="retry", kb_keywords={"faq": ["account", "password", "api_key", "billing"]})
     ```
@@ -120,12 +190,19 @@ class QueryRewriter:
         max_history_turns: int = 2,
         use_assistant_turns: bool = False,
         max_condense_words: int = 12,
-        max_reference_content_terms: int = 2,
-        max_carry_terms: int = 4,
-        max_carry_phrases: int = 2,
+        max_reference_content_terms: int = 3,
         followup_patterns: list[str] | None = None,
-        reference_patterns: list[str] | None = None,
-        phrase_markers: list[str] | None = None,
+        pronouns: list[str] | None = None,
+        noun_pronouns: list[str] | None = None,
+        leading_connectives: list[str] | None = None,
+        ellipsis_patterns: list[str] | None = None,
+        determiners: list[str] | None = None,
+        question_determiners: list[str] | None = None,
+        prepositions: list[str] | None = None,
+        auxiliary_verbs: list[str] | None = None,
+        verb_cues: list[str] | None = None,
+        definite_article: str = "the",
+        context_template: str = DEFAULT_CONTEXT_TEMPLATE,
         embedding_model: str | None = None,
         embedding_cache_dir: str | None = None,
         chat_generator: Any = None,
@@ -146,17 +223,31 @@ class QueryRewriter:
         :param stopwords: Words never used as terms; None uses the built-in English list.
         :param stemmer_language: Snowball stemmer language for term matching, or None for exact tokens.
         :param max_history_turns: Most recent user turns the condenser looks at.
-        :param use_assistant_turns: Also carry phrases from the last assistant turn (lower priority).
+        :param use_assistant_turns: Take the topic from the last assistant turn first (when the history ends
+            with one), then from the user turns.
         :param max_condense_words: Questions longer than this are never treated as follow-ups.
-        :param max_reference_content_terms: A question matching only a reference pattern (a pronoun) counts as a
+        :param max_reference_content_terms: A question with a pronoun and no follow-up pattern counts as a
             follow-up when it has at most this many content terms.
-        :param max_carry_terms: Most words carried over from the history.
-        :param max_carry_phrases: Most phrases carried over from the history.
         :param followup_patterns: Regexes (case-insensitive) marking a follow-up; None uses the defaults
             (`and ...`, `what about ...`, `... too?`).
-        :param reference_patterns: Regexes marking words that refer back (pronouns); None uses the defaults.
-        :param phrase_markers: Words (determiners, prepositions) after which a run of content words is taken as a
-            noun phrase; None uses the defaults.
+        :param pronouns: Words that refer back to the topic and are replaced by it; None uses
+            `it, this, that, these, those, they, them` (this/that/these/those only when they stand alone).
+        :param noun_pronouns: Words that stand for the topic's noun ("the last *one*" -> "the last region"; a bare
+            "one" becomes the whole topic); None uses `one, ones`.
+        :param leading_connectives: Words dropped from the start of a follow-up ("and", "so", ...).
+        :param ellipsis_patterns: Regexes (case-insensitive) for a follow-up that names a new entity in a named
+            group `entity` (and optionally its preposition in `prep`): "what about X", "and for X", "and the X".
+        :param determiners: Words that open a noun phrase and stay with it ("an API key").
+        :param question_determiners: Question words that open the asked-about noun phrase ("which regions"); it is
+            mentioned again with `definite_article`.
+        :param prepositions: Words before a noun phrase that an "and for X" follow-up may replace.
+        :param auxiliary_verbs: After "does <subject>", the subject's last word is the main verb ("does the Team
+            plan *cost*").
+        :param verb_cues: After these words the next content word is a verb ("do I *rotate*", "how to *reset*").
+        :param definite_article: The article of a topic taken from a question word ("which regions" -> "the
+            regions").
+        :param context_template: Standalone form of a follow-up without a pronoun or a new entity; `{topic}` and
+            `{question}` are replaced.
         :param embedding_model: Embedding model for keyword ranking; None uses the configured default.
         :param embedding_cache_dir: Embedding cache directory; None uses the default, `"off"` disables it.
         :param chat_generator: Optional Haystack chat generator for an LLM rewrite/condense tier; None disables it.
@@ -171,7 +262,7 @@ class QueryRewriter:
         unknown = [s for s in (strategies or []) if s not in STRATEGIES]
         if unknown:
             raise ValueError(f"Unknown strategies {unknown}. Use {', '.join(STRATEGIES)}.")
-        if min(max_expansion_terms, prf_terms, prf_top_k, max_history_turns, max_carry_terms) < 0:
+        if min(max_expansion_terms, prf_terms, prf_top_k, max_history_turns) < 0:
             raise ValueError("Term and turn limits must be >= 0.")
         self.task = task
         self.kb_keywords = kb_keywords
@@ -187,11 +278,18 @@ class QueryRewriter:
         self.use_assistant_turns = use_assistant_turns
         self.max_condense_words = max_condense_words
         self.max_reference_content_terms = max_reference_content_terms
-        self.max_carry_terms = max_carry_terms
-        self.max_carry_phrases = max_carry_phrases
         self.followup_patterns = followup_patterns
-        self.reference_patterns = reference_patterns
-        self.phrase_markers = phrase_markers
+        self.pronouns = pronouns
+        self.noun_pronouns = noun_pronouns
+        self.leading_connectives = leading_connectives
+        self.ellipsis_patterns = ellipsis_patterns
+        self.determiners = determiners
+        self.question_determiners = question_determiners
+        self.prepositions = prepositions
+        self.auxiliary_verbs = auxiliary_verbs
+        self.verb_cues = verb_cues
+        self.definite_article = definite_article
+        self.context_template = context_template
         self.embedding_model = embedding_model
         self.embedding_cache_dir = embedding_cache_dir
         self.chat_generator = chat_generator
@@ -205,13 +303,25 @@ class QueryRewriter:
             re.compile(p, re.IGNORECASE)
             for p in (DEFAULT_FOLLOWUP_PATTERNS if followup_patterns is None else followup_patterns)
         ]
-        self._reference = [
-            re.compile(p, re.IGNORECASE)
-            for p in (DEFAULT_REFERENCE_PATTERNS if reference_patterns is None else reference_patterns)
-        ]
-        self._markers = frozenset(
-            m.casefold() for m in (DEFAULT_PHRASE_MARKERS if phrase_markers is None else phrase_markers)
+
+        def words(value: list[str] | None, default: list[str]) -> frozenset[str]:
+            return frozenset(w.casefold() for w in (default if value is None else value))
+
+        self._noun_pronouns = words(noun_pronouns, DEFAULT_NOUN_PRONOUNS)
+        self._pronouns = words(pronouns, DEFAULT_PRONOUNS) | self._noun_pronouns
+        self._question_determiners = words(question_determiners, DEFAULT_QUESTION_DETERMINERS)
+        self._determiners = words(determiners, DEFAULT_DETERMINERS) | self._question_determiners
+        self._prepositions = words(prepositions, DEFAULT_PREPOSITIONS)
+        self._auxiliaries = words(auxiliary_verbs, DEFAULT_AUXILIARY_VERBS)
+        self._verb_cues = words(verb_cues, DEFAULT_VERB_CUES)
+        connectives = DEFAULT_LEADING_CONNECTIVES if leading_connectives is None else leading_connectives
+        self._connective = re.compile(
+            rf"^(?:{'|'.join(re.escape(c) for c in connectives) or '(?!)'})\b[\s,]*", re.IGNORECASE
         )
+        self._ellipsis = [
+            re.compile(p, re.IGNORECASE)
+            for p in (DEFAULT_ELLIPSIS_PATTERNS if ellipsis_patterns is None else ellipsis_patterns)
+        ]
         self._backend: EmbeddingBackend | None = None
         self._keyword_vectors: dict[str, np.ndarray] = {}
 
@@ -395,62 +505,193 @@ class QueryRewriter:
             return True
         if any(p.search(question) for p in self._followup):
             return True
-        return len(content) <= self.max_reference_content_terms and any(p.search(question) for p in self._reference)
+        pronouns = [t for t in tokenize(question) if t in self._pronouns]
+        return len(content) <= self.max_reference_content_terms and bool(pronouns)
 
-    def _phrases(self, text: str) -> list[tuple[list[str], bool]]:
-        """Runs of content words in a text, each with whether a phrase marker precedes it."""
-        runs: list[tuple[list[str], bool]] = []
-        current: list[str] = []
-        marked = False
-        previous_token: str | None = None
-        previous_end = 0
-        for match in re.finditer(r"[^\W_]+", text):
-            token, lower = match.group(0), match.group(0).casefold()
-            gap = text[previous_end : match.start()]
-            broken = bool(gap.strip(" \t-"))
-            if current and (broken or not self._terms.is_content(lower)):
-                runs.append((current, marked))
-                current = []
-            if self._terms.is_content(lower):
-                if not current:
-                    marked = previous_token is not None and previous_token in self._markers and not broken
-                current.append(token)
-            previous_token, previous_end = lower, match.end()
-        if current:
-            runs.append((current, marked))
-        return runs
+    def noun_phrases(self, text: str, *, opens_with_verb: bool = True) -> list[_Phrase]:
+        """
+        The noun phrases of a question, found by rules (no tagger): runs of content words, without the verb that
+        follows a subject pronoun or `to` ("do I *rotate* an API key") or opens the sentence ("*Compare* the
+        plans"), and without the main verb after an auxiliary's subject ("does the Team plan *cost*").
 
-    def _carry_phrases(self, question: str, history: list[dict[str, Any]]) -> list[str]:
-        """The salient phrases of the recent turns that the question does not already contain."""
-        users = [str(t.get("content") or "") for t in history if t.get("role") == "user" and t.get("content")]
-        recent = list(reversed(users[-self.max_history_turns :])) if self.max_history_turns else []
-        sources: list[tuple[str, float]] = [(text, 1.0 / (index + 1)) for index, text in enumerate(recent)]
-        if self.use_assistant_turns:
-            assistants = [str(t.get("content") or "") for t in history if t.get("role") == "assistant"]
-            if assistants and assistants[-1]:
-                sources.append((assistants[-1], 0.25))
-        candidates: list[tuple[float, int, list[str], bool]] = []
-        for text, recency in sources:
-            for words, marked in self._phrases(text):
-                score = (1.5 if len(words) > 1 else 1.0) * recency
-                candidates.append((score, len(candidates), words, marked))
-        if any(marked for *_, marked in candidates):
-            # Noun phrases (after a determiner or preposition) when there are any: verbs of the old question
-            # ("rotate") would pull the search back to it.
-            candidates = [c for c in candidates if c[3]]
-        known = set(self._terms.terms(question))
-        chosen: list[str] = []
-        used = 0
-        for _, _, words, _ in sorted(candidates, key=lambda c: (-c[0], c[1])):
-            if len(chosen) >= self.max_carry_phrases:
-                break
-            stems = {self._terms.stem(w.casefold()) for w in words}
-            if stems <= known or used + len(words) > self.max_carry_terms:
+        :param text: A question.
+        :param opens_with_verb: Whether a run of content words at the start is taken to open with a verb (a
+            question or a request); False for a bare phrase such as "Business plan".
+        :returns: The phrases in text order.
+        """
+        tokens = _tokens(text)
+        function_words = self._determiners | self._prepositions | self._auxiliaries
+        in_phrase = [self._terms.is_content(t.lower) and t.lower not in function_words for t in tokens]
+        phrases: list[_Phrase] = []
+        index = 0
+        while index < len(tokens):
+            if not in_phrase[index]:
+                index += 1
                 continue
-            chosen.append(" ".join(words))
-            known |= stems
-            used += len(words)
-        return chosen
+            first = index
+            while index + 1 < len(tokens) and not tokens[index + 1].broken and in_phrase[index + 1]:
+                index += 1
+            last = index
+            index += 1
+            previous = tokens[first - 1] if first > 0 and not tokens[first].broken else None
+            if (previous is None and opens_with_verb) or (previous is not None and previous.lower in self._verb_cues):
+                first += 1  # the run opens with a verb
+            if first > last:
+                continue
+            cursor = first - 1
+            while cursor >= 0 and tokens[cursor].lower in self._determiners and not tokens[cursor + 1].broken:
+                cursor -= 1
+            after_auxiliary = (
+                cursor >= 0 and not tokens[cursor + 1].broken and tokens[cursor].lower in self._auxiliaries
+            )
+            if after_auxiliary and last > first:
+                last -= 1  # "does the Team plan cost": the last word is the main verb
+            if first > last:
+                continue
+            determiner = preposition = None
+            outer = tokens[first].start
+            before = first - 1
+            if before >= 0 and not tokens[first].broken and tokens[before].lower in self._determiners:
+                determiner = tokens[before].lower
+                outer = tokens[before].start
+                before -= 1
+            if before >= 0 and not tokens[before + 1].broken and tokens[before].lower in self._prepositions:
+                preposition = tokens[before].lower
+            mention = text[outer : tokens[last].end]
+            phrases.append(
+                _Phrase(
+                    text=text[tokens[first].start : tokens[last].end],
+                    mention=mention[:1].lower() + mention[1:] if determiner else mention,
+                    end=tokens[last].end,
+                    outer_start=outer,
+                    prep_start=tokens[before].start if preposition else outer,
+                    determiner=determiner,
+                    preposition=preposition,
+                    head=self._terms.stem(tokens[last].lower),
+                )
+            )
+        return phrases
+
+    def _topic(self, phrases: list[_Phrase]) -> _Phrase:
+        """The phrase a pronoun refers to: the asked-about one ("which *regions*"), else the first marked one."""
+        asked = [p for p in phrases if p.determiner in self._question_determiners]
+        marked = [p for p in phrases if p.determiner or p.preposition]
+        return (asked or marked or phrases)[0]
+
+    def _mention(self, phrase: _Phrase) -> str:
+        """How a phrase is mentioned again: with its article, or `the` after a question word."""
+        if phrase.determiner in self._question_determiners:
+            return f"{self.definite_article} {phrase.text}".strip()
+        return phrase.mention
+
+    def _resolve_pronoun(self, question: str, topic: _Phrase, topic_text: str) -> str | None:
+        """The question with its first pronoun replaced by the topic, or None when it has none."""
+        tokens = _tokens(question)
+        for position, token in enumerate(tokens):
+            if token.lower not in self._pronouns:
+                continue
+            previous = tokens[position - 1] if position > 0 and not token.broken else None
+            following = tokens[position + 1] if position + 1 < len(tokens) and not tokens[position + 1].broken else None
+            start, end, replacement = token.start, token.end, topic_text
+            if token.lower in self._noun_pronouns:
+                if previous is not None and previous.lower in self._auxiliaries:
+                    continue  # "how can one ...": a generic subject
+                before = tokens[position - 2] if previous is not None and not previous.broken else None
+                modified = previous is not None and (
+                    previous.lower in self._determiners
+                    or (before is not None and before.lower in self._determiners)
+                )
+                if modified:  # "the last one", "which one": only the noun is replaced
+                    replacement = _singular(topic.text.split()[-1])
+            elif token.lower in self._determiners and following is not None and self._terms.is_content(following.lower):
+                if self._terms.stem(following.lower) == topic.head:
+                    end = following.end  # "that plan" -> "the Team plan"
+                elif previous is None or previous.lower not in self._auxiliaries:
+                    continue  # a determiner of something else ("that region")
+            return question[:start] + replacement + question[end:]
+        return None
+
+    def _resolve_ellipsis(self, question: str, previous: str, phrases: list[_Phrase]) -> str | None:
+        """
+        The previous question with the follow-up's new entity in place of the matching phrase ("what about the
+        Business plan?" after "How much does the Team plan cost?" -> "How much does the Business plan cost?").
+
+        :returns: The standalone question, or None when the follow-up names no new entity or no phrase of the
+            previous question can take its place.
+        """
+        for pattern in self._ellipsis:
+            match = pattern.search(question)
+            if not match or not match.groupdict().get("entity"):
+                continue
+            entity = match.group("entity").strip()
+            entity_phrases = self.noun_phrases(entity, opens_with_verb=False)
+            if not entity_phrases or any(t.lower in self._pronouns for t in _tokens(entity)):
+                return None
+            if entity_phrases[0].determiner:
+                entity = entity[:1].lower() + entity[1:]
+            head = entity_phrases[0].head
+            for phrase in phrases:
+                if phrase.head == head:
+                    return previous[: phrase.outer_start] + entity + previous[phrase.end :]
+            preposition = (match.groupdict().get("prep") or "").strip()
+            with_preposition = [p for p in phrases if p.preposition]
+            if preposition and with_preposition:
+                phrase = with_preposition[-1]
+                return previous[: phrase.prep_start] + f"{preposition} {entity}" + previous[phrase.end :]
+            return None
+        return None
+
+    def _strip_connective(self, question: str) -> str:
+        """The question without a leading "and", "so", ... (keeping its initial capital)."""
+        stripped = question.strip()
+        match = self._connective.match(stripped)
+        if not match or not stripped[match.end() :].strip():
+            return stripped
+        rest = stripped[match.end() :].lstrip()
+        return rest[:1].upper() + rest[1:] if stripped[:1].isupper() else rest
+
+    def condense_question(self, question: str, history: list[dict[str, Any]]) -> str:
+        """
+        The standalone form of a follow-up question (rules only); other questions come back unchanged.
+
+        Earlier follow-ups in the history are made standalone first, so a chain of follow-ups keeps its topic.
+
+        :param question: The question.
+        :param history: Earlier turns, `{"role": "user" | "assistant", "content": str}`.
+        :returns: E.g. "how do I revoke an API key?" for "and how do I revoke it?" after "How do I rotate an API
+            key?".
+        """
+        if not question.strip() or not self.is_followup(question):
+            return question
+        users = [str(t.get("content") or "") for t in history if t.get("role") == "user" and t.get("content")]
+        recent = users[-self.max_history_turns :] if self.max_history_turns else []
+        resolved: list[str] = []
+        for turn in recent:
+            earlier = [{"role": "user", "content": resolved[-1]}] if resolved else []
+            resolved.append(self.condense_question(turn, earlier) if earlier else turn)
+        sources = list(reversed(resolved))
+        if self.use_assistant_turns and history and history[-1].get("role") == "assistant":
+            sources.insert(0, str(history[-1].get("content") or ""))
+        topic = next((self._topic(phrases) for phrases in map(self.noun_phrases, sources) if phrases), None)
+        if topic is None:
+            return question
+        body = self._strip_connective(question)
+        previous = resolved[-1] if resolved else ""
+        ellipsis = self._resolve_ellipsis(body, previous, self.noun_phrases(previous)) if previous else None
+        if ellipsis is not None:
+            return ellipsis
+        if {self._terms.stem(w) for w in tokenize(topic.text) if self._terms.is_content(w)} <= set(
+            self._terms.terms(body)
+        ):
+            return question  # the topic is named already
+        resolved_pronoun = self._resolve_pronoun(body, topic, self._mention(topic))
+        if resolved_pronoun is not None:
+            return resolved_pronoun
+        first, _, rest = body.partition(" ")
+        inside = not self.context_template.lstrip().startswith("{question}")
+        if inside and first[1:].islower() and first != "I":
+            body = f"{first[:1].lower()}{first[1:]} {rest}".strip()
+        return self.context_template.replace("{topic}", topic.text).replace("{question}", body)
 
     def _condense(self, state: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -459,10 +700,7 @@ class QueryRewriter:
         if not history or not question.strip() or not self.is_followup(question):
             return advance(state, stage="query_condenser", started=started, condensed_query=question)
 
-        condensed = question
-        phrases = self._carry_phrases(question, history)
-        if phrases:
-            condensed = " ".join([question.strip(), *phrases])
+        condensed = self.condense_question(question, history)
         warning = None
         if self.chat_generator is not None:
             turns = history[-2 * self.max_history_turns :] if self.max_history_turns else []
@@ -506,11 +744,18 @@ class QueryRewriter:
             use_assistant_turns=self.use_assistant_turns,
             max_condense_words=self.max_condense_words,
             max_reference_content_terms=self.max_reference_content_terms,
-            max_carry_terms=self.max_carry_terms,
-            max_carry_phrases=self.max_carry_phrases,
             followup_patterns=self.followup_patterns,
-            reference_patterns=self.reference_patterns,
-            phrase_markers=self.phrase_markers,
+            pronouns=self.pronouns,
+            noun_pronouns=self.noun_pronouns,
+            leading_connectives=self.leading_connectives,
+            ellipsis_patterns=self.ellipsis_patterns,
+            determiners=self.determiners,
+            question_determiners=self.question_determiners,
+            prepositions=self.prepositions,
+            auxiliary_verbs=self.auxiliary_verbs,
+            verb_cues=self.verb_cues,
+            definite_article=self.definite_article,
+            context_template=self.context_template,
             embedding_model=self.embedding_model,
             embedding_cache_dir=self.embedding_cache_dir,
             chat_generator=chat_generator_to_dict(self.chat_generator),

@@ -102,6 +102,18 @@ class KeywordMatcher:
         }
 
 
+    def spans(self, text: str, label: str) -> list[tuple[int, int]]:
+        """
+        Where the keywords of one label occur in the normalised text (`normalize_text(text)`).
+
+        :param text: The text to search.
+        :param label: The label whose keywords are searched.
+        :returns: `(start, end)` of every occurrence.
+        """
+        normalized = normalize_text(text)
+        return [match.span() for _, pattern in self.compiled.get(label, []) for match in pattern.finditer(normalized)]
+
+
 class PatternMatcher:
     """Regular expressions per label, tried in the order of the mapping."""
 
@@ -135,6 +147,17 @@ class PatternMatcher:
             label: [source for source, pattern in patterns if pattern.search(normalized)]
             for label, patterns in self.compiled.items()
         }
+
+    def spans(self, text: str, label: str) -> list[tuple[int, int]]:
+        """
+        Where the patterns of one label match the normalised text (`normalize_text(text)`).
+
+        :param text: The text to search.
+        :param label: The label whose patterns are searched.
+        :returns: `(start, end)` of every match.
+        """
+        normalized = normalize_text(text)
+        return [match.span() for _, pattern in self.compiled.get(label, []) for match in pattern.finditer(normalized)]
 
     def first(self, text: str) -> tuple[str, str] | None:
         """

@@ -32,6 +32,7 @@ def test_init():
     assert component.max_exponent == 1000
     assert component.no_model_message == DEFAULT_NO_MODEL_MESSAGE
     assert component.operator_words is None
+    assert component.arithmetic_prefixes is None and component.arithmetic_suffixes is None
 
     custom = DirectAnswerer(max_exponent=10, greeting_message="Hi! Ask me about billing.")
     assert custom.max_exponent == 10
@@ -39,11 +40,13 @@ def test_init():
 
 
 def test_to_dict():
-    data = DirectAnswerer(max_exponent=50, thanks_message="Anytime.").to_dict()
+    data = DirectAnswerer(max_exponent=50, thanks_message="Anytime.", arithmetic_prefixes=["what is"]).to_dict()
     assert data["type"] == "components.direct_answerer.DirectAnswerer"
     params = data["init_parameters"]
     assert params["max_exponent"] == 50
     assert params["thanks_message"] == "Anytime."
+    assert params["arithmetic_prefixes"] == ["what is"]
+    assert params["arithmetic_suffixes"] is None
     assert params["chat_generator"] is None
     assert params["no_model_message"] == DEFAULT_NO_MODEL_MESSAGE
 
@@ -59,9 +62,11 @@ def test_from_dict(monkeypatch):
     assert restored.to_dict() == data
 
     plain = DirectAnswerer.from_dict(
-        {"type": "components.direct_answerer.DirectAnswerer", "init_parameters": {"max_exponent": 5}}
+        {"type": "components.direct_answerer.DirectAnswerer",
+         "init_parameters": {"max_exponent": 5, "arithmetic_suffixes": ["equals"]}}
     )
     assert plain.max_exponent == 5 and plain.chat_generator is None
+    assert plain.arithmetic_suffixes == ["equals"]
 
 
 @pytest.mark.parametrize(
@@ -72,7 +77,11 @@ def test_from_dict(monkeypatch):
         ("What is 100 divided by 8?", "100 / 8 = 12.5."),
         ("Calculate (2 + 3) * -4", "(2 + 3) * -4 = -20."),
         ("What is 2 to the power of 10?", "2 ** 10 = 1024."),
-        ("17 // 5 and 17 % 5?", "17 // 5 = 3."),
+        ("17 // 5?", "17 // 5 = 3."),
+        ("compute 17*3", "17 * 3 = 51."),
+        ("what's 2^10", "2 ** 10 = 1024."),
+        ("What does 6 * 7 equal?", "6 * 7 = 42."),
+        ("Please calculate 2 + 2.", "2 + 2 = 4."),
         ("What is 10 mod 3?", "10 % 3 = 1."),
         ("What is 0.1 + 0.2?", "0.1 + 0.2 = 0.3."),
         ("7/3?", "7 / 3 = 2.33333333333."),
@@ -90,6 +99,31 @@ def test_run_arithmetic(answerer, question, expected):
     assert out["citations"] == []
     assert out["path"] == ["start", "direct_answer"]
     assert "direct_answerer" in out["latency_ms"]
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How would one write T(n) = 7n2 + 15n + 40 in big O notation?",
+        "What does error code 502-3 mean?",
+        "Is 2 + 2 = 4 in every number system?",
+        "17 // 5 and 17 % 5?",
+        "What is 42?",
+        "Between 1990 and 2000, what was the population of Warsaw?",
+    ],
+)
+def test_run_digits_in_a_question_are_not_arithmetic(answerer, question):
+    assert answerer.find_expression(question) is None
+    out = answer(answerer, question)
+    assert out["generator"] == "none"
+    assert out["answer"] == DEFAULT_NO_MODEL_MESSAGE
+    assert "=" not in out["answer"]
+
+
+def test_run_arithmetic_prefixes_from_yaml():
+    component = DirectAnswerer(arithmetic_prefixes=["wie viel ist"], arithmetic_suffixes=[])
+    assert answer(component, "Wie viel ist 3 * 4?")["answer"] == "3 * 4 = 12."
+    assert answer(component, "What is 3 * 4?")["generator"] == "none"
 
 
 def test_run_division_by_zero(answerer):
@@ -154,6 +188,7 @@ def test_run_unsafe_question_is_not_evaluated(answerer):
         ("Thanks a lot!", "thanks_message"),
         ("thank you", "thanks_message"),
         ("bye", "farewell_message"),
+        ("What can you do?", "greeting_message"),
     ],
 )
 def test_run_greetings(answerer, question, message_attribute):

@@ -1,7 +1,7 @@
 from copy import deepcopy
 
 import pytest
-from haystack import Pipeline
+from haystack import Document, Pipeline
 
 from components.guardrails import DEFAULT_FALLBACK_MESSAGE, Guardrails, iban_valid, luhn_valid
 from components.state import new_state
@@ -93,6 +93,10 @@ def test_to_dict():
     assert params["allowed_tags"] == ["b"]
     assert params["max_query_chars"] == 2000
     assert "code_generation" in params["capability_patterns"]
+    assert params["allow_pii_from_sources"] is True
+    assert Guardrails(stage="output", allow_pii_from_sources=False).to_dict()["init_parameters"][
+        "allow_pii_from_sources"
+    ] is False
 
 
 def test_from_dict():
@@ -107,6 +111,9 @@ def test_from_dict():
     restored = Guardrails.from_dict(original.to_dict())
     assert restored.to_dict() == original.to_dict()
     assert restored.max_query_chars == 50
+    assert restored.allow_pii_from_sources is True
+    output = Guardrails.from_dict(Guardrails(stage="output", allow_pii_from_sources=False).to_dict())
+    assert output.allow_pii_from_sources is False
     route, state = run_input(restored, "What is the weather forecast?")
     assert route == "blocked"
     assert state["answer"].startswith("I can only answer questions about the Acme docs")
@@ -407,6 +414,32 @@ def test_run_input_out_of_scope_topics(input_gate, query, topic):
     assert state["validation"]["boundary_violations"] == [f"out_of_scope:{topic}"]
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Why could a Dutch lawyer who moved to Belgium give legal advice?",
+        "Which court decided that financial advice is a regulated service?",
+        "What dose of penicillin did the 1940s trials use?",
+        "Who could prescribe medicine in medieval guilds?",
+    ],
+)
+def test_run_input_topic_mentioned_in_an_ordinary_question_passes(input_gate, query):
+    route, state = run_input(input_gate, query)
+    assert route == "passed"
+    assert state["validation"]["boundary_violations"] == []
+
+
+@pytest.mark.parametrize(
+    ("query", "topic"),
+    [("Can you give me legal advice?", "legal_advice"), ("I need some financial advice", "investment_advice"),
+     ("I have a headache and a fever, which medication should I take?", "medical_advice")],
+)
+def test_run_input_addressed_advice_requests_are_refused(input_gate, query, topic):
+    route, state = run_input(input_gate, query)
+    assert route == "blocked"
+    assert state["validation"]["boundary_violations"] == [f"out_of_scope:{topic}"]
+
+
 def test_run_input_custom_messages():
     gate = Guardrails(
         corpus_name="Widget",
@@ -441,6 +474,43 @@ def test_run_output_masks_pii(output_gate):
     assert state["validation"]["guardrail_actions"] == ["redacted_pii:email", "redacted_pii:phone"]
     assert "support@acme.io" not in repr(state)
     assert state["path"] == ["start", "output_guardrails"]
+
+
+SUPPORT_PASSAGE = Document(
+    content="Open cases from the console, or by email to `support@corvio.example`, or call +1 (555) 010-0199.",
+    meta={"source_id": "S1"},
+)
+
+
+def test_run_output_keeps_pii_quoted_from_a_cited_source(output_gate):
+    answer = "Open cases by email to `support@corvio.example` or call +1 (555) 010-0199 [S1]."
+    state = run_output(output_gate, answer, citations=[{"id": "S1"}], passages=[SUPPORT_PASSAGE])
+    assert state["answer"] == answer
+    assert state["validation"]["guardrail_actions"] == ["kept_source_pii:email", "kept_source_pii:phone"]
+
+
+def test_run_output_masks_user_pii_next_to_source_pii(output_gate):
+    answer = "Email support@corvio.example from jane.doe@gmail.com or call +1 (555) 987-6543 [S1]."
+    state = run_output(output_gate, answer, citations=[{"id": "S1"}], passages=[SUPPORT_PASSAGE])
+    assert state["answer"] == "Email support@corvio.example from [EMAIL] or call [PHONE] [S1]."
+    assert "redacted_pii:email" in state["validation"]["guardrail_actions"]
+    assert "kept_source_pii:email" in state["validation"]["guardrail_actions"]
+    assert "jane.doe@gmail.com" not in repr(state["answer"])
+
+
+def test_run_output_masks_pii_of_uncited_passages(output_gate):
+    answer = "Email support@corvio.example."
+    uncited = run_output(output_gate, answer, citations=[{"id": "S2"}], passages=[SUPPORT_PASSAGE])
+    assert uncited["answer"] == "Email [EMAIL]."
+    no_citations = run_output(output_gate, answer, citations=[], passages=[SUPPORT_PASSAGE])
+    assert no_citations["answer"] == "Email [EMAIL]."
+
+
+def test_run_output_source_pii_masked_when_disabled():
+    gate = Guardrails(stage="output", allow_pii_from_sources=False)
+    answer = "Email support@corvio.example [S1]."
+    state = run_output(gate, answer, citations=[{"id": "S1"}], passages=[SUPPORT_PASSAGE])
+    assert state["answer"] == "Email [EMAIL] [S1]."
 
 
 def test_run_output_sanitises_markup(output_gate):

@@ -39,6 +39,8 @@ def test_init():
     assert INTENTS <= set(gate.intents)
     assert set(gate.intent_patterns) <= INTENTS
 
+    assert gate.max_general_subject_terms == 2 and gate.stopwords is None
+
     custom = IntentGate(domain_keywords=["widget"], embedding_threshold=0.7, intent_routes={}, cache_dir="off")
     assert custom.domain_keywords == ["widget"]
     assert custom.embedding_threshold == 0.7
@@ -65,12 +67,14 @@ def test_init_rejects_bad_parameters(kwargs, message):
 
 
 def test_to_dict():
-    gate = IntentGate(domain_keywords=["widget"], embedding_margin=0.2, cache_dir="off")
+    gate = IntentGate(domain_keywords=["widget"], embedding_margin=0.2, max_general_subject_terms=4, cache_dir="off")
     data = gate.to_dict()
     assert data["type"] == "components.intent_gate.IntentGate"
     params = data["init_parameters"]
     assert params["domain_keywords"] == ["widget"]
     assert params["embedding_margin"] == 0.2
+    assert params["max_general_subject_terms"] == 4
+    assert params["stopwords"] is None
     assert params["default_route"] == "retrieve"
     assert params["chat_generator"] is None
     assert params["examples"] == gate.examples
@@ -81,12 +85,15 @@ def test_from_dict():
     gate = IntentGate(
         chat_generator=MockChatGenerator(responses='{"route": "direct", "intent": "chitchat"}'),
         default_intent="clarification",
+        max_general_subject_terms=1,
+        stopwords=["the", "of"],
         cache_dir="off",
     )
     data = gate.to_dict()
     restored = IntentGate.from_dict(data)
     assert isinstance(restored.chat_generator, MockChatGenerator)
     assert restored.default_intent == "clarification"
+    assert restored.max_general_subject_terms == 1 and restored.stopwords == ["the", "of"]
     assert restored.to_dict() == data
 
     minimal = IntentGate.from_dict({"type": "components.intent_gate.IntentGate", "init_parameters": {}})
@@ -136,10 +143,77 @@ def test_run_required_decisions(gate, query, route, intent):
         ("How do I call the Corvio API in Python?", "retrieve"),
         ("Does it support streaming?", "retrieve"),
         ("qwerty", "retrieve"),
+        ("What can you do?", "direct"),
+        ("Create a React component that shows our usage on a chart.", "refuse"),
+        ("Can you recommend a good movie for tonight?", "refuse"),
     ],
 )
 def test_run_routes(gate, query, route):
     assert route_of(gate, query)[0] == route
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "What is 2 + 2?",
+        "compute 17*3",
+        "what's 2^10",
+        "What is 1,000 + 2,500?",
+    ],
+)
+def test_run_whole_question_arithmetic_is_direct(gate, query):
+    route, state = route_of(gate, query)
+    assert route == "direct"
+    assert state["decision_tier"] == "regex"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "How would one write T(n) = 7n2 + 15n + 40 in big O notation?",
+        "What does error code 502-3 mean?",
+        "How many users does 2 + 2 factor authentication protect?",
+    ],
+)
+def test_run_digits_in_a_question_are_retrieved(gate, query):
+    assert route_of(gate, query)[0] == "retrieve"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "How did the final Song emperor die?",
+        "Who ruled the Song dynasty after 1127?",
+        "What was the weather like during the Black Death?",
+        "Which sports does ABC broadcast on weekends?",
+        "Where is the recipe collection of the Victoria and Albert Museum kept?",
+    ],
+)
+def test_run_topic_words_in_ordinary_questions_are_not_refused(gate, query):
+    route, state = route_of(gate, query)
+    assert route == "retrieve"
+    assert state["intent"] != "out_of_scope"
+
+
+@pytest.mark.parametrize(
+    ("query", "route"),
+    [
+        ("What is the capital of France?", "direct"),
+        ("Who wrote Romeo and Juliet?", "direct"),
+        ("What is big O notation?", "direct"),
+        ("Who was the first Byzantine mercenary to serve with the Normans?", "retrieve"),
+        ('Who wrote "On the Computational Complexity of Science"?', "retrieve"),
+        ("What percentage of the population of Warsaw was Jewish in 1897?", "retrieve"),
+    ],
+)
+def test_run_general_knowledge_only_for_short_questions(gate, query, route):
+    assert route_of(gate, query)[0] == route
+
+
+def test_run_general_subject_limit_from_yaml():
+    strict = IntentGate(max_general_subject_terms=0, cache_dir="off")
+    assert route_of(strict, "What is the capital of France?")[0] == "retrieve"
+    assert route_of(strict, "How do I reverse a list in Python?")[0] == "direct"  # the pattern covers it all
 
 
 @pytest.mark.parametrize(
