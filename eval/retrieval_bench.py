@@ -444,12 +444,3 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"bare embedder: {embedder['docs_per_s']} docs/s on {embedder['texts']} of the same texts "
                      f"(no pipeline, no cache)")
     return "\n".join(lines)
-
-
-def write_report(report: dict[str, Any], path: str | Path) -> Path:
-    """Write the report as JSON (creating the folder)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return target
-

@@ -102,10 +102,13 @@ def test_run_removes_invalid_citations(verifier):
     assert f"{VERBATIM_1} [S1]" in out["answer"]
     assert f"{VERBATIM_2} [S2]" in out["answer"]
     actions = out["validation"]["guardrail_actions"]
-    assert actions == ["removed_invalid_citation:S9", "removed_invalid_citation:S7"]
+    assert actions == ["removed_invalid_citation:S9", "removed_invalid_citation:S7",
+                       "removed_unsupported_sentence:Extra claim about keys here."]
     assert [c["id"] for c in out["citations"]] == ["S1", "S2"]
-    # The sentence that lost its only marker is now an unsupported claim (never connective text, however short).
+    # The sentence that lost its only marker is now an unsupported claim (never connective text, however short),
+    # and is removed from the answer.
     assert "Extra claim about keys here." in out["validation"]["unsupported_sentences"]
+    assert out["answer"] == f"{VERBATIM_1} [S1] {VERBATIM_2} [S2]"
 
 
 def test_run_verbatim_sentences_are_supported(verifier):
@@ -290,3 +293,133 @@ def test_run_after_assembler_and_extractive_answerer(verifier):
     assert out["citations"][0]["id"] == "S1"
     assert out["citations"][0]["url"] == "https://docs.example.com/security/api-keys#rotating-a-key"
     assert out["path"][-3:] == ["assemble_context", "generate_extractive", "verify_citations"]
+
+
+EXPIRY = passage(
+    "## Expiry\n\nAPI keys expire after 90 days. Audit logs are always enabled on the Business plan. "
+    "Single sign-on is included in the Enterprise plan. Usage rises when a key is rotated.",
+    "S3",
+    section="Expiry",
+    section_id="expiry",
+)
+
+
+def test_init_contradiction_parameters():
+    component = CitationVerifier()
+    assert component.detect_contradictions is True
+    assert component.remove_unsupported is True
+    assert component.negation_cues is None and component.antonyms is None
+    assert component.alignment_top_k == 1 and component.cue_window == 5
+    assert component.fallback_message
+
+
+def test_to_dict_from_dict_contradiction_parameters():
+    original = CitationVerifier(negation_cues=["not", "never"], antonyms=[[["on"], ["off"]]], cue_window=3,
+                                alignment_top_k=2, remove_unsupported=False, fallback_message="Nothing found.")
+    params = original.to_dict()["init_parameters"]
+    assert params["negation_cues"] == ["not", "never"]
+    assert params["antonyms"] == [[["on"], ["off"]]]
+    assert params["remove_unsupported"] is False and params["fallback_message"] == "Nothing found."
+    restored = CitationVerifier.from_dict(original.to_dict())
+    assert restored.to_dict() == original.to_dict()
+
+
+def cues_of(out: dict) -> list[list[str]]:
+    return [s["cues"] for s in out["support"]["scores"]]
+
+
+def test_run_negation_is_contradiction(verifier):
+    out = verify(verifier, "API keys do not expire after 90 days. [S3]", passages=[EXPIRY])
+    score = out["support"]["scores"][0]
+    assert score["score"] > 0.9  # as similar as a paraphrase ...
+    assert score["contradicted"] and score["cues"] == ["negation:not"]  # ... but contradicted
+    assert score["supported"] is False
+    contracted = verify(verifier, "API keys don't expire after 90 days. [S3]", passages=[EXPIRY])
+    assert cues_of(contracted) == [["negation:n't"]]
+    # A negation that bears on nothing the evidence says is not a flip.
+    out = verify(verifier, "API keys expire after 90 days, not counting paused periods. [S3]", passages=[EXPIRY])
+    assert cues_of(out) == [[]]
+
+
+def test_run_number_mismatch_is_contradiction(verifier):
+    out = verify(verifier, "The old key keeps working for 48 hours. [S1]")
+    assert cues_of(out) == [["number:48 hour"]]
+    assert out["support"]["scores"][0]["supported"] is False
+    assert cues_of(verify(verifier, "The old key keeps working for 24 hours. [S1]")) == [[]]
+
+
+def test_run_antonym_is_contradiction(verifier):
+    out = verify(verifier, "Single sign-on is excluded from the Enterprise plan. [S3]", passages=[EXPIRY])
+    assert cues_of(out) == [["antonym:excluded/included"]]
+    never = verify(verifier, "Audit logs are never enabled on the Business plan. [S3]", passages=[EXPIRY])
+    assert cues_of(never) == [["negation:never"]]  # "never" counts once, as a negation of "always"
+    assert cues_of(verify(verifier, "Usage drops when a key is rotated. [S3]", passages=[EXPIRY]))[0]
+    # Two flips cancel: "does not decrease" agrees with "rises".
+    assert cues_of(verify(verifier, "Usage does not decrease when a key is rotated. [S3]", passages=[EXPIRY])) == [[]]
+
+
+def test_run_custom_cue_lists():
+    component = CitationVerifier(cache_dir="off", negation_cues=["hardly"], antonyms=[[["on"], ["off"]]])
+    evidence = passage("Backups are on by default for every workspace.", "S1")
+    assert cues_of(verify(component, "Backups are off by default for every workspace. [S1]", passages=[evidence]))[0]
+    assert cues_of(verify(component, "Backups are hardly on by default for every workspace. [S1]",
+                          passages=[evidence])) == [["negation:hardly"]]
+    assert cues_of(verify(component, "Backups are not on by default for every workspace. [S1]",
+                          passages=[evidence])) == [[]]  # "not" is no longer a cue
+    off = CitationVerifier(cache_dir="off", detect_contradictions=False)
+    assert verify(off, "API keys do not expire after 90 days. [S3]", passages=[EXPIRY])["support"]["supported"]
+
+
+def test_run_contradicted_sentence_removed_with_its_citation(verifier):
+    answer = f"{VERBATIM_2} [S2] API keys never expire. [S3, S2]\n\n{VERBATIM_1} [S1]"
+    out = verify(verifier, answer, passages=PASSAGES + [EXPIRY])
+    assert out["answer"] == f"{VERBATIM_2} [S2]\n\n{VERBATIM_1} [S1]"
+    assert out["status"] == "partial"
+    assert [c["id"] for c in out["citations"]] == ["S2", "S1"]  # S3 is gone, S2 is still used
+    assert out["validation"]["unsupported_sentences"] == ["API keys never expire."]
+    assert out["validation"]["guardrail_actions"] == ["removed_contradicted_sentence:API keys never expire."]
+    assert out["support"]["supported_ratio"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_run_unsupported_list_item_removed(verifier):
+    answer = f"To rotate an API key: [S1]\n\n1. Open **Settings** and select **API keys**. [S1]\n2. {FABRICATED} [S2]"
+    out = verify(verifier, answer)
+    assert out["answer"] == "To rotate an API key: [S1]\n\n1. Open **Settings** and select **API keys**. [S1]"
+    assert [c["id"] for c in out["citations"]] == ["S1"]
+    assert out["validation"]["guardrail_actions"] == [f"removed_unsupported_sentence:2. {FABRICATED}"]
+    assert out["status"] == "partial"
+
+
+def test_run_all_removed_becomes_fallback(verifier):
+    out = verify(verifier, f"API keys do not expire. [S3] {FABRICATED} [S1]", passages=PASSAGES + [EXPIRY])
+    assert out["status"] == "fallback"
+    assert out["answer"] == verifier.fallback_message
+    assert out["citations"] == []
+    assert out["validation"]["unsupported_sentences"] == ["API keys do not expire.", FABRICATED]
+    assert out["validation"]["guardrail_actions"] == [
+        "removed_contradicted_sentence:API keys do not expire.",
+        f"removed_unsupported_sentence:{FABRICATED}",
+        "fallback:no_supported_sentence",
+    ]
+    custom = CitationVerifier(cache_dir="off", fallback_message="No supported answer.")
+    assert verify(custom, f"{FABRICATED} [S1]")["answer"] == "No supported answer."
+
+
+def test_run_keep_unsupported_when_configured():
+    component = CitationVerifier(cache_dir="off", remove_unsupported=False)
+    out = verify(component, f"{VERBATIM_1} [S1] API keys do not expire after 90 days. [S3]",
+                 passages=PASSAGES + [EXPIRY])
+    assert "API keys do not expire after 90 days. [S3]" in out["answer"]
+    assert out["status"] == "success"
+    assert [c["id"] for c in out["citations"]] == ["S1", "S3"]
+    assert out["validation"]["unsupported_sentences"] == ["API keys do not expire after 90 days."]
+    assert out["validation"]["guardrail_actions"] == []
+
+
+def test_run_supported_paraphrase_kept(verifier):
+    answer = "Rotate API keys every 90 days, or right away when someone with access leaves. [S1]"
+    out = verify(verifier, answer)
+    assert out["answer"] == answer
+    assert out["status"] == "success"
+    assert out["support"]["scores"][0]["supported"] and not out["support"]["scores"][0]["contradicted"]
+    assert [c["id"] for c in out["citations"]] == ["S1"]
