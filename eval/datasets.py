@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -823,7 +824,8 @@ def _squad_paragraphs(data: Any, path: Path) -> list[tuple[CorpusDocument, list[
                     gold_kb=SQUAD_KB,
                     gold_route="retrieve",
                     answerable=not impossible,
-                    tags=["single-turn", _tag("answerability", "unanswerable" if impossible else "answerable")],
+                    tags=["single-turn", _tag("answerability", "unanswerable" if impossible else "answerable"),
+                          _tag("article", title)],
                 ))
             paragraphs.append((document, cases))
     return paragraphs
@@ -850,7 +852,64 @@ def _interleaved(cases: list[EvalCase]) -> list[EvalCase]:
     return mixed + answerable[shorter:] + unanswerable[shorter:]
 
 
-def load_squad2(path: str | Path, limit: int | None = None) -> EvalSet:
+SQUAD_ARTICLE_SPLITS = ("all", "tune", "report")
+
+
+def squad_articles(titles: list[str], split: str) -> list[str]:
+    """
+    The articles of a split, in file order: `tune` takes the 1st, 3rd, 5th... article, `report` the 2nd, 4th...,
+    `all` every one. Answerability is tuned on `tune` and reported on `report`.
+
+    :param titles: The article titles in file order.
+    :param split: `all`, `tune` or `report`.
+    :returns: The titles of the split.
+    :raises ValueError: On an unknown split.
+    """
+    if split not in SQUAD_ARTICLE_SPLITS:
+        raise ValueError(f"Unknown SQuAD article split '{split}'; use one of {', '.join(SQUAD_ARTICLE_SPLITS)}.")
+    if split == "all":
+        return list(titles)
+    return [title for i, title in enumerate(titles) if i % 2 == (0 if split == "tune" else 1)]
+
+
+def squad_sample(paragraphs: list[tuple[CorpusDocument, list[EvalCase]]], size: int, *, articles: str = "all",
+                 seed: int = 0) -> list[EvalCase]:
+    """
+    A seeded sample of `size` questions, half unanswerable, spread evenly over the articles of a split.
+
+    Within each article the answerable and the unanswerable questions are shuffled (seeded); questions are then taken
+    in turns, one article after another, alternating answerable and unanswerable, until `size` is reached (an article
+    that runs out of one kind is skipped for that kind).
+
+    :param paragraphs: The paragraphs and their questions (`_squad_paragraphs`).
+    :param size: How many questions.
+    :param articles: The article split (`squad_articles`).
+    :param seed: The shuffle seed.
+    :returns: The sampled cases, in sampling order.
+    """
+    if size < 2:
+        raise ValueError(f"The SQuAD sample needs at least 2 questions, got {size}.")
+    by_article: dict[str, list[EvalCase]] = defaultdict(list)
+    for document, cases in paragraphs:
+        by_article[document.title].extend(cases)
+    chosen_titles = squad_articles(list(by_article), articles)
+    pools: dict[bool, list[list[EvalCase]]] = {True: [], False: []}
+    for title in chosen_titles:
+        for answerable in (True, False):
+            pool = sorted((c for c in by_article[title] if c.answerable == answerable), key=lambda c: c.id)
+            random.Random(f"{seed}:{title}:{answerable}").shuffle(pool)
+            pools[answerable].append(pool)
+    position = {case.id: i for i, title in enumerate(chosen_titles) for case in by_article[title]}
+    picked: list[EvalCase] = []
+    quotas = {False: size // 2, True: size - size // 2}
+    for answerable, quota in quotas.items():
+        turns = [case for round_ in _rounds(pools[answerable]) for case in round_]
+        picked.extend(turns[:quota])
+    return sorted(picked, key=lambda c: (position[c.id], c.id))
+
+
+def load_squad2(path: str | Path, limit: int | None = None, *, sample: int | None = None, articles: str = "all",
+                seed: int = 0) -> EvalSet:
     """
     Load SQuAD 2.0 (`dev-v2.0.json`): every paragraph is a document of one knowledge base, `squad`; every question
     a case whose gold source and context are its paragraph, gold answer the first answer text, and answerable
@@ -861,8 +920,14 @@ def load_squad2(path: str | Path, limit: int | None = None) -> EvalSet:
     unanswerable, so both kinds are present whenever `limit` >= 2. The corpus then holds only the selected
     paragraphs, which keeps a quick run's ingestion small.
 
+    With `sample`, the questions are `squad_sample` of the `articles` split (half unanswerable, evenly over the
+    articles, seeded) and the corpus holds every paragraph of every article, so retrieval searches all of them.
+
     :param path: The JSON file.
     :param limit: At most this many cases.
+    :param sample: Sample this many questions instead (overrides `limit`).
+    :param articles: With `sample`: `all`, `tune` or `report` articles (`squad_articles`).
+    :param seed: With `sample`: the sampling seed.
     :returns: The set.
     :raises EvalSetError: If the file is missing or malformed.
     """
@@ -874,6 +939,18 @@ def load_squad2(path: str | Path, limit: int | None = None) -> EvalSet:
     except json.JSONDecodeError as error:
         raise EvalSetError(f"{path}: is not valid JSON: {error}.") from error
     paragraphs = _squad_paragraphs(data, path)
+    if sample is not None:
+        return EvalSet(
+            name="squad2",
+            version=file_version(path),
+            cases=squad_sample(paragraphs, sample, articles=articles, seed=seed),
+            corpus=[document for document, _ in paragraphs],
+            knowledge_bases=corpus_knowledge_bases(
+                [document for document, _ in paragraphs],
+                {SQUAD_KB: "Wikipedia paragraphs (SQuAD 2.0) on: "
+                           + ", ".join(dict.fromkeys(document.title for document, _ in paragraphs)) + "."},
+            ),
+        )
     if limit is not None and limit < 1:
         raise ValueError(f"'limit' must be at least 1, got {limit}.")
     if limit is not None and limit < sum(len(cases) for _, cases in paragraphs):
@@ -960,13 +1037,14 @@ def available_sets() -> list[SetInfo]:
     return infos
 
 
-def load_set(name: str, *, path: str | Path | None = None, limit: int | None = None) -> EvalSet:
+def load_set(name: str, *, path: str | Path | None = None, limit: int | None = None, **options: Any) -> EvalSet:
     """
     Load a registered set by name.
 
     :param name: `golden`, `mtrag_un` or `squad2`.
     :param path: Another file or folder than the default one.
     :param limit: A deterministic slice of at most this many cases (see each loader).
+    :param options: Loader-specific options (squad2: `sample`, `articles`, `seed`).
     :returns: The set.
     :raises ValueError: If the name is unknown.
     :raises DatasetNotPresent: If the set's data is not on this machine.
@@ -979,4 +1057,4 @@ def load_set(name: str, *, path: str | Path | None = None, limit: int | None = N
     reason = _missing(registered, target)
     if reason is not None:
         raise DatasetNotPresent(name, reason)
-    return registered.loader(target, limit=limit)
+    return registered.loader(target, limit=limit, **options)

@@ -365,7 +365,46 @@ def abstention(records: list[dict[str, Any]]) -> dict[str, Any]:
         gold = not _gold(record).get("answerable", True)
         counts[("t" if predicted == gold else "f") + ("p" if predicted else "n")] += 1
     tp, fp, fn, tn = counts["tp"], counts["fp"], counts["fn"], counts["tn"]
-    return {"precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn), "tp": tp, "fp": fp, "fn": fn, "tn": tn}
+    return {"precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn),
+            "false_abstention_rate": _ratio(fp, fp + tn), "tp": tp, "fp": fp, "fn": fn, "tn": tn}
+
+
+def _normalised(text: str) -> str:
+    return " ".join(re.findall(r"\w+", (text or "").lower()))
+
+
+def first_sentence(answer: str) -> str:
+    """The first sentence (or list item) of an answer, without citation markers."""
+    units = [u for u in split_units(answer or "") if u.kind in ("sentence", "item")]
+    return strip_markers(units[0].text) if units else strip_markers(answer or "")
+
+
+def answer_quality(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """
+    How answers read, over the answerable cases with a gold answer and over every answered case.
+
+    :returns: `first_sentence_hit` (share of answerable cases whose answer's first sentence contains the gold answer,
+        compared as lower-cased words; an abstention counts as a miss), `answered` (share of those cases answered)
+        and `words_p50` (median words of answered responses, markers excluded), with their counts.
+    """
+    hits = answered = gold_cases = 0
+    lengths = []
+    for record in records:
+        response = _response(record)
+        answer = str(response.get("answer") or "")
+        is_answered = not abstained(response)
+        if is_answered:
+            lengths.append(len(strip_markers(answer).split()))
+        gold = _gold(record)
+        if not gold.get("answerable", True) or not gold.get("answer"):
+            continue
+        gold_cases += 1
+        if is_answered:
+            answered += 1
+            if _normalised(gold["answer"]) in _normalised(first_sentence(answer)):
+                hits += 1
+    return {"first_sentence_hit": _ratio(hits, gold_cases), "answered": _ratio(answered, gold_cases),
+            "words_p50": percentile(lengths, 0.5) if lengths else None, "n": gold_cases, "answered_n": len(lengths)}
 
 
 def citation_problems(record: dict[str, Any]) -> list[str]:
@@ -498,7 +537,7 @@ def gatehouse_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     Gatehouse's own metrics over the records of one set.
 
     :returns: `intent_accuracy`, `intent_confusion`, `routing_accuracy`, `routing_confusion`, `abstention`,
-        `retries`, `invented_citation_share`, `invented_citations` (offending cases), `supported_sentence_share`,
+        `answer_quality`, `retries`, `invented_citation_share`, `invented_citations` (offending cases), `supported_sentence_share`,
         `guardrail_actions`, `status_counts`, `latency_ms`.
     """
     intent, intent_matrix = intent_accuracy(records)
@@ -510,6 +549,7 @@ def gatehouse_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
         "routing_accuracy": routing,
         "routing_confusion": routing_matrix,
         "abstention": abstention(records),
+        "answer_quality": answer_quality(records),
         "retries": retries_histogram(records),
         "invented_citation_share": invented,
         "invented_citations": offenders,
@@ -565,7 +605,8 @@ def scalars(set_aggregate: dict[str, Any]) -> dict[str, float | None]:
     One number per metric of a set's aggregate, the names the thresholds and trends use.
 
     Ragas and judge metrics by their name (the mean) plus `nan_share.<name>` (failed / applicable judgements);
-    `intent_accuracy`, `routing_accuracy`, `abstention_precision`, `abstention_recall`, `invented_citation_share`,
+    `intent_accuracy`, `routing_accuracy`, `abstention_precision`, `abstention_recall`, `false_abstention_rate`,
+    `first_sentence_hit`, `answer_words_p50`, `invented_citation_share`,
     `supported_sentence_share`, `mean_attempts` (over the cases that retrieved), and `latency_p50_ms.<stage>` /
     `latency_p95_ms.<stage>`.
     None means not measurable in this run (no applicable case).
@@ -583,6 +624,10 @@ def scalars(set_aggregate: dict[str, Any]) -> dict[str, float | None]:
     if "abstention" in gatehouse:
         result["abstention_precision"] = gatehouse["abstention"]["precision"]
         result["abstention_recall"] = gatehouse["abstention"]["recall"]
+        result["false_abstention_rate"] = gatehouse["abstention"].get("false_abstention_rate")
+    if "answer_quality" in gatehouse:
+        result["first_sentence_hit"] = gatehouse["answer_quality"]["first_sentence_hit"]
+        result["answer_words_p50"] = gatehouse["answer_quality"]["words_p50"]
     if "retries" in gatehouse:
         retrieving = {int(k): v for k, v in gatehouse["retries"].items() if int(k) > 0}
         result["mean_attempts"] = _ratio(sum(k * v for k, v in retrieving.items()), sum(retrieving.values()))

@@ -47,6 +47,23 @@ class EvalOptions:
     reports_root: Path = DEFAULT_REPORTS
     pipeline: Path = field(default_factory=lambda: pipeline_path("ask"))
     progress: bool = True
+    squad_sample: int | None = None
+    squad_articles: str = "all"
+    seed: int = 0
+
+    def set_options(self, name: str) -> dict[str, Any]:
+        """Loader options of one set (only squad2 has any)."""
+        if name == "squad2" and self.squad_sample is not None:
+            return {"sample": self.squad_sample, "articles": self.squad_articles, "seed": self.seed}
+        return {}
+
+    def slice_label(self, name: str) -> str:
+        """How the set was sliced, appended to its dataset version so that runs are compared like with like."""
+        options = self.set_options(name)
+        if options:
+            return f"-sample{options['sample']}-{options['articles']}-seed{options['seed']}"
+        limit = _limit(self, name)
+        return f"-first{limit}" if limit else ""
 
 
 def set_pipeline(eval_set: EvalSet, pipeline: Path, work_dir: Path) -> Path:
@@ -129,6 +146,8 @@ def run_set(eval_set: EvalSet, pipeline_file: Path, *, progress: bool) -> list[d
 
 
 def _limit(options: EvalOptions, name: str) -> int | None:
+    if options.set_options(name):
+        return None
     if options.limit is not None:
         return options.limit
     return QUICK_LIMITS.get(name) if options.quick else None
@@ -153,12 +172,12 @@ def run_eval(options: EvalOptions) -> int:
     skipped: dict[str, str] = {}
     for name in options.sets:
         try:
-            eval_set = load_set(name, limit=_limit(options, name))
+            eval_set = load_set(name, limit=_limit(options, name), **options.set_options(name))
         except DatasetNotPresent as missing:
             skipped[name] = missing.reason
             print(f"skipping {name}: {missing.reason}")
             continue
-        versions[name] = eval_set.version + (f"-first{_limit(options, name)}" if _limit(options, name) else "")
+        versions[name] = eval_set.version + options.slice_label(name)
         records += run_set(eval_set, options.pipeline, progress=options.progress)
     if not records:
         print("nothing to evaluate: no set is present")

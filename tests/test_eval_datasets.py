@@ -484,10 +484,10 @@ def test_load_squad2_fixture_field_by_field():
         gold_kb="squad",
         gold_route="retrieve",
         answerable=True,
-        tags=["single-turn", "answerability:answerable"],
+        tags=["single-turn", "answerability:answerable", "article:steam-engine"],
     )
     assert impossible.answerable is False and impossible.gold_answer is None
-    assert impossible.tags == ["single-turn", "answerability:unanswerable"]
+    assert impossible.tags == ["single-turn", "answerability:unanswerable", "article:steam-engine"]
     assert [kb["name"] for kb in eval_set.knowledge_bases] == ["squad"]
     description = eval_set.knowledge_bases[0]["description"]
     assert description.startswith("Wikipedia paragraphs (SQuAD 2.0) on: Steam engine, Warsaw")
@@ -504,6 +504,27 @@ def test_load_squad2_limit_takes_whole_paragraphs_across_articles():
     assert [c.id for c in two.cases] == ["se-1", "se-2"] and {c.answerable for c in two.cases} == {True, False}
     with pytest.raises(ValueError, match="at least 1"):
         load_squad2(SQUAD, limit=0)
+
+
+def test_load_squad2_sample_is_even_over_the_articles_of_a_split_and_keeps_the_whole_corpus():
+    mixed = load_squad2(SQUAD, sample=4, seed=0)
+    assert [(c.id, c.answerable) for c in mixed.cases] == [("se-2", False), ("se-4", True), ("wa-1", True),
+                                                           ("wa-2", False)]
+    assert [c.id for c in load_squad2(SQUAD, sample=4, seed=0).cases] == [c.id for c in mixed.cases]
+    assert len(mixed.corpus) == 3  # every paragraph, not only the sampled questions' ones
+    # tune = the 1st, 3rd... article in file order, report = the 2nd, 4th...: the splits never share an article.
+    tune = load_squad2(SQUAD, sample=4, articles="tune", seed=0)
+    report = load_squad2(SQUAD, sample=4, articles="report", seed=0)
+    assert {c.id[:2] for c in tune.cases} == {"se"} and {c.id[:2] for c in report.cases} == {"wa"}
+    assert Counter(c.answerable for c in tune.cases) == {True: 2, False: 2}
+    # Warsaw has one question of each kind: the sample is smaller than asked rather than unbalanced.
+    assert Counter(c.answerable for c in report.cases) == {True: 1, False: 1}
+    assert {c.id for c in load_squad2(SQUAD, sample=4, articles="tune", seed=1).cases} <= {"se-1", "se-2", "se-3",
+                                                                                          "se-4", "se-5"}
+    with pytest.raises(ValueError, match="Unknown SQuAD article split 'odd'"):
+        load_squad2(SQUAD, sample=4, articles="odd")
+    with pytest.raises(ValueError, match="at least 2"):
+        load_squad2(SQUAD, sample=1)
 
 
 @pytest.mark.parametrize(
