@@ -72,6 +72,11 @@ class ExtractiveAnswerer:
       followed by its passage's marker such as `[S2]`. They appear in reading order: by passage (S1 first,
       which is also relevance order) and by position within the passage, which keeps steps in sequence and
       reads naturally; set `order="score"` to list the picks best first instead.
+    - When the answerability gate ran before it, its best candidate (`state["answer_candidates"][0]`, the sentence
+      judged to answer the question) is the first pick whatever its own score; further picks follow as above.
+    - `style` shapes the answer: `sentence` (the picks), `span` (only the gate's short answer phrase, e.g. a date
+      or an amount, with its marker; the sentence when the gate found none) or `passage` (each pick with the rest of
+      its paragraph). With `max_sentences: 1` the answer is the one sentence that answers.
     - If no candidate reaches `min_sentence_score` (or there are no passages) the answer is `no_answer_message`,
       with no markers, and the status is "fallback".
 
@@ -109,6 +114,8 @@ class ExtractiveAnswerer:
         max_list_items: int = 8,
         list_score_margin: float = 0.1,
         order: str = "passage",
+        style: str = "sentence",
+        use_answer_candidates: bool = True,
         no_answer_message: str = DEFAULT_NO_ANSWER_MESSAGE,
         embedding_model: str | None = None,
         cache_dir: str | None = None,
@@ -132,6 +139,12 @@ class ExtractiveAnswerer:
         :param list_score_margin: A list is taken whole only when its introduction or item scores within this
             margin of the best sentence; a weaker introduction is skipped and a weaker item is taken alone.
         :param order: "passage" (reading order: passage S1 first, then position) or "score" (best pick first).
+        :param style: "sentence" (the picked sentences), "span" (only the short answer span of the best sentence that
+            the answerability gate found, e.g. a date or a name; the sentence when it found none) or "passage" (each
+            picked sentence with the rest of its paragraph, for context).
+        :param use_answer_candidates: When the answerability gate ranked `state["answer_candidates"]`, its best
+            candidate is the first pick (it is the sentence judged to answer the question); more picks follow by
+            this component's own score.
         :param no_answer_message: The answer when no sentence reaches `min_sentence_score`.
         :param embedding_model: Embedding model; None uses the configured default.
         :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
@@ -142,6 +155,8 @@ class ExtractiveAnswerer:
             raise ValueError(f"max_sentences must be at least 1, got {max_sentences}")
         if order not in ("passage", "score"):
             raise ValueError(f"order must be 'passage' or 'score', got '{order}'")
+        if style not in ("span", "sentence", "passage"):
+            raise ValueError(f"style must be 'span', 'sentence' or 'passage', got '{style}'")
         self.max_sentences = max_sentences
         self.min_sentence_score = min_sentence_score
         self.min_relative_score = min_relative_score
@@ -154,6 +169,8 @@ class ExtractiveAnswerer:
         self.max_list_items = max_list_items
         self.list_score_margin = list_score_margin
         self.order = order
+        self.style = style
+        self.use_answer_candidates = use_answer_candidates
         self.no_answer_message = no_answer_message
         self.embedding_model = embedding_model
         self.cache_dir = cache_dir
@@ -188,6 +205,8 @@ class ExtractiveAnswerer:
             max_list_items=self.max_list_items,
             list_score_margin=self.list_score_margin,
             order=self.order,
+            style=self.style,
+            use_answer_candidates=self.use_answer_candidates,
             no_answer_message=self.no_answer_message,
             embedding_model=self.embedding_model,
             cache_dir=self.cache_dir,
@@ -210,14 +229,16 @@ class ExtractiveAnswerer:
         """
         Compose an extractive answer from `state["passages"]` for `state["query"]`.
 
-        :param state: The request state; reads `query` and `passages`.
+        :param state: The request state; reads `query`, `passages` and the answerability gate's `answer_candidates`.
         :returns:
             - `state`: the state with `answer`, `status` ("success" or "fallback") and `generator` ("extractive").
         """
         started = time.perf_counter()
         query = str(state.get("query") or "")
         passages = list(state.get("passages") or [])
-        answer = self._answer(query, passages) if query.strip() and passages else None
+        candidates = list(state.get("answer_candidates") or []) if self.use_answer_candidates else []
+        answer = self._answer(query, passages, candidates[0] if candidates else None) if query.strip() and passages \
+            else None
         new_state = advance(
             state,
             stage="generate",
@@ -230,7 +251,7 @@ class ExtractiveAnswerer:
         )
         return {"state": new_state}
 
-    def _answer(self, query: str, passages: list[Any]) -> str | None:
+    def _answer(self, query: str, passages: list[Any], best: dict[str, Any] | None) -> str | None:
         abbreviations = DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
         units_by_passage: list[list[Unit]] = []
         groups: list[_ListGroup] = []
@@ -279,8 +300,16 @@ class ExtractiveAnswerer:
         picks = 0
         ranked = sorted(candidates, key=lambda c: -c.score)
         floor = max(self.min_sentence_score, self.min_relative_score * ranked[0].score)
+        first = by_key.get((best.get("passage"), best.get("unit"))) if best else None
+        if first is not None and normalize_space(first.text) != normalize_space(str(best.get("text") or "")):
+            first = None  # the gate split the passage differently: rank by this component's own score
+        if first is not None:
+            if self.style == "span" and best.get("span"):
+                return f"{best['span']} [{first.source_id}]"
+            first.score = max(first.score, ranked[0].score)  # the sentence judged to answer leads
+            ranked = [first] + [c for c in ranked if c is not first]
         for candidate in ranked:
-            if picks >= self.max_sentences or candidate.score < floor:
+            if picks >= self.max_sentences or (candidate.score < floor and candidate is not first):
                 break
             key = (candidate.passage, candidate.unit)
             if key in picked:
@@ -306,6 +335,12 @@ class ExtractiveAnswerer:
 
         if not picked:
             return None
+        if self.style == "passage":
+            for key in list(picked):
+                block = units_by_passage[key[0]][key[1]].block
+                for u, unit in enumerate(units_by_passage[key[0]]):
+                    if unit.block == block and (key[0], u) in by_key:
+                        picked.setdefault((key[0], u), picked[key])
         if self.order == "score":
             ordered = sorted(picked, key=lambda k: (-picked[k], k))
         else:

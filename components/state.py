@@ -16,12 +16,18 @@ Keys (all optional unless noted):
 - `context` (str | None): caller-provided text for the constrained and hybrid modes.
 - `history` (list[dict]): earlier turns, `{"role": ..., "content": ...}`.
 - `intent` (str), `route` (str: `retrieve` | `direct` | `refuse`).
-- `kbs` (list[str]): the knowledge bases chosen by the router; `threshold` (float): their quality threshold.
+- `condensed_query` (str): the standalone question the condenser made of a follow-up.
+- `kbs` (list[str]): the knowledge bases chosen by the router; `threshold` (float): their quality threshold;
+  `route_scores` (dict[str, float]): the router's score per candidate KB; `route_evidence` (dict[str, float]): the
+  best document score per KB when the evidence tier searched; `route_reason` (str): which tier decided.
 - `filters` (dict): Haystack metadata filters for retrieval (always include the tenant).
 - `attempt` (int): retrieval attempt number, 0-based; `attempts` (list[dict]): `{"query", "score"}` per attempt.
 - `documents` (list[Document]): the retrieved documents of the latest attempt.
 - `quality_score` (float), `fallback` (bool): set by the quality gate.
 - `passages` (list[Document]): what the generator sees, each with `meta["source_id"]` like `"S1"`.
+- `answerability` (dict): the answerability gate's `score`, `threshold`, `missing_terms`, `missing_entities` and
+  `best` candidate with its signals; `answer_candidates` (list[dict]): the ranked candidate sentences
+  (`source_id`, `passage`, `unit`, `text`, `score`, `span`) the answerer starts from.
 - `answer` (str), `citations` (list[dict]), `status` (str), `error_message` (str | None).
 - `path` (list[str]): ordered steps taken, e.g. `start`, `route_to_faq`, `attempt_0_score_0.41`.
 - `latency_ms` (dict[str, float]): milliseconds per stage, summed when a stage runs more than once.

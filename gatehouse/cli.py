@@ -120,6 +120,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options = EvalOptions(
         sets=args.sets.split(",") if args.sets else list(DEFAULT_SETS), quick=args.quick, limit=args.limit,
         judge_repeats=args.judge_repeats, dry_run=args.dry_run, baseline=args.baseline, thresholds=args.thresholds,
+        squad_sample=args.squad_sample, squad_articles=args.squad_articles, seed=args.seed,
     )
     if args.reports:
         options.reports_root = Path(args.reports)
@@ -133,23 +134,49 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return calibrate(set_name=args.set, pipeline=args.pipeline, write=args.write, target_precision=args.precision)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """`gatehouse bench retrieval`: a BEIR dataset through the real index.yml and retrieve.yml, scored."""
-    from eval.retrieval_bench import DatasetError, format_table, run_benchmark, write_report
+def _bench(module: str, args: argparse.Namespace, **options: Any) -> int:
+    """Run `eval.<module>.run_benchmark(**options)`, print its table and write the JSON report to `--output`."""
+    import importlib
 
+    from eval.bench_files import write_json_report
+
+    bench = importlib.import_module(f"eval.{module}")
     try:
-        report = run_benchmark(
-            args.dataset, split=args.split, workdir=args.workdir, pipeline=args.pipeline, depth=args.depth,
-            reuse_index=args.reuse_index, max_docs=args.max_docs, max_queries=args.max_queries,
-            embedder_sample=args.embedder_sample, references=not args.no_references, progress=not args.quiet,
-        )
-    except (DatasetError, ValueError, FileNotFoundError) as error:
+        report = bench.run_benchmark(**options)
+    except (ValueError, FileNotFoundError) as error:  # DatasetError is a ValueError
         print(f"gatehouse: {error}", file=sys.stderr)
         return 2
-    print(format_table(report))
-    if args.output:
-        print(f"report: {write_report(report, args.output)}")
+    print(bench.format_table(report))
+    if getattr(args, "output", None):
+        print(f"report: {write_json_report(report, args.output)}")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`gatehouse bench retrieval`: a BEIR dataset through the real index.yml and retrieve.yml, scored."""
+    return _bench(
+        "retrieval_bench", args, dataset_dir=args.dataset, split=args.split, workdir=args.workdir, pipeline=args.pipeline,
+        depth=args.depth, reuse_index=args.reuse_index, max_docs=args.max_docs, max_queries=args.max_queries,
+        embedder_sample=args.embedder_sample, references=not args.no_references, progress=not args.quiet,
+    )
+
+
+def cmd_bench_claims(args: argparse.Namespace) -> int:
+    """`gatehouse bench claims`: the citation verifier of ask.yml on SciFact claims, judged supported per label."""
+    return _bench("claims_bench", args, dataset=args.dataset, split=args.split, pipeline=args.pipeline,
+                  max_claims=args.max_claims, progress=not args.quiet)
+
+
+def cmd_bench_answerability(args: argparse.Namespace) -> int:
+    """`gatehouse bench answerability`: the answerability gate of ask.yml on SQuAD 2.0 tune/report articles."""
+    return _bench("answerability_bench", args, dataset=args.dataset, pipeline=args.pipeline, sample=args.sample,
+                  seed=args.seed, top_k=args.top_k, fit_weights=args.fit,
+                  max_false_abstention=args.max_false_abstention, progress=not args.quiet)
+
+
+def cmd_bench_latency(args: argparse.Namespace) -> int:
+    """`gatehouse bench latency`: warm ask P50/P95 with and without the answer checks, in one run."""
+    return _bench("latency_bench", args, pipeline=args.pipeline, repeats=args.repeats, limit=args.limit)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--baseline", help="results.json to compare with instead of the previous run")
     evaluate.add_argument("--thresholds", help="regression thresholds (default eval/thresholds.yml)")
     evaluate.add_argument("--reports", help="reports folder (default eval/reports)")
+    evaluate.add_argument("--squad-sample", type=int, help="SQuAD 2.0: a seeded sample of N questions, half "
+                          "unanswerable, evenly over the articles, against all paragraphs")
+    evaluate.add_argument("--squad-articles", choices=["all", "tune", "report"], default="all",
+                          help="with --squad-sample: tune = 1st, 3rd, ... article; report = 2nd, 4th, ... (default all)")
+    evaluate.add_argument("--seed", type=int, default=0, help="with --squad-sample: the sampling seed (default 0)")
     evaluate.set_defaults(handler=cmd_eval)
 
     calibrate = commands.add_parser("calibrate", help="propose per-KB quality-gate thresholds from labelled data")
@@ -227,6 +259,34 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--no-references", action="store_true", help="skip the BM25 and dense-only references")
     retrieval.add_argument("--quiet", action="store_true", help="no progress bars")
     retrieval.set_defaults(handler=cmd_bench)
+    claims = benches.add_parser("claims", help="citation verifier on SciFact claims (supported / contradicted / unrelated)")
+    claims.add_argument("--dataset", help="SciFact folder (default: scifact under the shared data folder)")
+    claims.add_argument("--split", default="dev", choices=["dev", "train"], help="claims split (default dev; tune on train)")
+    claims.add_argument("--output", help="write the report as JSON to this file")
+    claims.add_argument("--pipeline", default="ask", help="pipeline name or YAML whose verifier is measured (default ask)")
+    claims.add_argument("--max-claims", type=int, help="only the first N claims of the split")
+    claims.add_argument("--quiet", action="store_true", help="no progress bar")
+    claims.set_defaults(handler=cmd_bench_claims)
+    answerability = benches.add_parser(
+        "answerability", help="answerability gate on SQuAD 2.0 (tune articles vs report articles; --fit fits on tune)")
+    answerability.add_argument("--dataset", help="SQuAD 2.0 dev JSON (default: under the shared data folder)")
+    answerability.add_argument("--pipeline", default="ask", help="pipeline name or YAML whose gate is measured")
+    answerability.add_argument("--sample", type=int, default=300, help="questions per split, half unanswerable")
+    answerability.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    answerability.add_argument("--top-k", type=int, default=5, help="BM25 paragraphs per question (default 5)")
+    answerability.add_argument("--fit", action="store_true", help="fit weights, bias and threshold on tune")
+    answerability.add_argument("--max-false-abstention", type=float, default=0.15,
+                               help="with --fit: largest false abstention rate on tune (default 0.15)")
+    answerability.add_argument("--output", help="write the report as JSON to this file")
+    answerability.add_argument("--quiet", action="store_true", help="no progress bar")
+    answerability.set_defaults(handler=cmd_bench_answerability)
+    latency = benches.add_parser(
+        "latency", help="warm ask latency beside the same pipeline without answerability, evidence routing and "
+                        "contradiction checks")
+    latency.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")
+    latency.add_argument("--repeats", type=int, default=1, help="times each question is asked (default 1)")
+    latency.add_argument("--limit", type=int, help="at most this many golden questions")
+    latency.set_defaults(handler=cmd_bench_latency)
     return parser
 
 

@@ -100,6 +100,10 @@ def test_init():
         ExtractiveAnswerer(max_sentences=0)
     with pytest.raises(ValueError):
         ExtractiveAnswerer(order="random")
+    assert component.style == "sentence"
+    assert component.use_answer_candidates is True
+    with pytest.raises(ValueError, match="style"):
+        ExtractiveAnswerer(style="essay")
 
 
 def test_to_dict():
@@ -114,10 +118,11 @@ def test_to_dict():
 
 
 def test_from_dict():
-    original = ExtractiveAnswerer(max_list_items=4, order="score", cache_dir="off")
+    original = ExtractiveAnswerer(max_list_items=4, order="score", style="span", cache_dir="off")
     restored = ExtractiveAnswerer.from_dict(original.to_dict())
     assert restored.max_list_items == 4
     assert restored.order == "score"
+    assert restored.style == "span"
     assert restored.to_dict() == original.to_dict()
 
 
@@ -254,3 +259,58 @@ def test_run_does_not_mutate_input_state(answerer):
     assert state == snapshot
     assert out is not state
     assert "answer" not in state
+
+
+def gate_candidate(passage_index: int, text: str, span: str | None = None) -> dict:
+    """The answerability gate's best candidate for PASSAGES, as it puts it in the state."""
+    from components.text import split_units
+
+    units = split_units(PASSAGES[passage_index].content)
+    unit = next(i for i, u in enumerate(units) if normalize_space(strip_markers(u.text)) == text)
+    return {"source_id": f"S{passage_index + 1}", "passage": passage_index, "unit": unit, "text": text,
+            "score": 0.9, "span": span}
+
+
+def test_run_the_gates_best_candidate_leads_the_answer(answerer):
+    best = gate_candidate(0, "The old key keeps working for 24 hours so that clients can switch over without downtime.")
+    state = new_state("How long does the old key keep working?", passages=PASSAGES, answer_candidates=[best])
+    answer = answerer.run(state=state)["state"]["answer"]
+    assert answer_sentences(answer)[0] == (best["text"], ["S1"])
+    assert_verbatim(answer, PASSAGES)
+
+
+def test_run_style_sentence_with_one_sentence_answers_concisely():
+    component = ExtractiveAnswerer(max_sentences=1, cache_dir="off")
+    best = gate_candidate(1, "A read-only key cannot create or delete resources.")
+    state = new_state("Can a read-only key delete resources?", passages=PASSAGES, answer_candidates=[best])
+    assert component.run(state=state)["state"]["answer"] == f"{best['text']} [S2]"
+
+
+def test_run_style_span_answers_with_the_phrase_and_falls_back_to_the_sentence():
+    component = ExtractiveAnswerer(style="span", max_sentences=1, cache_dir="off")
+    text = "The old key keeps working for 24 hours so that clients can switch over without downtime."
+    with_span = new_state("How long does the old key keep working?", passages=PASSAGES,
+                          answer_candidates=[gate_candidate(0, text, span="24 hours")])
+    assert component.run(state=with_span)["state"]["answer"] == "24 hours [S1]"
+    without = new_state("How long does the old key keep working?", passages=PASSAGES,
+                        answer_candidates=[gate_candidate(0, text)])
+    assert component.run(state=without)["state"]["answer"] == f"{text} [S1]"
+
+
+def test_run_style_passage_adds_the_rest_of_the_paragraph():
+    component = ExtractiveAnswerer(style="passage", max_sentences=1, cache_dir="off")
+    best = gate_candidate(1, "A read-only key cannot create or delete resources.")
+    state = new_state("Can a read-only key delete resources?", passages=PASSAGES, answer_candidates=[best])
+    answer = component.run(state=state)["state"]["answer"]
+    texts = [text for text, _ in answer_sentences(answer)]
+    assert texts[0].startswith("Each API key carries scopes")
+    assert best["text"] in texts and len(texts) == 3
+    assert_verbatim(answer, PASSAGES)
+
+
+def test_run_ignores_a_candidate_that_does_not_match_the_passage(answerer):
+    stale = {"source_id": "S1", "passage": 0, "unit": 1, "text": "Something else entirely.", "score": 0.9}
+    state = new_state("How do I rotate an API key?", passages=PASSAGES, answer_candidates=[stale])
+    answer = answerer.run(state=state)["state"]["answer"]
+    assert "Something else" not in answer
+    assert_verbatim(answer, PASSAGES)

@@ -1,0 +1,53 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eval.answerability_bench import _auc, choose_threshold, format_table, run_benchmark
+from eval.latency_bench import without_answer_checks
+from gatehouse.pipelines import load_pipeline, pipeline_path
+
+SQUAD = Path(__file__).parent / "fixtures" / "eval" / "squad2_cs224n" / "dev-v2.0.json"
+
+
+def test_auc_and_threshold_choice():
+    assert _auc([0.9, 0.8], [0.1, 0.2]) == 1.0
+    assert _auc([0.5], [0.5]) == 0.5
+    assert _auc([0.1], [0.9, 0.8]) == 0.0
+    assert _auc([], [0.1]) is None
+    rows = [{"answerable": True, "best": b} for b in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
+    rows.append({"answerable": False, "best": 0.05})
+    assert choose_threshold(rows, 0.0) == 0.1  # abstain on nothing answerable
+    assert choose_threshold(rows, 0.2) == 0.3  # two of ten answerable may fall below
+    with pytest.raises(ValueError, match="No answerable"):
+        choose_threshold([{"answerable": False, "best": 0.1}], 0.1)
+
+
+def test_run_benchmark_tunes_and_reports_on_different_articles():
+    report = run_benchmark(SQUAD, sample=4, fit_weights=True, progress=False)
+    configured, fitted = report["configured"]["splits"], report["fitted"]["splits"]
+    # The fixture's tune split is its first article (4 questions), report its second (one of each kind).
+    assert configured["tune"]["questions"] == 4 and configured["report"]["questions"] == 2
+    for figures in (*configured.values(), *fitted.values()):
+        assert figures["gold_retrieved"] == 1.0  # three paragraphs, top 5: the gold one is always there
+        assert 0.0 <= figures["false_abstention_rate"] <= 1.0
+    assert set(report["fitted"]["weights"]) >= {"coverage", "cosine", "type_missing"}
+    # The fitted threshold keeps false abstention on tune within the limit.
+    assert fitted["tune"]["false_abstention_rate"] <= report["fitted"]["max_false_abstention"]
+    table = format_table(report)
+    assert "| tune | 4 |" in table and "| report | 2 |" in table and "threshold:" in table
+
+
+def test_latency_baseline_leaves_out_the_answer_checks_and_still_loads(tmp_path):
+    spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
+    baseline = without_answer_checks(spec)
+    assert "answerability" not in baseline["components"] and "answerability" in spec["components"]
+    assert {"sender": "assembler.passages", "receiver": "generator.state"} in baseline["connections"]
+    assert not any("answerability" in c["sender"] + c["receiver"] for c in baseline["connections"])
+    assert baseline["components"]["router"]["init_parameters"]["evidence"] == {"enabled": False}
+    assert baseline["components"]["verifier"]["init_parameters"]["detect_contradictions"] is False
+    path = tmp_path / "baseline.yml"
+    path.write_text(yaml.safe_dump(baseline))
+    assert "answerability" not in dict(load_pipeline(path).walk())
+    with pytest.raises(ValueError, match="no 'answerability'"):
+        without_answer_checks(baseline)

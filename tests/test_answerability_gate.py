@@ -1,0 +1,202 @@
+from copy import deepcopy
+
+import pytest
+from haystack import Document
+from haystack.components.generators.chat import OpenAIChatGenerator
+
+from components.answerability_gate import DEFAULT_BIAS, DEFAULT_THRESHOLD, DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
+from components.state import new_state
+
+PASSAGES = [
+    Document(
+        content=(
+            "## Expiry\n\nAPI keys expire after 90 days. You can rotate a key at any time from Settings > API keys. "
+            "Only owners and admins can create keys."
+        ),
+        meta={"source_id": "S1", "title": "API keys", "section": "Expiry", "kb": "faq"},
+    ),
+    Document(
+        content="The Team plan costs $49 per user per month. The Business plan costs $99 per user per month.",
+        meta={"source_id": "S2", "title": "Pricing", "section": "Plans", "kb": "product"},
+    ),
+    Document(
+        content="The gateway was first released in 2021 by the platform team in Berlin.",
+        meta={"source_id": "S3", "title": "History", "kb": "product"},
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def gate():
+    gate = AnswerabilityGate()
+    gate.warm_up()
+    return gate
+
+
+def route(gate, question, passages=PASSAGES, **state):
+    out = gate.run(state=new_state(question, passages=passages, **state))
+    assert len(out) == 1
+    return next(iter(out.items()))
+
+
+def test_init():
+    gate = AnswerabilityGate()
+    assert gate.threshold == DEFAULT_THRESHOLD
+    assert gate.require_entities is True
+    assert gate.weights is None
+    assert gate.bias == DEFAULT_BIAS
+    assert gate.on_unanswerable == "fallback"
+    assert gate.max_candidates == 5
+    assert gate.chat_generator is None
+
+
+def test_init_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="Unknown answerability signals"):
+        AnswerabilityGate(weights={"topicality": 1.0})
+    with pytest.raises(ValueError, match="on_unanswerable"):
+        AnswerabilityGate(on_unanswerable="guess")
+    with pytest.raises(ValueError, match="threshold"):
+        AnswerabilityGate(threshold=1.5)
+    with pytest.raises(ValueError, match="pair"):
+        AnswerabilityGate(antonyms=[["hot", "cold", "warm"]])
+
+
+def test_to_dict():
+    data = AnswerabilityGate(threshold=0.4, weights={"coverage": 3.0}, bias=-2.0, on_unanswerable="partial",
+                             require_entities=False).to_dict()
+    assert data["type"] == "components.answerability_gate.AnswerabilityGate"
+    params = data["init_parameters"]
+    assert params["threshold"] == 0.4
+    assert params["weights"] == {"coverage": 3.0}
+    assert params["bias"] == -2.0
+    assert params["on_unanswerable"] == "partial"
+    assert params["require_entities"] is False
+    assert params["chat_generator"] is None
+
+
+def test_from_dict(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
+    original = AnswerabilityGate(weights={"cosine": 1.0}, antonyms=[["hot", "cold"]], chat_generator=generator)
+    data = original.to_dict()
+    restored = AnswerabilityGate.from_dict(deepcopy(data))
+    assert restored.to_dict() == data
+    assert isinstance(restored.chat_generator, OpenAIChatGenerator)
+    assert restored.score({"cosine": 1.0}) == pytest.approx(original.score({"cosine": 1.0}))
+
+
+def test_score_is_logistic():
+    gate = AnswerabilityGate(weights={"coverage": 2.0}, bias=-1.0)
+    assert gate.score({"coverage": 0.5}) == pytest.approx(0.5)
+    assert gate.score({"coverage": 1.0}) > 0.7 > 0.3 > gate.score({"coverage": 0.0})
+    assert set(SIGNALS) >= {"coverage", "type_missing", "negation_mismatch", "antonym"}
+
+
+def test_run_answerable_ranks_the_answering_sentence_first(gate):
+    name, state = route(gate, "How much does the Business plan cost?")
+    assert name == "answerable"
+    best = state["answer_candidates"][0]
+    assert best["source_id"] == "S2"
+    assert best["text"] == "The Business plan costs $99 per user per month."
+    assert best["span"] == "$99 per user per month"
+    assert state["path"][-1].startswith("answerable_")
+    assert state["answerability"]["score"] >= gate.threshold
+    assert state["answerability"]["missing_terms"] == []
+
+
+def test_run_on_topic_question_the_passages_do_not_answer(gate):
+    name, state = route(gate, "How much does the Platinum plan cost?")
+    assert name == "unanswerable"
+    assert state["status"] == "fallback"
+    assert state["answer"] == gate.fallback_message
+    assert state["passages"] == [] and state["citations"] == []
+    assert state["answerability"]["missing_terms"] == ["platinum"]
+    assert state["answerability"]["missing_entities"] == ["platinum"]
+    assert state["path"][-2].startswith("not_answerable_") and state["path"][-1] == "fallback"
+    assert any("platinum" in w for w in state["validation"]["confidence_warnings"])
+
+
+def test_run_wrong_answer_type_scores_lower(gate):
+    when = gate.candidates("When were API keys rotated from Settings?", PASSAGES)
+    assert when[0].signals["type_missing"] == 1.0  # no date in any sentence about rotating
+    dated = gate.candidates("When was the gateway first released?", PASSAGES)
+    assert dated[0].text.startswith("The gateway was first released in 2021")
+    assert dated[0].signals["type_missing"] == 0.0
+    assert gate.answer_span("date", dated[0].text, set(gate.question_terms("When was the gateway released?"))) == "2021"
+
+
+def test_run_number_and_entity_the_passages_never_state(gate):
+    candidates = gate.candidates("What did the platform team release in Munich?", PASSAGES)
+    assert candidates[0].signals["missing_entity"] == 1.0
+    candidates = gate.candidates("What did the platform team release in Berlin?", PASSAGES)
+    assert candidates[0].signals["missing_entity"] == 0.0
+    assert gate.missing_entities("What did the platform team release in Munich in 2019?", PASSAGES) == ["2019",
+                                                                                                       "munich"]
+    # require_entities: a name no passage states ends in fallback whatever the score; off, the score alone decides.
+    lenient = AnswerabilityGate(threshold=0.0, require_entities=False)
+    assert route(lenient, "What did the platform team release in Munich?")[0] == "answerable"
+    name, state = route(AnswerabilityGate(threshold=0.0), "What did the platform team release in Munich?")
+    assert name == "unanswerable"
+    assert any("no passage names munich" in w for w in state["validation"]["confidence_warnings"])
+
+
+def test_run_negation_and_antonym_lower_the_score(gate):
+    # The SQuAD fit leaves negation almost unweighted (+0.08); a deployment that wants it to count says so in YAML.
+    strict = AnswerabilityGate(weights={**DEFAULT_WEIGHTS, "negation_mismatch": -2.0})
+    plain = strict.candidates("When do API keys expire?", PASSAGES)[0]
+    negated = strict.candidates("When do API keys not expire?", PASSAGES)[0]
+    assert negated.signals["negation_mismatch"] == 1.0 and plain.signals["negation_mismatch"] == 0.0
+    assert negated.score < plain.score
+    first = gate.candidates("Where was the gateway last released?", PASSAGES)[0]
+    assert first.text.startswith("The gateway was first released")
+    assert first.signals["antonym"] == 1.0
+
+
+def test_run_partial_mode_answers_with_a_warning():
+    gate = AnswerabilityGate(on_unanswerable="partial")
+    name, state = route(gate, "How much does the Platinum plan cost?")
+    assert name == "answerable"
+    assert state["status"] == "partial"
+    assert state["answer_candidates"]
+    assert state["passages"] == PASSAGES
+
+
+def test_run_skips_a_fallback_and_empty_passages(gate):
+    name, state = route(gate, "Anything?", passages=[], status="fallback")
+    assert name == "answerable" and state["status"] == "fallback"
+    name, state = route(gate, "How much does the Team plan cost?", passages=[])
+    assert name == "unanswerable" and state["status"] == "fallback"
+
+
+def test_run_uses_the_condensed_question(gate):
+    name, state = route(gate, "and the Business one?", condensed_query="How much does the Business plan cost?")
+    assert name == "answerable"
+    assert state["answer_candidates"][0]["source_id"] == "S2"
+
+
+def test_run_does_not_mutate_input(gate):
+    state = new_state("How much does the Team plan cost?", passages=list(PASSAGES))
+    snapshot = deepcopy(state)
+    gate.run(state=state)
+    assert state == snapshot
+
+
+def test_run_llm_tier_failure_keeps_heuristic_and_warns(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
+    with_llm = AnswerabilityGate(chat_generator=generator)
+    name, state = route(with_llm, "How much does the Business plan cost?")
+    assert name == "answerable"
+    assert any("LLM tier unavailable" in w for w in state["validation"]["confidence_warnings"])
+    assert state["answerability"]["score"] == pytest.approx(
+        AnswerabilityGate().run(state=new_state("How much does the Business plan cost?", passages=PASSAGES))[
+            "answerable"]["answerability"]["score"])
+
+
+def test_run_heading_and_retrieval_score_signals(gate):
+    expiry = gate.candidates("What is the expiry of API keys?", PASSAGES)[0]
+    assert expiry.source_id == "S1" and expiry.signals["heading_coverage"] > 0  # the heading "Expiry"
+    assert expiry.signals["passage_score"] == 1.0  # no retrieval scores (a user's own context): all count fully
+    scored = [Document(content=d.content, meta=d.meta, score=s) for d, s in zip(PASSAGES, (2.0, 1.0, None))]
+    by_source = {c.source_id: c.signals["passage_score"] for c in gate.candidates("When do API keys expire?", scored)}
+    assert by_source == {"S1": 1.0, "S2": 0.5, "S3": 0.0}
