@@ -3,10 +3,15 @@
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from components.state import PUBLIC_TENANT
 from gatehouse import runtime
+
+if TYPE_CHECKING:
+    from gatehouse.knowledge_bases import KnowledgeBase, KnowledgeBaseCatalogue
 
 SAMPLE_QUESTION = "How do I rotate an API key?"
 
@@ -59,12 +64,54 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from haystack.core.errors import PipelineRuntimeError
 
     try:
-        summary = ingest(groups, force=args.force, progress=not args.json)
+        summary = ingest(groups, force=args.force, progress=not args.json, prune_missing=args.prune)
     except (ValueError, PipelineRuntimeError) as error:
         print(f"gatehouse: {error.__cause__ or error}", file=sys.stderr)
         return 2
     print(json.dumps(summary.as_dict(), indent=2) if args.json else format_summary(summary))
     return 1 if summary.failed and not summary.documents_written and not summary.skipped else 0
+
+
+def _catalogue() -> "KnowledgeBaseCatalogue":
+    """The knowledge bases of the stores `index.yml` writes to."""
+    from gatehouse.knowledge_bases import KnowledgeBaseCatalogue
+    from gatehouse.pipelines import load_pipeline
+
+    return KnowledgeBaseCatalogue.from_index_pipeline(load_pipeline("index"))
+
+
+def format_knowledge_bases(knowledge_bases: list["KnowledgeBase"]) -> str:
+    """A table of knowledge bases with their document and chunk counts."""
+    if not knowledge_bases:
+        return "no knowledge bases"
+    rows = [("tenant", "kb", "documents", "chunks")]
+    rows += [(kb.tenant, kb.kb, str(kb.documents), str(kb.chunks)) for kb in knowledge_bases]
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    return "\n".join(
+        f"{tenant:<{widths[0]}}  {kb:<{widths[1]}}  {documents:>{widths[2]}}  {chunks:>{widths[3]}}"
+        for tenant, kb, documents, chunks in rows
+    )
+
+
+def cmd_kb_list(args: argparse.Namespace) -> int:
+    """`gatehouse kb list`: the knowledge bases per tenant with their document and chunk counts."""
+    held = _catalogue().knowledge_bases(tenants=[args.tenant] if args.tenant else None)
+    print(json.dumps([asdict(kb) for kb in held], indent=2) if args.json else format_knowledge_bases(held))
+    return 0
+
+
+def cmd_kb_delete(args: argparse.Namespace) -> int:
+    """`gatehouse kb delete`: remove a knowledge base of one tenant from both stores."""
+    from gatehouse.knowledge_bases import KnowledgeBaseNotFoundError
+
+    try:
+        deleted = _catalogue().delete(kb=args.name, tenant=args.tenant)
+    except KnowledgeBaseNotFoundError as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
+    print(f"deleted knowledge base {deleted.kb} of tenant {deleted.tenant}: "
+          f"{deleted.documents} documents, {deleted.chunks} chunks")
+    return 0
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -190,7 +237,20 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--tenant", help="owning tenant (default: public)")
     ingest.add_argument("--force", action="store_true", help="rewrite unchanged files too")
     ingest.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ingest.add_argument("--prune", action="store_true",
+                        help="afterwards remove the ingested knowledge bases' documents whose source file is gone")
     ingest.set_defaults(handler=cmd_ingest)
+
+    kb = commands.add_parser("kb", help="list or delete knowledge bases")
+    kb_commands = kb.add_subparsers(dest="kb_command", required=True)
+    kb_list = kb_commands.add_parser("list", help="knowledge bases per tenant with document and chunk counts")
+    kb_list.add_argument("--tenant", help="only this tenant's knowledge bases (default: every tenant's)")
+    kb_list.add_argument("--json", action="store_true", help="print the list as JSON")
+    kb_list.set_defaults(handler=cmd_kb_list)
+    kb_delete = kb_commands.add_parser("delete", help="delete a knowledge base of one tenant from both stores")
+    kb_delete.add_argument("name", help="the knowledge base")
+    kb_delete.add_argument("--tenant", default=PUBLIC_TENANT, help=f"its tenant (default: {PUBLIC_TENANT})")
+    kb_delete.set_defaults(handler=cmd_kb_delete)
 
     ask = commands.add_parser("ask", help="ask a question")
     ask.add_argument("question")

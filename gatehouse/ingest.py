@@ -8,6 +8,8 @@ from typing import Any
 from tqdm import tqdm
 
 from components.settings import PROJECT_ROOT
+from components.state import PUBLIC_TENANT
+from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, StoredDocument
 from gatehouse.pipelines import load_pipeline
 
 SAMPLE_KB_DIR = PROJECT_ROOT / "kb"
@@ -33,6 +35,7 @@ class IngestSummary:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
     written: list[dict[str, Any]] = field(default_factory=list)
+    pruned: list[StoredDocument] | None = None  # None when pruning was not asked for
 
     def add(self, report: dict[str, Any]) -> None:
         """Merge one pipeline run's report."""
@@ -43,13 +46,16 @@ class IngestSummary:
         self.written.extend(report.get("written", []))
 
     def as_dict(self) -> dict[str, Any]:
-        """The summary as a JSON-serialisable dict."""
-        return {
+        """The summary as a JSON-serialisable dict (with the pruned document ids when pruning was asked for)."""
+        summary: dict[str, Any] = {
             "documents_written": self.documents_written,
             "chunks_written": self.chunks_written,
             "skipped": len(self.skipped),
             "failed": self.failed,
         }
+        if self.pruned is not None:
+            summary["pruned"] = [document.doc_id for document in self.pruned]
+        return summary
 
 
 def files_under(path: Path) -> list[Path]:
@@ -94,13 +100,38 @@ def path_groups(paths: list[str], kb: str, tenant: str | None) -> list[IngestGro
     return list(groups.values())
 
 
-def ingest(groups: list[IngestGroup], *, force: bool = False, progress: bool = True) -> IngestSummary:
+def prune(groups: list[IngestGroup], *, catalogue: KnowledgeBaseCatalogue) -> list[StoredDocument]:
+    """
+    Delete the documents whose source file is gone: those of the groups' (tenant, kb) pairs whose source names no
+    file under any root of that pair's groups.
+
+    :param groups: The ingested groups.
+    :param catalogue: The stores the groups were ingested into.
+    :returns: The deleted documents.
+    """
+    roots: dict[tuple[str, str], list[Path]] = defaultdict(list)
+    for group in groups:
+        roots[(group.tenant or PUBLIC_TENANT, group.kb)].append(group.root)
+    gone = [
+        document
+        for (tenant, kb), folders in roots.items()
+        for document in catalogue.documents(tenants=[tenant], kb=kb)
+        if not any((folder / document.source).is_file() for folder in folders)
+    ]
+    catalogue.delete_documents(gone)
+    return gone
+
+
+def ingest(
+    groups: list[IngestGroup], *, force: bool = False, progress: bool = True, prune_missing: bool = False
+) -> IngestSummary:
     """
     Run the index pipeline over the groups in batches, with a progress bar over files.
 
     :param groups: What to ingest.
     :param force: Rewrite unchanged files too.
     :param progress: Show a progress bar (on stderr).
+    :param prune_missing: Afterwards delete the groups' documents whose source file is gone (see `prune`).
     :returns: The summary.
     """
     pipeline = load_pipeline("index")
@@ -123,6 +154,8 @@ def ingest(groups: list[IngestGroup], *, force: bool = False, progress: bool = T
                 )
                 summary.add(result["writer"]["report"])
                 bar.update(len(batch))
+    if prune_missing:
+        summary.pruned = prune(groups, catalogue=KnowledgeBaseCatalogue.from_index_pipeline(pipeline))
     return summary
 
 
@@ -138,4 +171,7 @@ def format_summary(summary: IngestSummary) -> str:
     ]
     lines += [f"  {kb}: {chunks} chunks" for kb, chunks in sorted(by_kb.items())]
     lines += [f"  failed {item['source']}: {item['reason']}" for item in summary.failed]
+    if summary.pruned is not None:
+        lines.append(f"pruned: {len(summary.pruned)} documents")
+        lines += [f"  pruned {document.doc_id}" for document in summary.pruned]
     return "\n".join(lines)

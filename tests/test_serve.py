@@ -8,10 +8,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +18,7 @@ import yaml
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from openai import OpenAI
+from server_process import running_server
 
 from components.settings import PROJECT_ROOT
 
@@ -28,12 +27,6 @@ ACME_KEY = "acme-secret-for-tests"
 MAX_BODY = 1_000_000
 QUESTION = "How do I rotate an API key?"
 HOLIDAY = "# Holiday policy\n\nEmployees of Initech get 30 days of paid leave per year.\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _manifest(tmp: Path, *, keys: bool) -> Path:
@@ -72,24 +65,7 @@ def server(tmp_path_factory):
     """A keyed server with the sample knowledge bases uploaded over HTTP."""
     tmp = tmp_path_factory.mktemp("serve")
     manifest = _manifest(tmp, keys=True)
-    port = _free_port()
-    log = (tmp / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
-        env=_env(tmp), stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, (tmp / "server.log").read_text()
-            try:
-                if len(httpx.get(f"{url}/status", timeout=2).json()["pipelines"]) == 3:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start in 180 s"
-            time.sleep(0.5)
+    with running_server(manifest, env=_env(tmp), workdir=tmp, pipelines=3) as url:
         with httpx.Client(base_url=url, headers=_auth(ADMIN_KEY), timeout=120) as client:
             for kb in ("faq", "ops", "product"):
                 paths = sorted((PROJECT_ROOT / "kb" / kb).glob("*.md"))
@@ -98,10 +74,6 @@ def server(tmp_path_factory):
                 assert response.status_code == 200, response.text
                 assert response.json()["result"]["written"] == len(paths)
         yield {"url": url, "tmp": tmp, "manifest": manifest}
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 @pytest.fixture
@@ -163,7 +135,10 @@ def test_a_key_cannot_name_a_tenant_it_does_not_hold(server):
         own = acme.post("/ask/run", json={"query": QUESTION})
         assert own.status_code == 200
         assert own.json()["result"]["metadata"]["tenant"] == "acme"
-        assert own.json()["result"]["citations"] == []          # acme has no documents; public ones stay hidden
+        # acme has no documents of its own: it reads the public documentation (include_public), never initech's.
+        citations = own.json()["result"]["citations"]
+        assert citations and {c["kb"] for c in citations} <= {"faq", "ops", "product"}
+        assert all(c["source"] != "holiday.md" for c in citations)
         assert acme.post("/deploy_files", json={"name": "ask", "files": {}}).status_code == 403
 
 
@@ -294,26 +269,28 @@ def test_editing_the_yaml_and_redeploying_changes_what_is_served(server, admin):
                         data={"kb": "hr", "tenant": "initech"})
     assert upload.status_code == 200
     question = {"query": "How many days of paid leave do Initech employees get?", "kb": "hr", "tenant": "initech"}
-    before = admin.post("/ask/run", json=question)
-    assert before.status_code == 422
-    assert "Unknown knowledge base 'hr'" in before.json()["detail"]
+    # An undeclared KB holding the caller's own documents is the caller's to ask; another tenant does not see it.
+    own = admin.post("/ask/run", json=question)
+    assert own.status_code == 200 and own.json()["result"]["status"] == "success"
+    assert [c["source"] for c in own.json()["result"]["citations"]] == ["holiday.md"]
+    other = admin.post("/ask/run", json={**question, "tenant": "public"})
+    assert other.status_code == 422 and "Unknown knowledge base 'hr'" in other.json()["detail"]
 
+    unanswerable = {"query": "How much does the Platinum plan cost?", "tenant": "initech"}
+    assert admin.post("/ask/run", json=unanswerable).json()["result"]["status"] == "fallback"
     ask_yml = server["tmp"] / "pipelines" / "ask.yml"
     spec = yaml.safe_load(ask_yml.read_text(encoding="utf-8"))
-    spec["components"]["router"]["init_parameters"]["knowledge_bases"].append(
-        {"name": "hr", "description": "Human resources: leave, holidays, benefits.", "keywords": ["leave", "holiday*"],
-         "threshold": 0.5})
+    spec["components"]["answerability"]["init_parameters"]["fallback_message"] = "Initech's documents do not say."
     ask_yml.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     deployed = server["tmp"] / "data" / "serve" / "pipelines" / "ask"
     files = {name: (deployed / name).read_text(encoding="utf-8") for name in ("pipeline_wrapper.py", "gatehouse.yml")}
     redeploy = admin.post("/deploy_files", json={"name": "ask", "files": files, "overwrite": True})
     assert redeploy.status_code == 200, redeploy.text
 
-    after = admin.post("/ask/run", json=question)
+    after = admin.post("/ask/run", json=unanswerable)
     assert after.status_code == 200
     result = after.json()["result"]
-    assert result["status"] == "success"
-    assert [c["source"] for c in result["citations"]] == ["holiday.md"]
+    assert result["status"] == "fallback" and result["answer"] == "Initech's documents do not say."
 
 
 def test_refuses_to_bind_beyond_loopback_without_keys(tmp_path):

@@ -29,6 +29,7 @@ from gatehouse.serving.manifest import Manifest, ManifestError
 
 OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}
 ADMIN_PATH_PREFIXES = ("/deploy", "/undeploy")
+MISSING_KEY = "missing or invalid API key: send `Authorization: Bearer <key>`"
 
 
 @dataclass(frozen=True)
@@ -102,12 +103,42 @@ class KeyRing:
         if not self.enabled:
             return requested or PUBLIC_TENANT
         if principal is None:
-            raise AccessDenied(401, "missing or invalid API key: send `Authorization: Bearer <key>`")
+            raise AccessDenied(401, MISSING_KEY)
         if requested is None:
             return principal.tenants[0]
         if requested not in principal.tenants:
             raise AccessDenied(403, f"this API key may not act for tenant {requested!r}")
         return requested
+
+    def managed_tenants(self, principal: Principal | None) -> tuple[str, ...] | None:
+        """
+        The tenants whose knowledge bases a caller may list and delete.
+
+        :param principal: The caller.
+        :returns: None for every tenant (an admin key, or no keys configured), else the key's tenants.
+        :raises AccessDenied: 401 when keys are configured but the caller has none.
+        """
+        if not self.enabled:
+            return None
+        if principal is None:
+            raise AccessDenied(401, MISSING_KEY)
+        return None if principal.admin else principal.tenants
+
+    def managed_tenant(self, principal: Principal | None, requested: str | None) -> str:
+        """
+        The tenant a knowledge-base request acts on: the requested one, else the key's first tenant (`public`
+        without keys). An admin key may name any tenant, another key only one of its own.
+
+        :param principal: The caller.
+        :param requested: The tenant the request names, if any.
+        :returns: The tenant.
+        :raises AccessDenied: 401 when keys are configured but the caller has none, 403 for a tenant it may not manage.
+        """
+        allowed = self.managed_tenants(principal)
+        tenant = requested or (principal.tenants[0] if principal else PUBLIC_TENANT)
+        if allowed is not None and tenant not in allowed:
+            raise AccessDenied(403, f"this API key may not act for tenant {tenant!r}")
+        return tenant
 
 
 def resolve_principal(keyring: KeyRing, headers: Any) -> Principal | None:
@@ -143,8 +174,7 @@ class GuardMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         principal = self.keyring.authenticate(headers.get("authorization"))
         if principal is None:
-            return None, _error(401, "missing or invalid API key: send `Authorization: Bearer <key>`",
-                                [(b"www-authenticate", b"Bearer")])
+            return None, _error(401, MISSING_KEY, [(b"www-authenticate", b"Bearer")])
         if path.startswith(ADMIN_PATH_PREFIXES) and not principal.admin:
             return None, _error(403, "deploying and undeploying pipelines needs an admin key")
         return principal, None

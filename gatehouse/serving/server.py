@@ -3,7 +3,8 @@
 
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
 and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `GuardMiddleware` (auth, tenants, body limit)
-in front, mounts MCP at `/mcp` when enabled and runs it with uvicorn.
+in front, adds the knowledge-base routes (`/kbs`) over the index pipeline's stores, mounts MCP at `/mcp` when
+enabled and runs it with uvicorn.
 
 Usage:
 ```python
@@ -94,7 +95,7 @@ def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: i
     settings.port = port
     settings.show_tracebacks = False
     settings.cors_allow_origins = list(manifest.cors_allow_origins)
-    settings.cors_allow_methods = ["GET", "POST", "OPTIONS"]
+    settings.cors_allow_methods = ["GET", "POST", "DELETE", "OPTIONS"]
     settings.cors_allow_headers = ["Authorization", "Content-Type"]
 
 
@@ -158,16 +159,22 @@ def _require_deployed(app: Any, manifest: Manifest) -> None:
 
 def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, port: int | None = None) -> Any:
     """
-    Hayhooks' FastAPI app over `deploy_dir`, guarded by `GuardMiddleware`, with MCP when the manifest enables it.
+    Hayhooks' FastAPI app over `deploy_dir`, guarded by `GuardMiddleware`, with the `/kbs` routes when the manifest
+    deploys an index pipeline and MCP when it enables it.
 
     The pipelines deploy when the app starts (its lifespan), as with `hayhooks run`; the start fails if one does not.
     """
     from hayhooks import create_app
 
+    from gatehouse.serving.knowledge_bases import knowledge_base_routes
+
     keyring = KeyRing.from_manifest(manifest)
     _configure_hayhooks(manifest, deploy_dir, host or manifest.host, port or manifest.port)
     app = create_app()
     _require_deployed(app, manifest)
+    index_pipeline = next((name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"), None)
+    if index_pipeline is not None:
+        app.include_router(knowledge_base_routes(keyring=keyring, index_pipeline=index_pipeline))
     if manifest.mcp:
         _mount_mcp(app)
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes)

@@ -129,9 +129,29 @@ class IndexResponse(TypedDict):
     files: dict[str, list[FileResult]]
 
 
-def _denied(error: AccessDenied) -> HTTPException:
+def denied(error: AccessDenied) -> HTTPException:
+    """
+    The HTTP error of a refused request.
+
+    :param error: Why the request is refused.
+    :returns: A 401 (asking for a bearer key) or 403 with the reason as `detail`.
+    """
     headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
     return HTTPException(status_code=error.status, detail=error.message, headers=headers)
+
+
+def check_name(value: str | None, *, field: str, kind: str) -> None:
+    """
+    Refuse a knowledge base or tenant name that could not have been ingested.
+
+    :param value: The name; None passes (the caller's default applies).
+    :param field: The request field, named in the error.
+    :param kind: What the name names (`knowledge base`, `tenant`).
+    :raises HTTPException: 422 naming the field and the rule.
+    """
+    if value is not None and not NAME_PATTERN.fullmatch(value):
+        raise HTTPException(status_code=422, detail=f"{field} {value!r} is not a valid {kind} name "
+                                                    "(lower-case letters, digits, '-', '_')")
 
 
 class GatehouseWrapper(BasePipelineWrapper):
@@ -151,12 +171,11 @@ class GatehouseWrapper(BasePipelineWrapper):
         self.pipeline.warm_up()
 
     def _tenant(self, requested: str | None, headers: Headers | None) -> str:
-        if requested is not None and not NAME_PATTERN.fullmatch(requested):
-            raise HTTPException(status_code=422, detail=f"tenant {requested!r} is not a valid tenant name")
+        check_name(requested, field="tenant", kind="tenant")
         try:
             return self.keyring.tenant_for(resolve_principal(self.keyring, headers), requested)
         except AccessDenied as error:
-            raise _denied(error) from error
+            raise denied(error) from error
 
     def _query(self, query: str | None, field: str = "query") -> str:
         text = (query or "").strip()
@@ -286,8 +305,7 @@ class RetrieveWrapper(GatehouseWrapper):
         if not 1 <= top_k <= 100:
             raise HTTPException(status_code=422, detail=f"top_k is {top_k}; use 1 to 100")
         for kb in kbs or []:
-            if not NAME_PATTERN.fullmatch(kb):
-                raise HTTPException(status_code=422, detail=f"kb {kb!r} is not a valid knowledge base name")
+            check_name(kb, field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
         with STORE_LOCK:
             documents = run_retrieval(self.pipeline, text, tenant_name, kbs or None, top_k)
@@ -320,9 +338,7 @@ class IndexWrapper(GatehouseWrapper):
         :param force: Re-index files whose content did not change.
         :returns: Counts of written, skipped and failed files, with a reason per failed file.
         """
-        if not NAME_PATTERN.fullmatch(kb or ""):
-            raise HTTPException(status_code=422, detail=f"kb {kb!r} is not a valid knowledge base name "
-                                                        "(lower-case letters, digits, '-', '_')")
+        check_name(kb or "", field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
         if not files:
             raise HTTPException(status_code=422, detail="no files were uploaded (multipart field `files`)")

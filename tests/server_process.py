@@ -1,0 +1,70 @@
+"""Real server processes on free loopback ports (`gatehouse serve`, llama.cpp) for the end-to-end tests."""
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(manifest: Path, *, env: dict[str, str], workdir: Path, pipelines: int) -> Iterator[str]:
+    """
+    Run `gatehouse serve` with a manifest until the block ends.
+
+    :param manifest: The serving manifest.
+    :param env: The server's environment (its data directory, its key variables).
+    :param workdir: The server's working directory; its log is `server.log` there.
+    :param pipelines: How many pipelines are deployed once the server has started.
+    :returns: (yields) The server's base URL.
+    """
+    port = free_port()
+    log_path = workdir / "server.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+        )
+        url = f"http://127.0.0.1:{port}"
+        with serving(process, lambda: len(httpx.get(f"{url}/status", timeout=2).json()["pipelines"]) == pipelines,
+                     seconds=180, log=log_path):
+            yield url
+
+
+@contextlib.contextmanager
+def serving(process: subprocess.Popen, ready: Callable[[], bool], *, seconds: float, log: Path | None = None
+            ) -> Iterator[None]:
+    """
+    Wait until `ready()` is true (an HTTP error counts as not yet), run the block, then stop the process.
+
+    :param process: The started server process.
+    :param ready: Probes the server.
+    :param seconds: How long it may take to start.
+    :param log: The server's log, shown if it exits early.
+    """
+    try:
+        deadline = time.monotonic() + seconds
+        while True:
+            assert process.poll() is None, log.read_text() if log else "the server exited"
+            try:
+                if ready():
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"the server did not start in {seconds:.0f} s"
+            time.sleep(0.5)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
