@@ -380,9 +380,21 @@ class AnswerabilityGate:
         return sorted(self._stated_entities(question) - found)
 
     def _stated_entities(self, question: str) -> set[str]:
-        """Names and numbers the question states: capitalised words after its first word, and numbers."""
-        found = {stem(m.group(1).lower().strip("'’")) for m in _CAPITALISED.finditer(question.strip())}
-        found = {w for w in found if w not in self._stop and w not in self._question_words}
+        """
+        Names and numbers the question states: capitalised words after a sentence's first word, and numbers.
+
+        A contraction ("I'm", "Isn't") is no name; in a headline ("Investment Portfolio Setup for beginner": no
+        question mark, most words capitalised) capitals say nothing, so only its numbers count.
+        """
+        words = [w for w in re.findall(r"[A-Za-z][\w'’-]*", question)[1:] if re.split(r"['’]", w)[0] != "I"]
+        if "?" not in question and len(words) > 1 and sum(w[0].isupper() for w in words) > 0.5 * len(words):
+            return numbers(question)
+        found = set()
+        for match in _CAPITALISED.finditer(question.strip()):
+            word = re.split(r"['’]", match.group(1).lower())[0]
+            for part in tokens(word):  # "CGW-3001" is stated as its parts, as passages are indexed
+                if len(part) > 1 and part not in self._stop and part not in self._question_words:
+                    found.add(stem(part))
         return found | numbers(question)
 
     def _has_type(self, answer_type: str, text: str, question_words: set[str]) -> bool:

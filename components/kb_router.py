@@ -7,7 +7,7 @@ import time
 from copy import deepcopy
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict, logging
+from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from components.retrieval_stage import RetrievalStage
@@ -57,7 +57,9 @@ class KBRouter:
        alone when no keyword matched), and the best KB wins. KBs within `dual_route_margin` of the best are
        added, up to `max_kbs`. When the best score is below `min_route_score` the top `max_kbs` KBs are searched;
     4. evidence (`evidence.enabled`): when the tiers above are unsure (best score below `min_route_score` or a lead
-       below `evidence.lead_below`), the candidate KBs are searched through the tenant-pinned retrieval pipeline
+       below `evidence.lead_below`), the candidate KBs (those scoring within `lead_below` of the best, every declared
+       one when none scores well, and undeclared KBs holding the caller's documents) are searched through the
+       tenant-pinned retrieval pipeline
        (`evidence.pipeline`, `retrieve.yml`) and the KB holding the best-scoring document wins; KBs whose best
        document scores within `evidence.margin` of it are added, up to `max_kbs`;
     5. optional LLM (`chat_generator`): asked only when the result is still ambiguous (lead below `llm_margin` or a
@@ -138,7 +140,7 @@ class KBRouter:
             documents the caller may read (`metadata_counts`); None considers every declared KB.
         :param evidence: The evidence tier: `enabled` (default false), `pipeline` (the retrieval pipeline searched,
             default `retrieve`), `top_k` (chunks retrieved, default 10), `margin` (KBs whose best document scores
-            within this of the best KB's are searched too, default 0.05) and `lead_below` (the tier runs when the
+            within this share of the best KB's are routed to too, default 0.05) and `lead_below` (the tier runs when the
             best KB leads the second by less than this, or scores below `min_route_score`; default 0.3).
         :param embedding_model: Embedding model for `EmbeddingBackend.get`; None uses the configured default.
         :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
@@ -378,14 +380,22 @@ class KBRouter:
         chosen = [name for name in names if best - scores[name] < self.dual_route_margin]
         return chosen[: self.max_kbs], False
 
-    def _evidence(self, query: str, tenant: str | None, kbs: list[str]) -> dict[str, float]:
-        """The score of the best document of each KB in one tenant-pinned retrieval over `kbs`, best KB first."""
+    def _evidence(self, query: str, tenant: str | None, kbs: list[str]) -> tuple[dict[str, float], list[Document]]:
+        """
+        One tenant-pinned retrieval over `kbs`: the score of each KB's best document relative to the best KB's
+        (1.0, so `evidence.margin` is a share whatever the pipeline's score scale), best KB first, and the documents.
+        """
         assert self._retrieval is not None
+        documents = self._retrieval.retrieve(query, tenant, kbs)
         best: dict[str, float] = {}
-        for document in self._retrieval.retrieve(query, tenant, kbs):
+        for document in documents:
             kb = document.meta["kb"]
             best[kb] = max(best.get(kb, 0.0), float(document.score or 0.0))
-        return {name: round(value, 4) for name, value in sorted(best.items(), key=lambda item: -item[1])}
+        top = max(best.values(), default=0.0)
+        if top <= 0.0:
+            return {}, []
+        ranked = sorted(best.items(), key=lambda item: -item[1])
+        return {name: round(value / top, 4) for name, value in ranked}, documents
 
     def _ask_llm(self, query: str, candidates: list[str]) -> tuple[list[str], str | None]:
         """The candidate KBs chosen by the chat generator (best first) and an error message when it failed."""
@@ -409,6 +419,7 @@ class KBRouter:
         reason: str,
         scores: dict[str, float],
         evidence: dict[str, float] | None = None,
+        searched: list[Document] | None = None,
     ) -> dict[str, dict[str, Any]]:
         thresholds = {kb["name"]: kb["threshold"] for kb in self._kbs}
         new_state = advance(
@@ -422,6 +433,11 @@ class KBRouter:
             route_evidence=evidence or {},
             route_reason=reason,
             filters=self._tenant_filter.run(tenant=state.get("tenant"), kbs=list(kbs))["filters"],
+            prefetched_documents=None if searched is None else {
+                "query": state.get("query"),
+                "kbs": list(kbs),
+                "documents": [document for document in searched if document.meta.get("kb") in kbs],
+            },
         )
         return {"routed": new_state}
 
@@ -433,8 +449,10 @@ class KBRouter:
         :param state: The request state (see `components.state`); reads `query`, `kb` and `tenant`.
         :returns: `{"routed": state}` with `kbs`, `threshold` (the lowest of the chosen KBs), `route_scores` (per
             candidate KB), `route_evidence` (best document score per KB when the evidence tier ran), `route_reason`
-            (explicit, keywords, embedding, combined, low_confidence, evidence or llm) and `filters` (tenants and
-            KBs); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names a KB that is neither
+            (explicit, keywords, embedding, combined, low_confidence, evidence or llm), `filters` (tenants and
+            KBs) and `prefetched_documents` (when the evidence tier decided: its query, the chosen KBs and their
+            documents from its search, which the retrieval stage takes as the first attempt instead of searching
+            again; else None); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names a KB that is neither
             declared nor holds the caller's own documents.
         """
         started = time.perf_counter()
@@ -467,11 +485,15 @@ class KBRouter:
         names = list(scores)
         lead = scores[names[0]] - scores[names[1]] if len(names) > 1 else 1.0
         evidence: dict[str, float] = {}
-        searchable = declared + undeclared
+        searched: list[Document] | None = None
+        # The KBs the tiers cannot tell apart (all when none scores well) and those only the caller's documents fill.
+        close_scores = [name for name in names if scores[names[0]] - scores[name] < self.evidence["lead_below"]]
+        searchable = (declared if low_confidence else close_scores) + undeclared
         unsure = low_confidence or lead < self.evidence["lead_below"] or bool(undeclared)
         if self._retrieval is not None and query and len(searchable) > 1 and unsure:
-            evidence = self._evidence(query, state.get("tenant"), searchable)
+            evidence, documents = self._evidence(query, state.get("tenant"), searchable)
             if evidence:
+                searched = documents
                 best = next(iter(evidence.values()))
                 close = [name for name, value in evidence.items() if best - value <= self.evidence["margin"]]
                 kbs, reason = close[: self.max_kbs], "evidence"
@@ -486,7 +508,7 @@ class KBRouter:
                 f"kb_router: no knowledge base scored {self.min_route_score} or more "
                 f"(best {names[0]} {scores[names[0]]:.2f}); searching {', '.join(kbs)}"
             )
-        result = self._routed(state, started, kbs, reason, scores, evidence)
+        result = self._routed(state, started, kbs, reason, scores, evidence, searched)
         if warnings:
             result["routed"] = with_validation(result["routed"], "confidence_warnings", *warnings)
         return result

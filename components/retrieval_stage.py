@@ -58,17 +58,24 @@ class RetrievalStage:
         """
         Retrieve for the state's current query.
 
-        :param state: The request state (`query`, `tenant`, `kbs`, optional `context_documents`).
+        :param state: The request state (`query`, `tenant`, `kbs`, optional `context_documents`, and
+            `prefetched_documents`: the router's evidence search, used instead of searching when its query and KBs
+            are the state's).
         :returns: `state` with `documents` and `chunks_retrieved`.
         """
         started = time.perf_counter()
-        documents = self.retrieve(state["query"], state.get("tenant"), state.get("kbs"))
+        prefetched = state.get("prefetched_documents") or {}
+        if prefetched.get("query") == state["query"] and prefetched.get("kbs") == state.get("kbs"):
+            documents = list(prefetched["documents"])  # the router's evidence search already ran this retrieval
+        else:
+            documents = self.retrieve(state["query"], state.get("tenant"), state.get("kbs"))
         top = max((doc.score or 0.0 for doc in documents), default=0.0)
         context = [replace(doc, score=top + 1.0) for doc in state.get("context_documents") or []]
         documents = context + documents
         return {
             "state": advance(
-                state, stage="retrieval", started=started, documents=documents, chunks_retrieved=len(documents)
+                state, stage="retrieval", started=started, documents=documents, chunks_retrieved=len(documents),
+                prefetched_documents=None,
             )
         }
 

@@ -19,7 +19,9 @@ Keys (all optional unless noted):
 - `condensed_query` (str): the standalone question the condenser made of a follow-up.
 - `kbs` (list[str]): the knowledge bases chosen by the router; `threshold` (float): their quality threshold;
   `route_scores` (dict[str, float]): the router's score per candidate KB; `route_evidence` (dict[str, float]): the
-  best document score per KB when the evidence tier searched; `route_reason` (str): which tier decided.
+  best document score per KB when the evidence tier searched; `route_reason` (str): which tier decided;
+  `prefetched_documents` (dict | None): `{query, kbs, documents}` of the evidence search, which the retrieval
+  stage takes as the first attempt's retrieval (and clears).
 - `filters` (dict): Haystack metadata filters for retrieval (always include the tenant).
 - `attempt` (int): retrieval attempt number, 0-based; `attempts` (list[dict]): `{"query", "score"}` per attempt.
 - `documents` (list[Document]): the retrieved documents of the latest attempt.

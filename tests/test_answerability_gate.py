@@ -132,6 +132,10 @@ def test_run_number_and_entity_the_passages_never_state(gate):
     assert candidates[0].signals["missing_entity"] == 0.0
     assert gate.missing_entities("What did the platform team release in Munich in 2019?", PASSAGES) == ["2019",
                                                                                                        "munich"]
+    assert gate.missing_entities("What does error CGW-3001 mean?", [Document(content="CGW-3001: upstream timeout.")]) == []
+    # Contractions are no names, and a title-cased question's capitals say nothing (only its numbers count).
+    assert gate.missing_entities("Isn't Munich where I'm going?", PASSAGES) == ["munich"]
+    assert gate.missing_entities("Platform Team Release In Munich 2019", PASSAGES) == ["2019"]
     # require_entities: a name no passage states ends in fallback whatever the score; off, the score alone decides.
     lenient = AnswerabilityGate(threshold=0.0, require_entities=False)
     assert route(lenient, "What did the platform team release in Munich?")[0] == "answerable"

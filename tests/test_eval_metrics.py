@@ -7,6 +7,7 @@ from eval_records import records
 
 from eval.metrics import (
     aggregate,
+    answer_quality,
     citation_problems,
     clean_answer,
     route_label,
@@ -118,7 +119,26 @@ def test_request_refused_before_the_intent_gate():
 
 def test_abstention_precision_and_recall(handmade):
     # q1 answered/answerable TN, q2 fallback/unanswerable TP, q3 refused/answerable FP, q4 answered/unanswerable FN
-    assert handmade["gatehouse"]["abstention"] == {"precision": 0.5, "recall": 0.5, "tp": 1, "fp": 1, "fn": 1, "tn": 1}
+    # false abstention rate: answerable questions abstained on, 1 of 2 (q3)
+    assert handmade["gatehouse"]["abstention"] == {"precision": 0.5, "recall": 0.5, "false_abstention_rate": 0.5,
+                                                   "tp": 1, "fp": 1, "fn": 1, "tn": 1}
+
+
+def test_answer_quality_first_sentence_and_length():
+    def record(answer, gold, *, status="success", answerable=True):
+        return {"response": {"answer": answer, "status": status, "metadata": {}},
+                "gold": {"answer": gold, "answerable": answerable}}
+
+    quality = answer_quality([
+        record("Keys expire after 90 days. [S1] Rotate them in Settings. [S1]", "90 days"),   # hit
+        record("Rotate keys in Settings. [S1] They expire after 90 days. [S1]", "90 days"),  # second sentence: miss
+        record("I couldn't locate it.", "2019", status="fallback"),                          # abstained: miss
+        record("The Platinum plan does not exist. [S2]", None, answerable=False),             # not counted for hits
+    ])
+    assert quality["first_sentence_hit"] == pytest.approx(1 / 3)
+    assert quality["answered"] == pytest.approx(2 / 3)
+    assert (quality["n"], quality["answered_n"]) == (3, 3)
+    assert quality["words_p50"] == 9  # of the three answered responses (9, 9 and 6 words), markers excluded
 
 
 def test_invented_citations(scored, handmade):

@@ -9,7 +9,7 @@ import yaml
 from haystack import Document
 
 from components.kb_router import KBRouter
-from components.retrieval_stage import run_retrieval
+from components.retrieval_stage import RetrievalStage, run_retrieval
 from components.state import new_state
 from components.stores.bm25_document_store import BM25DocumentStore
 from components.stores.lexical_document_store import LexicalDocumentStore
@@ -97,6 +97,16 @@ def test_router_evidence_finds_the_tenants_own_document(router):
     assert routed["route_reason"] == "evidence"
     assert next(iter(routed["route_evidence"])) == "faq"
     assert routed["filters"]["conditions"][0]["value"] == ["globex", "public"]
+    # The evidence search is the first attempt's retrieval: the chosen KBs' documents, taken instead of a new search.
+    prefetched = routed["prefetched_documents"]
+    assert prefetched["query"] == "What is Project Quasar?" and prefetched["kbs"] == ["faq"]
+    assert prefetched["documents"] and {d.meta["kb"] for d in prefetched["documents"]} == {"faq"}
+    stage = RetrievalStage(pipeline="retrieve")
+    retrieved = stage.run(state=routed)["state"]
+    assert [d.id for d in retrieved["documents"]] == [d.id for d in prefetched["documents"]]
+    assert retrieved["prefetched_documents"] is None
+    rewritten = stage.run(state={**routed, "query": "Project Quasar timeline"})["state"]  # a retry searches again
+    assert rewritten["documents"] and rewritten["prefetched_documents"] is None
 
 
 def test_router_undeclared_kb_of_the_tenant_by_evidence(router):
@@ -110,6 +120,7 @@ def test_router_undeclared_kb_of_the_tenant_by_evidence(router):
 def test_router_confident_question_skips_the_evidence_search(router):
     routed = router.run(state=new_state("How do I rotate an API key?", tenant="globex"))["routed"]
     assert routed["kbs"] == ["faq"] and routed["route_reason"] == "keywords" and routed["route_evidence"] == {}
+    assert routed["prefetched_documents"] is None
 
 
 def test_ask_tenant_gets_public_documentation(ingested):
