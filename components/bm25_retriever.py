@@ -47,7 +47,9 @@ class BM25Retriever:
         :param top_k: Overrides the init `top_k`.
         :returns: `documents`, best first.
         """
-        documents = self.document_store.bm25_retrieval(query, filters=filters, top_k=top_k or self.top_k)
+        documents = self.document_store.bm25_retrieval(
+            query, filters=filters, top_k=self.top_k if top_k is None else top_k
+        )
         return {"documents": [replace(d, meta={**d.meta, self.score_field: d.score}) for d in documents]}
 
     def to_dict(self) -> dict[str, Any]:

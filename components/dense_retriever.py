@@ -42,11 +42,14 @@ class DenseRetriever:
 
         :param query_embedding: The query vector.
         :param filters: Haystack filters (mandatory: the tenant filter always precedes retrieval).
-        :param top_k: Overrides the init `top_k`.
+        :param top_k: Overrides the init `top_k`; 0 retrieves nothing.
         :returns: `documents`, best first.
         """
+        limit = self.top_k if top_k is None else top_k
+        if limit <= 0:
+            return {"documents": []}  # Qdrant refuses a limit below 1
         documents = self.document_store._query_by_embedding(  # noqa: SLF001 - the integration's retriever does the same
-            query_embedding=query_embedding, filters=filters, top_k=top_k or self.top_k
+            query_embedding=query_embedding, filters=filters, top_k=limit
         )
         return {"documents": [replace(d, meta={**d.meta, "dense_score": d.score}) for d in documents]}
 

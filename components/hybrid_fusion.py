@@ -146,7 +146,7 @@ class HybridFusion:
         fused = per_chunk if self.group_by is None else self._fuse(ranked, self._key)
         # groups by their fused score; within a group, its chunks by their own (per-chunk) fused score
         chunks = sorted(merged.values(), key=lambda doc: (-fused[self._key(doc)], -per_chunk[doc.id], order[doc.id]))
-        limit = top_k or self.top_k
+        limit = self.top_k if top_k is None else top_k
         if self.group_by is None:
             kept = chunks[:limit]
         else:

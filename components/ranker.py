@@ -65,7 +65,7 @@ class Ranker:
         :param top_k: Overrides the init `top_k`.
         :returns: `documents`, best first; with a cross-encoder, `meta["rerank_score"]` holds its score.
         """
-        limit = top_k or self.top_k
+        limit = self.top_k if top_k is None else top_k
         if self.model is None or not documents:
             return {"documents": documents[:limit]}
         self.warm_up()

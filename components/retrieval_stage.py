@@ -51,7 +51,7 @@ class RetrievalStage:
         """Run the retrieval pipeline and return its documents (`top_k` overrides this stage's for one call)."""
         self.warm_up()
         assert self._pipeline is not None
-        return run_retrieval(self._pipeline, query, tenant, kbs, top_k or self.top_k)
+        return run_retrieval(self._pipeline, query, tenant, kbs, self.top_k if top_k is None else top_k)
 
     @component.output_types(state=dict)
     def run(self, state: dict) -> dict[str, Any]:

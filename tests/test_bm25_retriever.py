@@ -47,3 +47,4 @@ def test_run_filters_and_score_field(store):
                              score_field="ngram_score")
     hits = trigrams.run(query="invoice", filters=KB, top_k=1)["documents"]
     assert [d.id for d in hits] == ["b"] and "bm25_score" not in hits[0].meta and hits[0].meta["ngram_score"] > 0
+    assert BM25Retriever(document_store=store).run(query="rotating keys", filters=KB, top_k=0)["documents"] == []

@@ -115,6 +115,7 @@ def test_run_top_k_and_empty():
     fusion = HybridFusion(top_k=2)
     assert len(fusion.run(dense=dense_list(), lexical=lexical_list())["documents"]) == 2
     assert len(fusion.run(dense=dense_list(), lexical=lexical_list(), top_k=3)["documents"]) == 3
+    assert fusion.run(dense=dense_list(), lexical=lexical_list(), top_k=0)["documents"] == []  # 0 is not the default
     assert fusion.run()["documents"] == []
     assert fusion.run(dense=[], lexical=[])["documents"] == []
     only_lex = fusion.run(lexical=lexical_list())["documents"]

@@ -44,6 +44,7 @@ def test_run_no_model_keeps_order_and_cuts():
     assert all("rerank_score" not in d.meta for d in out)
     assert [d.id for d in ranker.run(query="q", documents=docs(), top_k=3)["documents"]] == ["1", "2", "3"]
     assert ranker.run(query="q", documents=[])["documents"] == []
+    assert ranker.run(query="q", documents=docs(), top_k=0)["documents"] == []  # 0 means none, not the default
 
 
 def test_run_unloadable_model_raises():
