@@ -149,6 +149,8 @@ def test_a_key_cannot_name_a_tenant_it_does_not_hold(server):
         ({"query": "x" * 501}, 422, "limits.max_query_chars"),
         ({"query": QUESTION, "mode": "telepathy"}, 422, "full-corpus"),
         ({"query": QUESTION, "kb": "astrology"}, 422, "Unknown knowledge base 'astrology'"),
+        ({"query": QUESTION, "kb": ""}, 422, "kb '' is not a valid knowledge base name"),
+        ({"query": QUESTION, "kb": "   "}, 422, "kb '   ' is not a valid knowledge base name"),
         ({"query": QUESTION, "tenant": "Not A Tenant!"}, 422, "not a valid tenant name"),
         ({"question": QUESTION}, 422, "query"),
     ],
@@ -158,6 +160,52 @@ def test_bad_ask_input_is_a_4xx_naming_the_problem(admin, payload, status, messa
     assert response.status_code == status
     assert message in response.text
     assert "Traceback" not in response.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"tenant": 123}, "tenant must be a string"),
+        ({"tenant": ["x"], "stream": True}, "tenant must be a string"),
+        ({"kb": 123}, "kb must be a string"),
+        ({"kb": {"a": 1}}, "kb must be a string"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+         "messages[0].content[0] is not a text part"),
+        ({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": QUESTION},
+            {"type": "image_url", "image_url": {"url": "https://example.com/key.png"}}]}]},
+         "messages[0].content[1] is not a text part"),
+    ],
+)
+def test_bad_chat_input_is_a_422_naming_the_field(admin, extra, message):
+    body = {"model": "ask", "messages": [{"role": "user", "content": QUESTION}], **extra}
+    response = admin.post("/v1/chat/completions", json=body)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert message in detail
+    assert "Pipeline execution failed" not in detail and " object at 0x" not in detail
+    assert "Traceback" not in response.text
+
+
+def test_models_lists_only_the_chat_pipelines(admin):
+    assert [model["id"] for model in admin.get("/v1/models").json()["data"]] == ["ask"]
+    assert [model["id"] for model in admin.get("/models").json()["data"]] == ["ask"]
+    chat = admin.post("/v1/chat/completions", json={"model": "retrieve",
+                                                    "messages": [{"role": "user", "content": QUESTION}]})
+    assert chat.status_code == 501
+    # No pipeline implements the Responses API (501): it is not advertised.
+    assert admin.post("/v1/responses", json={"model": "ask", "input": QUESTION}).status_code == 501
+    paths = admin.get("/openapi.json").json()["paths"]
+    assert not {"/v1/responses", "/responses", "/draw/{pipeline_name}"} & set(paths)
+
+
+def test_drawing_is_disabled_and_the_connection_stays_usable(server, admin):
+    response = admin.get("/draw/ask")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "drawing pipelines is disabled on this server"}
+    assert response.headers.get("connection") != "close"
+    assert admin.get("/status").status_code == 200
+    assert "mermaid" not in (server["tmp"] / "server.log").read_text().lower()
 
 
 def test_oversized_bodies_are_refused(admin):

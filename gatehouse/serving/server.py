@@ -3,8 +3,9 @@
 
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
 and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `GuardMiddleware` (auth, tenants, body limit)
-in front, adds the knowledge-base routes (`/kbs`) over the index pipeline's stores, mounts MCP at `/mcp` when
-enabled and runs it with uvicorn.
+in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing), adds the
+knowledge-base routes (`/kbs`) over the index pipeline's stores, mounts MCP at `/mcp` when enabled and runs it
+with uvicorn.
 
 Usage:
 ```python
@@ -30,6 +31,7 @@ from gatehouse.serving.auth import GuardMiddleware, KeyRing
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 
 GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
+UNADVERTISED_PATHS = ("/draw/{pipeline_name}", "/v1/responses", "/responses")
 
 
 class ServeError(RuntimeError):
@@ -157,10 +159,54 @@ def _require_deployed(app: Any, manifest: Manifest) -> None:
     app.router.lifespan_context = lifespan
 
 
+def _restrict_hayhooks_routes(app: Any) -> None:
+    """
+    Narrow Hayhooks' generic routes to what Gatehouse serves.
+
+    `/v1/models` (and `/models`) list only the pipelines that answer chat (`ask`; the others answer it with 501);
+    `/draw/{name}`, which renders through an internet service, is disabled (404, no outbound connection); neither
+    drawing nor `/v1/responses` (no Gatehouse pipeline implements it: 501) is in the OpenAPI document. The
+    replacements are put in front of Hayhooks' routes, which match in order.
+    """
+    from fastapi import HTTPException
+    from fastapi_openai_compat.models_router import create_models_router
+
+    registry = app.state.pipeline_registry
+
+    def chat_models() -> list[str]:
+        """The deployed pipelines that implement chat (as Hayhooks' `/status` reports them)."""
+        wrappers = {name: registry.get(name) for name in registry.get_names()}
+        return [name for name, wrapper in wrappers.items()
+                if getattr(wrapper, "_is_run_chat_completion_implemented", False)
+                or getattr(wrapper, "_is_run_chat_completion_async_implemented", False)]
+
+    replacements = create_models_router(list_models=chat_models, owned_by="hayhooks", tags=["openai"])
+
+    @replacements.get("/draw/{pipeline_name}")
+    def draw_disabled() -> None:
+        """Refuse Hayhooks' pipeline drawing."""
+        raise HTTPException(status_code=404, detail="drawing pipelines is disabled on this server")
+
+    for route in replacements.routes:
+        route.include_in_schema = False  # Hayhooks' own entries document the models listing
+    app.router.routes[:0] = replacements.routes
+    hayhooks_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """Hayhooks' OpenAPI document without the routes Gatehouse does not serve."""
+        schema = hayhooks_openapi()
+        for path in UNADVERTISED_PATHS:
+            schema["paths"].pop(path, None)
+        return schema
+
+    app.openapi = openapi
+
+
 def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, port: int | None = None) -> Any:
     """
-    Hayhooks' FastAPI app over `deploy_dir`, guarded by `GuardMiddleware`, with the `/kbs` routes when the manifest
-    deploys an index pipeline and MCP when it enables it.
+    Hayhooks' FastAPI app over `deploy_dir`, guarded by `GuardMiddleware`, with its generic routes trimmed
+    (`_restrict_hayhooks_routes`), the `/kbs` routes when the manifest deploys an index pipeline and MCP when it
+    enables it.
 
     The pipelines deploy when the app starts (its lifespan), as with `hayhooks run`; the start fails if one does not.
     """
@@ -171,6 +217,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     keyring = KeyRing.from_manifest(manifest)
     _configure_hayhooks(manifest, deploy_dir, host or manifest.host, port or manifest.port)
     app = create_app()
+    _restrict_hayhooks_routes(app)
     _require_deployed(app, manifest)
     index_pipeline = next((name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"), None)
     if index_pipeline is not None:

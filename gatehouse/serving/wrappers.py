@@ -140,16 +140,21 @@ def denied(error: AccessDenied) -> HTTPException:
     return HTTPException(status_code=error.status, detail=error.message, headers=headers)
 
 
-def check_name(value: str | None, *, field: str, kind: str) -> None:
+def check_name(value: Any, *, field: str, kind: str) -> None:
     """
     Refuse a knowledge base or tenant name that could not have been ingested.
 
-    :param value: The name; None passes (the caller's default applies).
+    :param value: The name, as the request sent it (chat's extra body fields are untyped); None passes (the
+        caller's default applies).
     :param field: The request field, named in the error.
     :param kind: What the name names (`knowledge base`, `tenant`).
     :raises HTTPException: 422 naming the field and the rule.
     """
-    if value is not None and not NAME_PATTERN.fullmatch(value):
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise HTTPException(status_code=422, detail=f"{field} must be a string: the {kind} name")
+    if not NAME_PATTERN.fullmatch(value):
         raise HTTPException(status_code=422, detail=f"{field} {value!r} is not a valid {kind} name "
                                                     "(lower-case letters, digits, '-', '_')")
 
@@ -192,6 +197,7 @@ class AskWrapper(GatehouseWrapper):
 
     def _ask(self, query: str, *, kb: str | None, tenant: str, mode: str | None, context: str | None,
              history: list[dict[str, Any]] | None) -> dict[str, Any]:
+        check_name(kb, field="kb", kind="knowledge base")
         with STORE_LOCK:
             response = run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode, context=context,
                                history=history or [])
@@ -229,10 +235,12 @@ class AskWrapper(GatehouseWrapper):
         """
         OpenAI-compatible chat: the last user message is the question, earlier turns are its history.
 
-        Optional extra body fields: `tenant`, `kb`. With `stream: true` the verified answer is streamed in pieces and
-        a final chunk carries `citations` and `gatehouse` (status, metadata, validation, path).
+        Message contents are strings or lists of text parts. Optional extra body fields: `tenant`, `kb`. With
+        `stream: true` the verified answer is streamed in pieces and a final chunk carries `citations` and
+        `gatehouse` (status, metadata, validation, path).
         """
-        turns = [{"role": m.get("role"), "content": _text_of(m.get("content"))} for m in messages]
+        turns = [{"role": m.get("role"), "content": _text_of(m.get("content"), f"messages[{index}]")}
+                 for index, m in enumerate(messages)]
         turns = [t for t in turns if t["role"] in {"user", "assistant"} and t["content"]]
         if not turns or turns[-1]["role"] != "user":
             raise HTTPException(status_code=422, detail="messages must end with a non-empty user message")
@@ -251,13 +259,24 @@ class AskWrapper(GatehouseWrapper):
         )
 
 
-def _text_of(content: Any) -> str:
-    """The text of an OpenAI message content (a string or a list of typed parts)."""
+def _text_of(content: Any, message: str) -> str:
+    """
+    The text of an OpenAI message content: a string or a list of text parts.
+
+    :param content: The message's `content`.
+    :param message: Where the message is in the request (`messages[2]`), named in the error.
+    :returns: The text, stripped; empty for a content that is neither.
+    :raises HTTPException: 422 naming a part that is not `{"type": "text", "text": <string>}` (only text is answered).
+    """
     if isinstance(content, str):
         return content.strip()
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content if isinstance(part, dict)).strip()
-    return ""
+    if not isinstance(content, list):
+        return ""
+    for index, part in enumerate(content):
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            raise HTTPException(status_code=422, detail=f"{message}.content[{index}] is not a text part "
+                                                        '{"type": "text", "text": <string>}; only text is supported')
+    return " ".join(part["text"] for part in content).strip()
 
 
 def _gatehouse_extras(response: dict[str, Any]) -> dict[str, Any]:
