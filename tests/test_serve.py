@@ -233,6 +233,16 @@ def test_upload_stores_good_files_and_fails_bad_ones_alone(admin):
     assert (again["written"], again["skipped"]) == (0, 1)
 
 
+def test_upload_with_duplicate_file_names_is_422_and_stores_nothing(admin):
+    files = [("files", ("notes.md", b"# Notes\n\nThe quarterly offsite is in Lisbon.", "text/markdown")),
+             ("files", ("notes.md", b"# Notes\n\nThe quarterly offsite is in Porto.", "text/markdown"))]
+    response = admin.post("/index/run", files=files, data={"kb": "events", "tenant": "initech"})
+    assert response.status_code == 422
+    assert "duplicate file names in one upload: notes.md" in response.json()["detail"]
+    found = admin.post("/retrieve/run", json={"query": "quarterly offsite", "kbs": ["events"], "tenant": "initech"})
+    assert found.json()["result"]["documents"] == []
+
+
 def test_upload_of_only_unsupported_files_is_415(admin):
     response = admin.post("/index/run", files=[("files", ("x.exe", b"MZ", "application/octet-stream"))],
                           data={"kb": "faq"})

@@ -356,13 +356,20 @@ class IndexWrapper(GatehouseWrapper):
         :param tenant: The owning tenant (only one the API key holds); default the key's first tenant.
         :param force: Re-index files whose content did not change.
         :returns: Counts of written, skipped and failed files, with a reason per failed file.
+        :raises HTTPException: 422 for a bad `kb`, no files or two files of the same name (nothing is stored), 415
+            when no file has a supported type.
         """
         check_name(kb or "", field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
         if not files:
             raise HTTPException(status_code=422, detail="no files were uploaded (multipart field `files`)")
-        streams = [ByteStream(data=upload.file.read(), meta={"file_name": Path(upload.filename or "").name})
-                   for upload in files]
+        names = [Path(upload.filename or "").name for upload in files]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise HTTPException(status_code=422, detail=f"files: duplicate file names in one upload: "
+                                                        f"{', '.join(repeated)} (a document is stored under its file "
+                                                        "name; rename them or upload them separately)")
+        streams = [ByteStream(data=upload.file.read(), meta={"file_name": name}) for upload, name in zip(files, names)]
         planner = self.pipeline.get_component("planner")
         supported = set(planner.mime_types)
         if not any(Path(s.meta["file_name"]).suffix.lower() in supported for s in streams):
