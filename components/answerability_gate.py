@@ -594,7 +594,8 @@ class AnswerabilityGate:
 
         absent = self.missing_entities(question, passages) if self.require_entities else []
         all_terms = set().union(*({stem(w) for w in tokens(p.content or "")} for p in passages)) if passages else set()
-        missing = [t for t in self.question_terms(question) if t not in all_terms]
+        question_terms = self.question_terms(question)
+        missing = [t for t in question_terms if t not in all_terms]
         record = {
             "score": round(best_score, 4),
             "threshold": self.threshold,
@@ -606,11 +607,10 @@ class AnswerabilityGate:
                 "signals": {k: round(v, 4) for k, v in ranked[0].signals.items()},
             },
         }
-        answer_type = self.expected_type(question)
-        q_terms = set(self.question_terms(question))
+        answer_type, term_set = self.expected_type(question), set(question_terms)
         candidates = [
             {"source_id": c.source_id, "passage": c.passage, "unit": c.unit, "text": c.text,
-             "score": round(c.score, 4), "span": self.answer_span(answer_type, c.text, q_terms)}
+             "score": round(c.score, 4), "span": self.answer_span(answer_type, c.text, term_set)}
             for c in ranked[: self.max_candidates]
         ]
         answered = bool(ranked) and best_score >= self.threshold and not absent

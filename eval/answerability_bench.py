@@ -99,11 +99,11 @@ def _questions(gate: AnswerabilityGate, cases: list[EvalCase], paragraphs: list[
     return rows
 
 
-def _score(rows: list[dict[str, Any]], weights: dict[str, float], bias: float) -> None:
+def _score(rows: list[dict[str, Any]], gate: AnswerabilityGate) -> None:
+    """Score every candidate with the gate's logistic model and rank them; `best` is what the gate judges by."""
     for row in rows:
         for candidate in row["candidates"]:
-            z = bias + sum(weights.get(name, 0.0) * candidate["signals"][name] for name in SIGNALS)
-            candidate["score"] = float(1.0 / (1.0 + np.exp(-np.clip(z, -50, 50))))
+            candidate["score"] = gate.score(candidate["signals"])
         row["candidates"].sort(key=lambda c: -c["score"])
         # A question naming something no passage names is not answered, whatever the score (require_entities).
         row["best"] = row["candidates"][0]["score"] if row["candidates"] and not row["missing_entities"] else 0.0
@@ -205,12 +205,12 @@ def run_benchmark(
         "configured": {"weights": weights, "bias": gate.bias, "threshold": gate.threshold, "splits": {}},
     }
     for split, rows in splits.items():
-        _score(rows, weights, gate.bias)
+        _score(rows, gate)
         report["configured"]["splits"][split] = _figures(rows, gate.threshold)
     if fit_weights:
         fitted, bias = fit(splits["tune"])
         for rows in splits.values():
-            _score(rows, fitted, bias)
+            _score(rows, AnswerabilityGate(weights=fitted, bias=bias))
         threshold = choose_threshold(splits["tune"], max_false_abstention)
         report["fitted"] = {
             "weights": fitted,
