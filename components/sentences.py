@@ -7,7 +7,7 @@ scorer looks the sentence vectors up in the embedding cache by their exact text.
 Usage:
 ```python
 from haystack import Document
-from components.sentences import sentence_settings, sentence_texts
+from gatehouse.components.sentences import sentence_settings, sentence_texts
 
 settings = sentence_settings({"context_fields": ["title"], "min_words": 3})
 sentence_texts(Document(content="One. Two words here.", meta={"title": "T"}), settings)  # ["T\\nTwo words here."]

@@ -7,7 +7,7 @@ tunable parts (stopwords, abbreviations, the marker pattern) as init parameters 
 
 Usage:
 ```python
-from components.text import split_sentences, content_words, find_markers
+from gatehouse.components.text import split_sentences, content_words, find_markers
 
 split_sentences("To rotate a key:\\n1. Open Settings. [S1]\\n2. Click Rotate. [S1]")
 # ['To rotate a key:', '1. Open Settings. [S1]', '2. Click Rotate. [S1]']

@@ -1,7 +1,7 @@
 """
 `gatehouse bench answerability`: the answerability gate of a pipeline on SQuAD 2.0, tuned and reported apart.
 
-SQuAD's articles are split in file order (`eval.datasets.squad_articles`): `tune` (1st, 3rd, ...) and `report`
+SQuAD's articles are split in file order (`gatehouse.eval.datasets.squad_articles`): `tune` (1st, 3rd, ...) and `report`
 (2nd, 4th, ...). From each split a seeded sample, half unanswerable, spread evenly over its articles
 (`squad_sample`). Every question is searched with BM25 over all paragraphs of all articles; its `top_k` paragraphs,
 with their BM25 scores, are the passages the gate judges, configured exactly as the pipeline YAML's
@@ -20,7 +20,7 @@ the fitted model as well, and the YAML to paste is printed. The report split nev
 
 Usage:
 ```python
-from eval.answerability_bench import format_table, run_benchmark
+from gatehouse.eval.answerability_bench import format_table, run_benchmark
 
 report = run_benchmark(sample=300, fit=True)
 print(format_table(report))
@@ -38,9 +38,9 @@ import yaml
 from haystack import Document
 from tqdm import tqdm
 
-from components.answerability_gate import DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
-from eval.bench_files import configured_component
-from eval.datasets import EvalCase, _squad_paragraphs, data_root, squad_sample
+from gatehouse.components.routers.answerability_gate import DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
+from gatehouse.eval.bench_files import configured_component
+from gatehouse.eval.datasets import EvalCase, _squad_paragraphs, data_root, squad_sample
 from gatehouse.pipelines import pipeline_path
 
 

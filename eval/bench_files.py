@@ -3,8 +3,8 @@ What the benchmarks share: a component exactly as a pipeline YAML configures it,
 
 Usage:
 ```python
-from components.citation_verifier import CitationVerifier
-from eval.bench_files import configured_component, write_json_report
+from gatehouse.components.validators.citation_verifier import CitationVerifier
+from gatehouse.eval.bench_files import configured_component, write_json_report
 
 verifier = configured_component("ask", "verifier", CitationVerifier)
 write_json_report({"figures": 1}, "data/bench/out.json")

@@ -10,7 +10,7 @@ recall), else the one with the best F1. The YAML change is printed and, with `--
 
 Usage:
 ```python
-from eval.calibrate import calibrate, propose
+from gatehouse.eval.calibrate import calibrate, propose
 
 propose([(0.9, True), (0.7, True), (0.5, False)], current=0.6, target_precision=0.9)   # {"threshold": 0.7, ...}
 calibrate(set_name="golden", write=False)     # prints the table and the YAML change
@@ -106,8 +106,8 @@ def _fmt(value: float | None) -> str:
 def calibrate(*, set_name: str = "golden", pipeline: str | Path = "ask", write: bool = False,
               target_precision: float = 0.9) -> int:
     """Run the calibration and print (and with `write`, apply) the proposal; returns the exit code."""
-    from eval.datasets import DatasetNotPresent, load_set
-    from eval.runner import ask_case, prepare_set
+    from gatehouse.eval.datasets import DatasetNotPresent, load_set
+    from gatehouse.eval.runner import ask_case, prepare_set
 
     pipeline = pipeline_path(pipeline)
     try:

@@ -17,7 +17,7 @@ unrelated 0.00. Tune on `train`, never on `dev`.
 
 Usage:
 ```python
-from eval.claims_bench import format_table, run_benchmark
+from gatehouse.eval.claims_bench import format_table, run_benchmark
 
 report = run_benchmark("../shared/data/scifact", split="train")
 print(format_table(report))
@@ -34,10 +34,10 @@ from typing import Any
 from haystack import Document
 from tqdm import tqdm
 
-from components.citation_verifier import CitationVerifier
-from components.state import new_state
-from eval.bench_files import configured_component
-from eval.datasets import data_root
+from gatehouse.components.validators.citation_verifier import CitationVerifier
+from gatehouse.components.state import new_state
+from gatehouse.eval.bench_files import configured_component
+from gatehouse.eval.datasets import data_root
 from gatehouse.pipelines import pipeline_path
 
 LABELS = ("SUPPORT", "CONTRADICT", "unrelated", "nei")

@@ -18,7 +18,7 @@ Every loader validates its input and raises `EvalSetError` naming the file, the 
 
 Usage:
 ```python
-from eval.datasets import available_sets, load_set, write_corpus
+from gatehouse.eval.datasets import available_sets, load_set, write_corpus
 
 for info in available_sets():
     print(info.name, info.present, info.reason)
@@ -43,11 +43,11 @@ from typing import Any
 import yaml
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
-from components.intent_gate import DEFAULT_INTENT_PATTERNS, ROUTES
-from components.kb_router import KB_KEYS, KB_NAME
-from components.settings import PROJECT_ROOT
-from components.state import PUBLIC_TENANT
-from components.text import DEFAULT_STOPWORDS
+from gatehouse.components.routers.intent_gate import DEFAULT_INTENT_PATTERNS, ROUTES
+from gatehouse.components.routers.kb_router import KB_KEYS, KB_NAME
+from gatehouse.settings import PROJECT_ROOT
+from gatehouse.components.state import PUBLIC_TENANT
+from gatehouse.components.text import DEFAULT_STOPWORDS
 from gatehouse.ingest import files_under
 
 #: The intents a gold label may name: those of Gatehouse's intent gate.

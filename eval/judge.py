@@ -19,7 +19,7 @@ with Gatehouse's own embedding backend (the packaged all-MiniLM-L6-v2, offline) 
 Every applicable case is judged `repeats` times per metric. A judgement that fails — the model did not produce the
 judge's JSON, the endpoint errored, the metric returned NaN — becomes `None` and its reason is kept; it never
 crashes the run and never turns into a zero. `record["judge"] = {metric: [value or None per repeat]}` and
-`record["judge_errors"] = {metric: [reason or None per repeat]}` feed `eval.metrics.judge_aggregates`.
+`record["judge_errors"] = {metric: [reason or None per repeat]}` feed `gatehouse.eval.metrics.judge_aggregates`.
 
 Before anything is sent, `estimate()` renders the metrics' real prompts for every case and counts tokens with a
 documented heuristic (`count_tokens`: 4 characters per token, OpenAI's rule of thumb for English; no tokenizer
@@ -28,7 +28,7 @@ file is downloaded), multiplied by the calls per metric and the repeats; `run_ju
 
 Usage:
 ```python
-from eval.judge import JudgeConfig, run_judge
+from gatehouse.eval.judge import JudgeConfig, run_judge
 
 config = JudgeConfig.from_env()            # None when GATEHOUSE_JUDGE_URL is unset
 if config is not None:
@@ -50,8 +50,8 @@ from typing import Any
 from ragas.embeddings.base import BaseRagasEmbedding
 from tqdm import tqdm
 
-from components.text import split_sentences
-from eval.metrics import ANSWERED_STATUSES, clean_answer, error_reason
+from gatehouse.components.text import split_sentences
+from gatehouse.eval.metrics import ANSWERED_STATUSES, clean_answer, error_reason
 
 JUDGE_METRICS = ("faithfulness", "answer_relevancy", "context_precision_with_reference")
 CHARS_PER_TOKEN = 4.0
@@ -71,7 +71,7 @@ class GatehouseEmbeddings(BaseRagasEmbedding):
 
     Usage:
     ```python
-    from eval.judge import GatehouseEmbeddings
+    from gatehouse.eval.judge import GatehouseEmbeddings
 
     embeddings = GatehouseEmbeddings()
     vector = embeddings.embed_text("How do I rotate an API key?")   # list of 384 floats, L2-normalised
@@ -90,7 +90,7 @@ class GatehouseEmbeddings(BaseRagasEmbedding):
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         if self._backend is None:
-            from components.embedding import EmbeddingBackend
+            from gatehouse.components.embedders.embedding import EmbeddingBackend
 
             self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
         return self._backend.embed(list(texts)).tolist()
@@ -458,7 +458,7 @@ def run_judge(
     """
     Judge the records with the LLM metrics, `config.repeats` times each.
 
-    :param records: Per-case records (see `eval.metrics`).
+    :param records: Per-case records (see `gatehouse.eval.metrics`).
     :param config: The judge.
     :param dry_run: Only estimate tokens and cost; nothing is sent.
     :param progress: Show a progress bar.

@@ -9,7 +9,7 @@ pipeline and the ratio of the P50s. The sample knowledge bases are ingested firs
 
 Usage:
 ```python
-from eval.latency_bench import format_table, run_benchmark
+from gatehouse.eval.latency_bench import format_table, run_benchmark
 
 print(format_table(run_benchmark(repeats=1)))
 ```
@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from eval.datasets import GOLDEN_SET, load_golden
+from gatehouse.eval.datasets import GOLDEN_SET, load_golden
 from gatehouse.ask import run_ask
 from gatehouse.ingest import ingest, sample_groups
 from gatehouse.pipelines import load_pipeline, pipeline_path

@@ -8,7 +8,7 @@ A record is one evaluation case after Gatehouse answered it:
  "gold": {"answer", "sources", "contexts", "kb", "intent", "route", "answerable"},
  "response": {...},                     # the full response contract (answer, citations, metadata, validation, status)
  "retrieved": [{"source": "faq/api-keys.md", "text": "..."}],   # contexts the answer was built from, rank order
- "judge": {"faithfulness": [0.8, None, 0.7], ...}}              # only when the LLM judge ran (eval.judge)
+ "judge": {"faithfulness": [0.8, None, 0.7], ...}}              # only when the LLM judge ran (gatehouse.eval.judge)
 ```
 
 Three kinds of numbers come out of it:
@@ -31,7 +31,7 @@ Three kinds of numbers come out of it:
 
 Usage:
 ```python
-from eval.metrics import aggregate, scalars, score_records
+from gatehouse.eval.metrics import aggregate, scalars, score_records
 
 records = score_records(records)                    # adds record["metrics"] / record["metric_errors"]
 aggregates = aggregate(records)                     # {"golden": {"cases", "ragas", "judge", "gatehouse"}, ...}
@@ -47,7 +47,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from components.text import find_markers, normalize_space, split_units, strip_markers
+from gatehouse.components.text import find_markers, normalize_space, split_units, strip_markers
 from gatehouse.stats import percentile
 
 RAGAS_METRICS = (

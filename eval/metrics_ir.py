@@ -11,7 +11,7 @@ hold at least one relevant document; a judged query with no ranking (nothing ret
 
 Usage:
 ```python
-from eval.metrics_ir import evaluate_run
+from gatehouse.eval.metrics_ir import evaluate_run
 
 qrels = {"q1": {"d1": 1, "d7": 2}}
 run = {"q1": ["d7", "d3", "d1"]}

@@ -2,8 +2,8 @@
 The evaluation report: `<reports root>/<run id>/` with `results.json`, `summary.md` and `report.html`.
 
 - `results.json`: `metadata` (`run_metadata()`: timestamp, duration, SHA-256 of every pipeline YAML file, package
-  versions, dataset versions, judge model), `aggregates` (`eval.metrics.aggregate`), `verdict`
-  (`eval.verdict.decide`), `judge` (the judge's estimate and usage, when it ran) and the per-case `records`.
+  versions, dataset versions, judge model), `aggregates` (`gatehouse.eval.metrics.aggregate`), `verdict`
+  (`gatehouse.eval.verdict.decide`), `judge` (the judge's estimate and usage, when it ran) and the per-case `records`.
 - `summary.md`: the headline numbers per set, the NaN counts and the verdict, short enough for a CI log.
 - `report.html`: one self-contained file that opens offline — no scripts, no external styles or fonts; the plots
   are matplotlib PNGs inlined as base64: score trends over the earlier runs on the same datasets (read from the
@@ -13,7 +13,7 @@ The evaluation report: `<reports root>/<run id>/` with `results.json`, `summary.
 
 Usage:
 ```python
-from eval.report import run_metadata, write_report
+from gatehouse.eval.report import run_metadata, write_report
 
 metadata = run_metadata(datasets={"golden": "3f2a9c1d4e5b"}, judge_model=None, duration_s=84.2)
 run_dir = write_report({"metadata": metadata, "aggregates": aggregates, "verdict": verdict, "records": records},
@@ -33,7 +33,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-from eval.metrics import (
+from gatehouse.eval.metrics import (
     abstained,
     citation_problems,
     predicted_route_label,
@@ -41,7 +41,7 @@ from eval.metrics import (
     route_label,
     scalars,
 )
-from eval.verdict import previous_runs, same_set
+from gatehouse.eval.verdict import previous_runs, same_set
 
 PACKAGES = ("gatehouse", "haystack-ai", "ragas", "hayhooks", "sentence-transformers", "torch")
 HEADLINE = (
@@ -537,7 +537,7 @@ def render_html(results: dict[str, Any], history: list[dict[str, Any]]) -> str:
     `report.html`: self-contained, no scripts, every run-provided text escaped.
 
     :param results: This run's results (as written to results.json).
-    :param history: Earlier runs (`eval.verdict.previous_runs`), any order; each set's trend uses those with the
+    :param history: Earlier runs (`gatehouse.eval.verdict.previous_runs`), any order; each set's trend uses those with the
         same dataset version and size, plus this run.
     """
     from matplotlib import rc_context

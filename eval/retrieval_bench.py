@@ -13,11 +13,11 @@ The retrieval benchmark: a BEIR-format dataset through the real `index.yml` and 
    asked for `depth` documents; per-query latency P50/P95 is recorded. Two references run over the same index:
    plain BM25 (`eval/pipelines/bm25_reference.yml`) and dense only (`eval/pipelines/dense_reference.yml`).
 3. **Score.** Chunk hits become document hits in the pipeline's own order (a document ranks where its first
-   chunk does); nDCG@10, recall@100 and MRR@10 come from `eval.metrics_ir`.
+   chunk does); nDCG@10, recall@100 and MRR@10 come from `gatehouse.eval.metrics_ir`.
 
 Usage:
 ```python
-from eval.retrieval_bench import format_table, run_benchmark
+from gatehouse.eval.retrieval_bench import format_table, run_benchmark
 
 report = run_benchmark("../shared/data/scifact", split="test", workdir="data/bench/scifact")
 print(format_table(report))
@@ -40,8 +40,8 @@ from urllib.parse import quote, unquote
 from haystack import Document, Pipeline
 from tqdm import tqdm
 
-from components import settings
-from eval.metrics_ir import evaluate_run
+from gatehouse import settings
+from gatehouse.eval.metrics_ir import evaluate_run
 from gatehouse.stats import percentile
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "pipelines"
@@ -233,7 +233,7 @@ def ingest_dataset(dataset: BeirDataset, workdir: Path, kb: str, *, reuse_index:
         `docs_per_s`, `encoded` (texts the embedder had to encode; the rest came from the cache) and
         `max_chunks_per_document`.
     """
-    from components.embedding import EmbeddingBackend
+    from gatehouse.components.embedders.embedding import EmbeddingBackend
     from gatehouse.ingest import IngestGroup, ingest
     from gatehouse.pipelines import load_pipeline
 
@@ -270,7 +270,7 @@ def ingest_dataset(dataset: BeirDataset, workdir: Path, kb: str, *, reuse_index:
 
 def embedder_throughput(dataset: BeirDataset, sample: int) -> dict[str, Any]:
     """The bare embedder (no pipeline, no cache) on the first `sample` corpus texts, as the index embeds them."""
-    from components.embedding import EmbeddingBackend
+    from gatehouse.components.embedders.embedding import EmbeddingBackend
 
     texts = [f"{doc['title']}\n{doc['text']}" for doc in dataset.corpus[:sample]]
     backend = EmbeddingBackend.get(cache_dir="off")
@@ -287,7 +287,7 @@ def _pipeline_inputs(pipeline: Pipeline, query: str, kb: str, keep_chunks: int) 
     run-time `top_k` of the stages after retrieval (fusion, ranker). Retrievers keep their YAML depth, unless a
     retriever is the pipeline's last stage (the references), which then returns `keep_chunks` chunks.
     """
-    from components.retrieval_stage import retrieval_inputs
+    from gatehouse.components.retrievers.retrieval_stage import retrieval_inputs
 
     inputs = retrieval_inputs(pipeline, query, kbs=[kb])
     last = set(pipeline.outputs())

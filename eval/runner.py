@@ -9,7 +9,7 @@ Gatehouse's own, with the LLM judge when one is configured, compared with the pr
 
 Usage:
 ```python
-from eval.runner import EvalOptions, run_eval
+from gatehouse.eval.runner import EvalOptions, run_eval
 
 exit_code = run_eval(EvalOptions(sets=["golden"], quick=True))   # 0, or 1 when a metric regressed
 ```
@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from components.settings import PROJECT_ROOT, data_dir
-from eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, write_corpus
+from gatehouse.settings import PROJECT_ROOT, data_dir
+from gatehouse.eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, write_corpus
 from gatehouse.pipelines import pipeline_path
 
 DEFAULT_SETS = ("golden", "mtrag_un", "squad2")
@@ -102,7 +102,7 @@ def _retrieved(result: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def ask_case(pipeline: Any, eval_set: EvalSet, case: EvalCase) -> dict[str, Any]:
-    """Run one case through the ask pipeline and return its record (see `eval.metrics`)."""
+    """Run one case through the ask pipeline and return its record (see `gatehouse.eval.metrics`)."""
     result = pipeline.run(
         {"intake": {"query": case.question, "tenant": case.tenant, "history": case.history}},
         include_outputs_from={"assembler"},
@@ -159,10 +159,10 @@ def run_eval(options: EvalOptions) -> int:
 
     :returns: 0, or 1 when the verdict names regressed metrics.
     """
-    from eval.judge import JudgeConfig, run_judge
-    from eval.metrics import aggregate, score_records
-    from eval.report import render_summary, run_metadata, write_report
-    from eval.verdict import decide, format_verdict, previous_runs
+    from gatehouse.eval.judge import JudgeConfig, run_judge
+    from gatehouse.eval.metrics import aggregate, score_records
+    from gatehouse.eval.report import render_summary, run_metadata, write_report
+    from gatehouse.eval.verdict import decide, format_verdict, previous_runs
 
     started, clock = datetime.now(UTC), time.perf_counter()
     overrides = {"repeats": options.judge_repeats} if options.judge_repeats else {}

@@ -2,8 +2,8 @@
 The regression verdict: this run's numbers against the previous run on the same datasets (or a baseline file),
 with per-metric thresholds from `eval/thresholds.yml`.
 
-A run is the content of a `results.json` (`eval.report`): `metadata` (with `timestamp`, `datasets`
-`{set: version}` and `judge_model`) and `aggregates` (`eval.metrics.aggregate`). Every set is compared with the
+A run is the content of a `results.json` (`gatehouse.eval.report`): `metadata` (with `timestamp`, `datasets`
+`{set: version}` and `judge_model`) and `aggregates` (`gatehouse.eval.metrics.aggregate`). Every set is compared with the
 most recent earlier run that has the same set at the same version with the same number of cases (so a `--quick`
 slice is never compared with a full run), or with the baseline file's set when one is given. Judge metrics are
 compared only when both runs used the same judge model. Bounds (`min`/`max`, e.g. `invented_citation_share` must
@@ -11,7 +11,7 @@ stay 0) are checked on every run, with or without a baseline.
 
 Usage:
 ```python
-from eval.verdict import decide, format_verdict
+from gatehouse.eval.verdict import decide, format_verdict
 
 verdict = decide(current, reports_root="eval/reports")     # or baseline="eval/baseline/results.json"
 print(format_verdict(verdict))
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from eval.metrics import scalars
+from gatehouse.eval.metrics import scalars
 
 DEFAULT_THRESHOLDS = Path(__file__).resolve().parent / "thresholds.yml"
 DIRECTIONS = ("higher", "lower")

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from components.state import PUBLIC_TENANT
+from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse import runtime
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """`gatehouse eval`: the evaluation sets through the real pipeline, a report and a regression verdict."""
-    from eval.runner import DEFAULT_SETS, EvalOptions, run_eval
+    from gatehouse.eval.runner import DEFAULT_SETS, EvalOptions, run_eval
 
     options = EvalOptions(
         sets=args.sets.split(",") if args.sets else list(DEFAULT_SETS), quick=args.quick, limit=args.limit,
@@ -176,7 +176,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """`gatehouse calibrate`: propose per-KB quality thresholds from labelled questions."""
-    from eval.calibrate import calibrate
+    from gatehouse.eval.calibrate import calibrate
 
     return calibrate(set_name=args.set, pipeline=args.pipeline, write=args.write, target_precision=args.precision)
 
@@ -185,7 +185,7 @@ def _bench(module: str, args: argparse.Namespace, **options: Any) -> int:
     """Run `eval.<module>.run_benchmark(**options)`, print its table and write the JSON report to `--output`."""
     import importlib
 
-    from eval.bench_files import write_json_report
+    from gatehouse.eval.bench_files import write_json_report
 
     bench = importlib.import_module(f"eval.{module}")
     try:

@@ -7,8 +7,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from components.settings import PROJECT_ROOT
-from components.state import PUBLIC_TENANT
+from gatehouse.settings import PROJECT_ROOT
+from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, StoredDocument
 from gatehouse.pipelines import load_pipeline
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from haystack import Pipeline
 
-from components.stores.dense_document_store import DenseDocumentStore
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 DOCUMENT_FIELDS = ["tenant", "kb", "doc_id", "source"]
 

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eval.answerability_bench import _auc, choose_threshold, format_table, run_benchmark
-from eval.latency_bench import without_answer_checks
+from gatehouse.eval.answerability_bench import _auc, choose_threshold, format_table, run_benchmark
+from gatehouse.eval.latency_bench import without_answer_checks
 from gatehouse.pipelines import load_pipeline, pipeline_path
 
 SQUAD = Path(__file__).parent / "fixtures" / "eval" / "squad2_cs224n" / "dev-v2.0.json"

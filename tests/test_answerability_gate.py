@@ -4,8 +4,8 @@ import pytest
 from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
 
-from components.answerability_gate import DEFAULT_BIAS, DEFAULT_THRESHOLD, DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
-from components.state import new_state
+from gatehouse.components.routers.answerability_gate import DEFAULT_BIAS, DEFAULT_THRESHOLD, DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
+from gatehouse.components.state import new_state
 
 PASSAGES = [
     Document(
@@ -64,7 +64,7 @@ def test_init_rejects_bad_parameters():
 def test_to_dict():
     data = AnswerabilityGate(threshold=0.4, weights={"coverage": 3.0}, bias=-2.0, on_unanswerable="partial",
                              require_entities=False).to_dict()
-    assert data["type"] == "components.answerability_gate.AnswerabilityGate"
+    assert data["type"] == "gatehouse.components.routers.answerability_gate.AnswerabilityGate"
     params = data["init_parameters"]
     assert params["threshold"] == 0.4
     assert params["weights"] == {"coverage": 3.0}

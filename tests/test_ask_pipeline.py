@@ -7,7 +7,7 @@ import pytest
 import yaml
 from haystack import Pipeline
 
-from components.retrieval_stage import run_retrieval
+from gatehouse.components.retrievers.retrieval_stage import run_retrieval
 from gatehouse.ask import ask
 from gatehouse.ingest import ingest, sample_groups
 from gatehouse.pipelines import ALLOWED_MODULES, load_pipeline, pipelines_dir

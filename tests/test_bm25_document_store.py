@@ -3,7 +3,7 @@ from haystack import Document
 from haystack.document_stores.errors import DuplicateDocumentError
 from haystack.document_stores.types import DuplicatePolicy
 
-from components.stores.bm25_document_store import Analyzer, BM25DocumentStore
+from gatehouse.document_stores.bm25_document_store import Analyzer, BM25DocumentStore
 
 KB_FAQ = {"field": "meta.kb", "operator": "==", "value": "faq"}
 
@@ -44,7 +44,7 @@ def test_init_bad_stopwords_raises(tmp_path):
 
 def test_to_dict(tmp_path):
     data = BM25DocumentStore(path=str(tmp_path), index="i2", method="bm25+", indexed_fields=["content"]).to_dict()
-    assert data["type"] == "components.stores.bm25_document_store.BM25DocumentStore"
+    assert data["type"] == "gatehouse.document_stores.bm25_document_store.BM25DocumentStore"
     assert data["init_parameters"] == {
         "path": str(tmp_path),
         "index": "i2",

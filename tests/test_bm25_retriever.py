@@ -1,8 +1,8 @@
 import pytest
 from haystack import Document
 
-from components.bm25_retriever import BM25Retriever
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.components.retrievers.bm25_retriever import BM25Retriever
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 KB = {"field": "meta.kb", "operator": "==", "value": "faq"}
 
@@ -28,13 +28,13 @@ def test_init(store):
 
 def test_to_dict(store):
     data = BM25Retriever(document_store=store, top_k=7).to_dict()
-    assert data["type"] == "components.bm25_retriever.BM25Retriever"
+    assert data["type"] == "gatehouse.components.retrievers.bm25_retriever.BM25Retriever"
     assert data["init_parameters"]["top_k"] == 7 and data["init_parameters"]["score_field"] == "bm25_score"
     assert data["init_parameters"]["document_store"] == store.to_dict()
 
 
 def test_from_dict(store, monkeypatch):
-    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     original = BM25Retriever(document_store=store, top_k=3, score_field="ngram_score")
     restored = BM25Retriever.from_dict(original.to_dict())
     assert restored.to_dict() == original.to_dict()

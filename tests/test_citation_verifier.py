@@ -3,10 +3,10 @@ from copy import deepcopy
 import pytest
 from haystack import Document
 
-from components.citation_verifier import CitationVerifier
-from components.extractive_answerer import ExtractiveAnswerer
-from components.passage_assembler import PassageAssembler
-from components.state import new_state
+from gatehouse.components.validators.citation_verifier import CitationVerifier
+from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
+from gatehouse.components.builders.passage_assembler import PassageAssembler
+from gatehouse.components.state import new_state
 
 
 def passage(content: str, source_id: str | None, **overrides) -> Document:
@@ -79,7 +79,7 @@ def test_init():
 
 def test_to_dict():
     data = CitationVerifier(support_threshold=0.7, min_supported_ratio=0.8, skip_statuses=["fallback"]).to_dict()
-    assert data["type"] == "components.citation_verifier.CitationVerifier"
+    assert data["type"] == "gatehouse.components.validators.citation_verifier.CitationVerifier"
     params = data["init_parameters"]
     assert params["support_threshold"] == 0.7
     assert params["min_supported_ratio"] == 0.8

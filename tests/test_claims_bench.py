@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.bench_files import write_json_report
-from eval.claims_bench import format_table, load_cases, load_verifier, run_benchmark
+from gatehouse.eval.bench_files import write_json_report
+from gatehouse.eval.claims_bench import format_table, load_cases, load_verifier, run_benchmark
 
 PROJECT = Path(__file__).resolve().parent.parent
 FIXTURE = PROJECT / "tests" / "fixtures" / "claims"

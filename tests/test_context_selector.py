@@ -2,8 +2,8 @@ from copy import deepcopy
 
 import pytest
 
-from components.context_selector import ContextSelector
-from components.state import new_state
+from gatehouse.components.routers.context_selector import ContextSelector
+from gatehouse.components.state import new_state
 
 CONTEXT = "Refunds are issued within 14 days of a request made through the billing portal."
 
@@ -22,7 +22,7 @@ def test_init_bad_invalid_context():
 
 def test_to_dict():
     assert ContextSelector(min_context_chars=20).to_dict() == {
-        "type": "components.context_selector.ContextSelector",
+        "type": "gatehouse.components.routers.context_selector.ContextSelector",
         "init_parameters": {
             "min_context_chars": 20,
             "invalid_context": "reject",

@@ -8,7 +8,7 @@ import pytest
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from components.stores.dense_document_store import DEFAULT_PAYLOAD_INDEXES, DenseDocumentStore
+from gatehouse.document_stores.dense_document_store import DEFAULT_PAYLOAD_INDEXES, DenseDocumentStore
 
 DIM = 8
 
@@ -58,7 +58,7 @@ def test_init(local_env, tmp_path):
 def test_to_dict(local_env, tmp_path):
     store = DenseDocumentStore(index="t_dict", embedding_dim=DIM, path=str(tmp_path))
     assert store.to_dict() == {
-        "type": "components.stores.dense_document_store.DenseDocumentStore",
+        "type": "gatehouse.document_stores.dense_document_store.DenseDocumentStore",
         "init_parameters": {
             "index": "t_dict",
             "embedding_dim": DIM,

@@ -1,8 +1,8 @@
 import pytest
 from haystack import Document
 
-from components.dense_retriever import DenseRetriever
-from components.stores.dense_document_store import DenseDocumentStore
+from gatehouse.components.retrievers.dense_retriever import DenseRetriever
+from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 
 PUBLIC = {"field": "meta.tenant", "operator": "==", "value": "public"}
 
@@ -25,13 +25,13 @@ def test_init(store):
 
 def test_to_dict(store):
     data = DenseRetriever(document_store=store, top_k=7).to_dict()
-    assert data["type"] == "components.dense_retriever.DenseRetriever"
+    assert data["type"] == "gatehouse.components.retrievers.dense_retriever.DenseRetriever"
     assert data["init_parameters"]["top_k"] == 7
     assert data["init_parameters"]["document_store"]["type"].endswith("DenseDocumentStore")
 
 
 def test_from_dict(store, monkeypatch):
-    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     original = DenseRetriever(document_store=store, top_k=3)
     assert DenseRetriever.from_dict(original.to_dict()).to_dict() == original.to_dict()
 

@@ -3,14 +3,14 @@ from copy import deepcopy
 import pytest
 from haystack.components.generators.chat import OpenAIChatGenerator
 
-from components.direct_answerer import (
+from gatehouse.components.generators.direct_answerer import (
     DEFAULT_NO_MODEL_MESSAGE,
     DirectAnswerer,
     ExpressionTooLargeError,
     UnsafeExpressionError,
     evaluate_arithmetic,
 )
-from components.state import new_state
+from gatehouse.components.state import new_state
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_init():
 
 def test_to_dict():
     data = DirectAnswerer(max_exponent=50, thanks_message="Anytime.", arithmetic_prefixes=["what is"]).to_dict()
-    assert data["type"] == "components.direct_answerer.DirectAnswerer"
+    assert data["type"] == "gatehouse.components.generators.direct_answerer.DirectAnswerer"
     params = data["init_parameters"]
     assert params["max_exponent"] == 50
     assert params["thanks_message"] == "Anytime."
@@ -62,7 +62,7 @@ def test_from_dict(monkeypatch):
     assert restored.to_dict() == data
 
     plain = DirectAnswerer.from_dict(
-        {"type": "components.direct_answerer.DirectAnswerer",
+        {"type": "gatehouse.components.generators.direct_answerer.DirectAnswerer",
          "init_parameters": {"max_exponent": 5, "arithmetic_suffixes": ["equals"]}}
     )
     assert plain.max_exponent == 5 and plain.chat_generator is None

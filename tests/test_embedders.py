@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from haystack import Document
 
-from components.document_embedder import DocumentEmbedder
-from components.embedding import EmbeddingBackend
-from components.text_embedder import TextEmbedder
+from gatehouse.components.embedders.document_embedder import DocumentEmbedder
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.embedders.text_embedder import TextEmbedder
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,11 @@ def test_init():
 
 def test_to_dict():
     assert TextEmbedder(prefix="q: ").to_dict() == {
-        "type": "components.text_embedder.TextEmbedder",
+        "type": "gatehouse.components.embedders.text_embedder.TextEmbedder",
         "init_parameters": {"model": None, "cache_dir": "off", "prefix": "q: "},
     }
     assert DocumentEmbedder(meta_fields_to_embed=["title"]).to_dict() == {
-        "type": "components.document_embedder.DocumentEmbedder",
+        "type": "gatehouse.components.embedders.document_embedder.DocumentEmbedder",
         "init_parameters": {
             "model": None,
             "cache_dir": None,

@@ -5,8 +5,8 @@ import shutil
 import pytest
 import yaml
 
-from components.settings import PROJECT_ROOT
-from eval.calibrate import first_attempt_score, propose, write_thresholds
+from gatehouse.settings import PROJECT_ROOT
+from gatehouse.eval.calibrate import first_attempt_score, propose, write_thresholds
 
 
 def test_first_attempt_score_comes_from_the_path():

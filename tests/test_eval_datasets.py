@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.settings import PROJECT_ROOT
-from eval.datasets import (
+from gatehouse.settings import PROJECT_ROOT
+from gatehouse.eval.datasets import (
     GOLDEN_SET,
     INTENTS,
     CorpusDocument,

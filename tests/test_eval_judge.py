@@ -1,5 +1,5 @@
 """
-The LLM judge (eval.judge) against a real HTTP peer: a tiny OpenAI chat-completions server on a loopback port that
+The LLM judge (gatehouse.eval.judge) against a real HTTP peer: a tiny OpenAI chat-completions server on a loopback port that
 answers the Ragas prompts with deterministic JSON (or with garbage, to prove that failed judgements are counted as
 NaN). The wiring against a real local model (llama.cpp) is tested where such a model is installed.
 """
@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from eval.judge import GatehouseEmbeddings, JudgeConfig, count_tokens, judge_inputs, run_judge
-from eval.metrics import judge_aggregates
+from gatehouse.eval.judge import GatehouseEmbeddings, JudgeConfig, count_tokens, judge_inputs, run_judge
+from gatehouse.eval.metrics import judge_aggregates
 
 QUESTION = "How long do API keys last?"
 RELEVANT = "API keys expire after 90 days unless they are rotated earlier."

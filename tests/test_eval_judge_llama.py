@@ -6,8 +6,8 @@ import sys
 import httpx
 import pytest
 
-from components.settings import llama_model_path
-from eval.judge import JudgeConfig, run_judge
+from gatehouse.settings import llama_model_path
+from gatehouse.eval.judge import JudgeConfig, run_judge
 from server_process import free_port, serving
 
 pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] is not installed (the judge's wiring to a "

@@ -1,11 +1,11 @@
-"""eval.metrics against values worked out by hand on the records of tests/eval_records.py."""
+"""gatehouse.eval.metrics against values worked out by hand on the records of tests/eval_records.py."""
 
 import math
 
 import pytest
 from eval_records import records
 
-from eval.metrics import (
+from gatehouse.eval.metrics import (
     aggregate,
     answer_quality,
     citation_problems,

@@ -1,4 +1,4 @@
-"""eval.report: run metadata, the files of a run, and an HTML report that is self-contained and escaped."""
+"""gatehouse.eval.report: run metadata, the files of a run, and an HTML report that is self-contained and escaped."""
 
 import hashlib
 import html
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from eval_records import SCRIPT_QUESTION, records
 
-from eval.metrics import aggregate, score_records
-from eval.report import package_versions, pipeline_hashes, run_metadata, write_report
-from eval.verdict import decide
+from gatehouse.eval.metrics import aggregate, score_records
+from gatehouse.eval.report import package_versions, pipeline_hashes, run_metadata, write_report
+from gatehouse.eval.verdict import decide
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 

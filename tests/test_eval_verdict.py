@@ -1,12 +1,12 @@
-"""eval.verdict: thresholds, baseline selection and the verdict on synthetic runs."""
+"""gatehouse.eval.verdict: thresholds, baseline selection and the verdict on synthetic runs."""
 
 import json
 
 import pytest
 from eval_records import records
 
-from eval.metrics import aggregate
-from eval.verdict import (
+from gatehouse.eval.metrics import aggregate
+from gatehouse.eval.verdict import (
     allowed_drop,
     check,
     decide,

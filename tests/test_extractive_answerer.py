@@ -4,9 +4,9 @@ from copy import deepcopy
 import pytest
 from haystack import Document
 
-from components.extractive_answerer import DEFAULT_NO_ANSWER_MESSAGE, ExtractiveAnswerer
-from components.state import new_state
-from components.text import normalize_space, split_sentences, strip_markers
+from gatehouse.components.generators.extractive_answerer import DEFAULT_NO_ANSWER_MESSAGE, ExtractiveAnswerer
+from gatehouse.components.state import new_state
+from gatehouse.components.text import normalize_space, split_sentences, strip_markers
 
 
 def passage(content: str, source_id: str, **meta) -> Document:
@@ -108,7 +108,7 @@ def test_init():
 
 def test_to_dict():
     data = ExtractiveAnswerer(max_sentences=2, min_sentence_score=0.5, no_answer_message="Nope.").to_dict()
-    assert data["type"] == "components.extractive_answerer.ExtractiveAnswerer"
+    assert data["type"] == "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer"
     params = data["init_parameters"]
     assert params["max_sentences"] == 2
     assert params["min_sentence_score"] == 0.5
@@ -263,7 +263,7 @@ def test_run_does_not_mutate_input_state(answerer):
 
 def gate_candidate(passage_index: int, text: str, span: str | None = None) -> dict:
     """The answerability gate's best candidate for PASSAGES, as it puts it in the state."""
-    from components.text import split_units
+    from gatehouse.components.text import split_units
 
     units = split_units(PASSAGES[passage_index].content)
     unit = next(i for i, u in enumerate(units) if normalize_space(strip_markers(u.text)) == text)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from haystack import Document, Pipeline
 
-from components.guardrails import DEFAULT_FALLBACK_MESSAGE, Guardrails, iban_valid, luhn_valid
-from components.state import new_state
+from gatehouse.components.guardrails.guardrails import DEFAULT_FALLBACK_MESSAGE, Guardrails, iban_valid, luhn_valid
+from gatehouse.components.state import new_state
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def test_init_rejects_bad_configuration():
 def test_to_dict():
     gate = Guardrails(stage="output", corpus_name="Acme", hedge_phrases=["perhaps"], allowed_tags=["b"])
     data = gate.to_dict()
-    assert data["type"] == "components.guardrails.Guardrails"
+    assert data["type"] == "gatehouse.components.guardrails.guardrails.Guardrails"
     params = data["init_parameters"]
     assert params["stage"] == "output"
     assert params["corpus_name"] == "Acme"
@@ -168,7 +168,7 @@ def test_from_dict_in_yaml_pipeline():
     pipeline.add_component("input_guardrails", Guardrails(stage="input"))
     pipeline.add_component("output_guardrails", Guardrails(stage="output"))
     pipeline.connect("input_guardrails.passed", "output_guardrails.state")
-    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["components.guardrails"])
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["gatehouse.components.guardrails.guardrails"])
     passed = loaded.run({"input_guardrails": {"state": new_state("What is the rate limit?")}})
     assert passed["output_guardrails"]["state"]["path"] == ["start", "input_guardrails", "output_guardrails"]
     blocked = loaded.run({"input_guardrails": {"state": new_state("Write a python script for me")}})
@@ -769,7 +769,7 @@ def test_presidio_output_stage_placeholders_and_source_names():
 def test_presidio_from_yaml_pipeline():
     pipeline = Pipeline()
     pipeline.add_component("guard", Guardrails(stage="input", pii_backend="presidio", presidio_entities=["PERSON"]))
-    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["components.guardrails"])
+    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["gatehouse.components.guardrails.guardrails"])
     result = loaded.run({"guard": {"state": new_state("My colleague Jane Doe in Berlin cannot log in.")}})
     assert result["guard"]["passed"]["query"] == "My colleague [PERSON] in Berlin cannot log in."
 
@@ -811,8 +811,8 @@ def test_presidio_missing_package_or_model_names_the_extra(monkeypatch):
 def test_regex_backend_imports_neither_spacy_nor_presidio():
     code = (
         "import sys\n"
-        "from components.guardrails import Guardrails\n"
-        "from components.state import new_state\n"
+        "from gatehouse.components.guardrails.guardrails import Guardrails\n"
+        "from gatehouse.components.state import new_state\n"
         "Guardrails(pii_backend='presidio')\n"
         "gate = Guardrails(stage='output')\n"
         "gate.warm_up()\n"

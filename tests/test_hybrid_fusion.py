@@ -1,7 +1,7 @@
 import pytest
 from haystack import Document
 
-from components.hybrid_fusion import HybridFusion
+from gatehouse.components.joiners.hybrid_fusion import HybridFusion
 
 
 def d(doc_id: str, score: float, **meta) -> Document:
@@ -32,7 +32,7 @@ def test_init_unknown_method():
 
 def test_to_dict():
     assert HybridFusion(rrf_k=30).to_dict() == {
-        "type": "components.hybrid_fusion.HybridFusion",
+        "type": "gatehouse.components.joiners.hybrid_fusion.HybridFusion",
         "init_parameters": {
             "method": "rrf",
             "weights": {"dense": 1.0, "lexical": 1.0},

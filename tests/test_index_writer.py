@@ -1,10 +1,10 @@
 import pytest
 from haystack import Document
 
-from components.document_embedder import DocumentEmbedder
-from components.index_writer import IndexWriter
-from components.stores.dense_document_store import DenseDocumentStore
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.components.embedders.document_embedder import DocumentEmbedder
+from gatehouse.components.writers.index_writer import IndexWriter
+from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 DOC_ID = "public/faq/api-keys.md"
 
@@ -52,12 +52,12 @@ def test_init(stores):
 def test_to_dict(stores):
     dense, lexical = stores
     data = IndexWriter(dense_store=dense, lexical_store=lexical).to_dict()
-    assert data["type"] == "components.index_writer.IndexWriter"
+    assert data["type"] == "gatehouse.components.writers.index_writer.IndexWriter"
     assert data["init_parameters"] == {"dense_store": dense.to_dict(), "lexical_store": lexical.to_dict()}
 
 
 def test_from_dict(stores, monkeypatch):
-    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     dense, lexical = stores
     restored = IndexWriter.from_dict(IndexWriter(dense_store=dense, lexical_store=lexical).to_dict())
     assert isinstance(restored.dense_store, DenseDocumentStore)

@@ -4,8 +4,8 @@ import pytest
 from haystack import Document
 from haystack.dataclasses import ByteStream
 
-from components.ingest_planner import DEFAULT_MIME_TYPES, IngestPlanner
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.components.writers.ingest_planner import DEFAULT_MIME_TYPES, IngestPlanner
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_init(store):
 
 def test_to_dict(store, tmp_path):
     data = IngestPlanner(document_store=store, mime_types={".md": "text/markdown"}).to_dict()
-    assert data["type"] == "components.ingest_planner.IngestPlanner"
+    assert data["type"] == "gatehouse.components.writers.ingest_planner.IngestPlanner"
     params = data["init_parameters"]
     assert params["document_store"] == store.to_dict()
     assert params["document_store"]["init_parameters"]["local"] == {"path": str(tmp_path / "bm25")}
@@ -42,8 +42,8 @@ def test_to_dict(store, tmp_path):
 
 
 def test_from_dict(store, tmp_path, monkeypatch):
-    # nested Gatehouse classes deserialise only from allowlisted modules (gatehouse.pipelines allows components.*)
-    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    # nested Gatehouse classes deserialise only from allowlisted modules (gatehouse.pipelines allows gatehouse.components.*)
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     restored = IngestPlanner.from_dict(IngestPlanner(document_store=store, max_file_bytes=123).to_dict())
     assert isinstance(restored.document_store, LexicalDocumentStore)
     assert restored.document_store.store.database_path == tmp_path / "bm25" / "gatehouse.sqlite"

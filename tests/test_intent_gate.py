@@ -1,12 +1,12 @@
-"""Tests for `components.intent_gate.IntentGate` with real MiniLM embeddings."""
+"""Tests for `gatehouse.components.routers.intent_gate.IntentGate` with real MiniLM embeddings."""
 
 import pytest
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.utils import Secret
 
-from components.embedding import EmbeddingBackend
-from components.intent_gate import DEFAULT_DOMAIN_KEYWORDS, IntentGate
-from components.state import new_state
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.routers.intent_gate import DEFAULT_DOMAIN_KEYWORDS, IntentGate
+from gatehouse.components.state import new_state
 
 INTENTS = {
     "factual", "comparison", "explanation", "aggregation", "procedural",
@@ -69,7 +69,7 @@ def test_init_rejects_bad_parameters(kwargs, message):
 def test_to_dict():
     gate = IntentGate(domain_keywords=["widget"], embedding_margin=0.2, max_general_subject_terms=4, cache_dir="off")
     data = gate.to_dict()
-    assert data["type"] == "components.intent_gate.IntentGate"
+    assert data["type"] == "gatehouse.components.routers.intent_gate.IntentGate"
     params = data["init_parameters"]
     assert params["domain_keywords"] == ["widget"]
     assert params["embedding_margin"] == 0.2
@@ -96,7 +96,7 @@ def test_from_dict():
     assert restored.max_general_subject_terms == 1 and restored.stopwords == ["the", "of"]
     assert restored.to_dict() == data
 
-    minimal = IntentGate.from_dict({"type": "components.intent_gate.IntentGate", "init_parameters": {}})
+    minimal = IntentGate.from_dict({"type": "gatehouse.components.routers.intent_gate.IntentGate", "init_parameters": {}})
     assert minimal.domain_keywords == list(DEFAULT_DOMAIN_KEYWORDS)
 
 

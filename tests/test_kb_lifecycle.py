@@ -14,9 +14,9 @@ import pytest
 import yaml
 from server_process import running_server
 
-from components.retrieval_stage import run_retrieval
-from components.settings import PROJECT_ROOT
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.components.retrievers.retrieval_stage import run_retrieval
+from gatehouse.settings import PROJECT_ROOT
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.cli import main
 from gatehouse.ingest import format_summary, ingest, path_groups
 from gatehouse.knowledge_bases import KnowledgeBase, KnowledgeBaseCatalogue, KnowledgeBaseNotFoundError

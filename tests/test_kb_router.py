@@ -1,14 +1,14 @@
-"""Tests for `components.kb_router.KBRouter` with real MiniLM embeddings."""
+"""Tests for `gatehouse.components.routers.kb_router.KBRouter` with real MiniLM embeddings."""
 
 import pytest
 from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.utils import Secret
 
-from components.embedding import EmbeddingBackend
-from components.kb_router import KBRouter
-from components.state import new_state
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.routers.kb_router import KBRouter
+from gatehouse.components.state import new_state
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 KNOWLEDGE_BASES = [
     {
@@ -170,7 +170,7 @@ def test_init_rejects_bad_numbers():
 def test_to_dict():
     router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=1, cache_dir="off")
     data = router.to_dict()
-    assert data["type"] == "components.kb_router.KBRouter"
+    assert data["type"] == "gatehouse.components.routers.kb_router.KBRouter"
     params = data["init_parameters"]
     assert params["knowledge_bases"] == KNOWLEDGE_BASES
     assert params["max_kbs"] == 1
@@ -183,7 +183,7 @@ def test_to_dict():
 
 
 def test_to_dict_from_dict_with_catalogue_and_evidence(tmp_path, monkeypatch):
-    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     store = LexicalDocumentStore(backend="local", local={"path": str(tmp_path)})
     router = KBRouter(
         knowledge_bases=KNOWLEDGE_BASES, include_public=False, catalogue_store=store,
@@ -217,7 +217,7 @@ def test_from_dict():
 def test_from_dict_minimal_yaml_style():
     restored = KBRouter.from_dict(
         {
-            "type": "components.kb_router.KBRouter",
+            "type": "gatehouse.components.routers.kb_router.KBRouter",
             "init_parameters": {"knowledge_bases": [{"name": "docs", "description": "all documentation"}]},
         }
     )

@@ -7,8 +7,8 @@ import pytest
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from components.stores.bm25_document_store import BM25DocumentStore
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 
 def _reachable(url: str | None) -> bool:
@@ -61,7 +61,7 @@ def test_init_local_backend_ignores_es_env(monkeypatch, tmp_path):
 
 def test_to_dict(local_store, tmp_path):
     assert local_store.to_dict() == {
-        "type": "components.stores.lexical_document_store.LexicalDocumentStore",
+        "type": "gatehouse.document_stores.lexical_document_store.LexicalDocumentStore",
         "init_parameters": {
             "backend": "auto",
             "local": {"path": str(tmp_path), "stemmer": "english"},

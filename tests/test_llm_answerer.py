@@ -8,10 +8,10 @@ import urllib.request
 import pytest
 from haystack import Document
 
-from components import settings
-from components.llm_answerer import DEFAULT_SYSTEM_PROMPT, LLMAnswerer
-from components.openai_compatible_generator import OpenAICompatibleChatGenerator
-from components.state import new_state
+from gatehouse import settings
+from gatehouse.components.generators.llm_answerer import DEFAULT_SYSTEM_PROMPT, LLMAnswerer
+from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
+from gatehouse.components.state import new_state
 
 CLOSED_PORT_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, the connection is refused
 
@@ -72,7 +72,7 @@ def test_to_dict(llm_env, monkeypatch):
     generator = OpenAICompatibleChatGenerator(timeout=5)
     gen_dict = generator.to_dict()
     assert gen_dict == {
-        "type": "components.openai_compatible_generator.OpenAICompatibleChatGenerator",
+        "type": "gatehouse.components.generators.openai_compatible_generator.OpenAICompatibleChatGenerator",
         "init_parameters": {
             "api_base_url": None,  # configured None kept: the environment decides at load time
             "model": None,
@@ -83,7 +83,7 @@ def test_to_dict(llm_env, monkeypatch):
     }
     data = LLMAnswerer(chat_generator=generator, fallback_to_extractive=False).to_dict()
     assert data == {
-        "type": "components.llm_answerer.LLMAnswerer",
+        "type": "gatehouse.components.generators.llm_answerer.LLMAnswerer",
         "init_parameters": {
             "chat_generator": gen_dict,
             "system_prompt": DEFAULT_SYSTEM_PROMPT,
@@ -94,7 +94,7 @@ def test_to_dict(llm_env, monkeypatch):
 
 
 def test_from_dict(llm_env, monkeypatch):
-    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     original = LLMAnswerer(
         chat_generator=OpenAICompatibleChatGenerator(api_base_url=CLOSED_PORT_URL, model="m", timeout=3),
         passage_template="<{source_id}> {content}",

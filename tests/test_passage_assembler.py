@@ -3,8 +3,8 @@ from copy import deepcopy
 import pytest
 from haystack import Document, Pipeline
 
-from components.passage_assembler import DEFAULT_FALLBACK_MESSAGE, PassageAssembler
-from components.state import new_state
+from gatehouse.components.builders.passage_assembler import DEFAULT_FALLBACK_MESSAGE, PassageAssembler
+from gatehouse.components.state import new_state
 
 
 def make_doc(
@@ -85,7 +85,7 @@ def test_init():
 
 def test_to_dict():
     data = PassageAssembler(top_k=3, max_per_section=1, compress=True, fallback_message="Nothing.").to_dict()
-    assert data["type"] == "components.passage_assembler.PassageAssembler"
+    assert data["type"] == "gatehouse.components.builders.passage_assembler.PassageAssembler"
     params = data["init_parameters"]
     assert params["top_k"] == 3
     assert params["max_per_section"] == 1
@@ -107,7 +107,7 @@ def test_from_dict():
 def test_pipeline_yaml_round_trip():
     pipeline = Pipeline()
     pipeline.add_component("assemble", PassageAssembler(top_k=4))
-    restored = Pipeline.loads(pipeline.dumps(), allowed_modules=["components.passage_assembler"])
+    restored = Pipeline.loads(pipeline.dumps(), allowed_modules=["gatehouse.components.builders.passage_assembler"])
     component = restored.get_component("assemble")
     assert isinstance(component, PassageAssembler)
     assert component.top_k == 4

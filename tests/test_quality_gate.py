@@ -4,9 +4,9 @@ import pytest
 from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
 
-from components.embedding import EmbeddingBackend
-from components.quality_gate import DEFAULT_STOPWORDS, QualityGate, TermNormaliser, parse_relevance, tokenize
-from components.state import new_state
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.routers.quality_gate import DEFAULT_STOPWORDS, QualityGate, TermNormaliser, parse_relevance, tokenize
+from gatehouse.components.state import new_state
 
 QUESTION = "How do I rotate an API key?"
 
@@ -94,7 +94,7 @@ def test_init_rejects_bad_parameters():
 
 def test_to_dict():
     data = QualityGate(default_threshold=0.55, max_retries=1, stopwords=["a", "the"]).to_dict()
-    assert data["type"] == "components.quality_gate.QualityGate"
+    assert data["type"] == "gatehouse.components.routers.quality_gate.QualityGate"
     params = data["init_parameters"]
     assert params["default_threshold"] == 0.55
     assert params["max_retries"] == 1
@@ -127,7 +127,7 @@ def test_from_dict(monkeypatch):
     assert restored.chat_generator.api_base_url == "http://127.0.0.1:9/v1"
     assert restored.to_dict() == original.to_dict()
 
-    plain = QualityGate.from_dict({"type": "components.quality_gate.QualityGate", "init_parameters": {}})
+    plain = QualityGate.from_dict({"type": "gatehouse.components.routers.quality_gate.QualityGate", "init_parameters": {}})
     assert plain.chat_generator is None and plain.max_retries == 2
 
 

@@ -4,9 +4,9 @@ import pytest
 from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
 
-from components.quality_gate import QualityGate
-from components.query_rewriter import QueryRewriter
-from components.state import new_state
+from gatehouse.components.routers.quality_gate import QualityGate
+from gatehouse.components.query.query_rewriter import QueryRewriter
+from gatehouse.components.state import new_state
 
 # As declared in the knowledge bases' YAML (`keywords:`), `_` reads as a space.
 KB_KEYWORDS = {
@@ -85,7 +85,7 @@ def test_init_rejects_bad_parameters():
 
 def test_to_dict():
     data = QueryRewriter(task="retry", kb_keywords=KB_KEYWORDS, strategies=["feedback", "keywords"]).to_dict()
-    assert data["type"] == "components.query_rewriter.QueryRewriter"
+    assert data["type"] == "gatehouse.components.query.query_rewriter.QueryRewriter"
     params = data["init_parameters"]
     assert params["task"] == "retry"
     assert params["kb_keywords"] == KB_KEYWORDS
@@ -110,7 +110,7 @@ def test_from_dict(monkeypatch):
     assert restored.to_dict() == original.to_dict()
 
     plain = QueryRewriter.from_dict(
-        {"type": "components.query_rewriter.QueryRewriter", "init_parameters": {"kb_keywords": KB_KEYWORDS}}
+        {"type": "gatehouse.components.query.query_rewriter.QueryRewriter", "init_parameters": {"kb_keywords": KB_KEYWORDS}}
     )
     assert plain.kb_keywords == KB_KEYWORDS and plain.chat_generator is None
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from haystack import Document
 
-from components.ranker import Ranker
+from gatehouse.components.rankers.ranker import Ranker
 
 CROSS_ENCODER = os.environ.get("GATEHOUSE_TEST_CROSS_ENCODER")
 
@@ -26,7 +26,7 @@ def test_init():
 
 def test_to_dict():
     assert Ranker(top_k=5).to_dict() == {
-        "type": "components.ranker.Ranker",
+        "type": "gatehouse.components.rankers.ranker.Ranker",
         "init_parameters": {"model": None, "top_k": 5, "batch_size": 16},
     }
 

@@ -2,8 +2,8 @@ import time
 
 import pytest
 
-from components.request_intake import RequestIntake
-from components.state import VALIDATION_KEYS
+from gatehouse.components.routers.request_intake import RequestIntake
+from gatehouse.components.state import VALIDATION_KEYS
 
 
 def test_init():
@@ -19,7 +19,7 @@ def test_init_unknown_default_mode():
 
 def test_to_dict():
     assert RequestIntake(max_history_turns=5).to_dict() == {
-        "type": "components.request_intake.RequestIntake",
+        "type": "gatehouse.components.routers.request_intake.RequestIntake",
         "init_parameters": {"default_mode": "full-corpus", "max_history_turns": 5},
     }
 

@@ -1,8 +1,8 @@
 import json
 import time
 
-from components.response_builder import ResponseBuilder
-from components.state import VALIDATION_KEYS, advance, new_state, with_validation
+from gatehouse.components.builders.response_builder import ResponseBuilder
+from gatehouse.components.state import VALIDATION_KEYS, advance, new_state, with_validation
 
 CITATION = {
     "id": "S1", "text": "API keys", "url": "https://docs.example.com/api-keys#rotate", "chunk_id": "c1",
@@ -27,7 +27,7 @@ def test_init():
 
 def test_to_dict():
     assert ResponseBuilder(require_citations_for_success=False).to_dict() == {
-        "type": "components.response_builder.ResponseBuilder",
+        "type": "gatehouse.components.builders.response_builder.ResponseBuilder",
         "init_parameters": {"require_citations_for_success": False},
     }
 

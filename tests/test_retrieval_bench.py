@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.metrics_ir import evaluate_run, mrr_at_k, ndcg_at_k, per_query, recall_at_k
-from eval.retrieval_bench import (
+from gatehouse.eval.metrics_ir import evaluate_run, mrr_at_k, ndcg_at_k, per_query, recall_at_k
+from gatehouse.eval.retrieval_bench import (
     DatasetError,
     beir_id,
     export_corpus,

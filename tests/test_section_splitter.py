@@ -1,7 +1,7 @@
 import pytest
 from haystack import Document
 
-from components.section_splitter import SectionSplitter, slugify
+from gatehouse.components.preprocessors.section_splitter import SectionSplitter, slugify
 
 MD = """---
 title: API keys
@@ -56,7 +56,7 @@ def test_init_overlap_too_large():
 
 def test_to_dict():
     assert SectionSplitter(max_words=50, overlap_words=5).to_dict() == {
-        "type": "components.section_splitter.SectionSplitter",
+        "type": "gatehouse.components.preprocessors.section_splitter.SectionSplitter",
         "init_parameters": {"max_words": 50, "overlap_words": 5, "min_words": 5, "heading_level": 3},
     }
 

@@ -1,9 +1,9 @@
 from haystack import Document
 
-from components.embedding import EmbeddingBackend, EmbeddingCache
-from components.sentence_embedder import SentenceEmbedder
-from components.sentence_scorer import SentenceScorer
-from components.sentences import SENTENCE_PATTERN, sentence_settings, sentence_texts
+from gatehouse.components.embedders.embedding import EmbeddingBackend, EmbeddingCache
+from gatehouse.components.embedders.sentence_embedder import SentenceEmbedder
+from gatehouse.components.rankers.sentence_scorer import SentenceScorer
+from gatehouse.components.sentences import SENTENCE_PATTERN, sentence_settings, sentence_texts
 
 
 def chunk() -> Document:
@@ -19,7 +19,7 @@ def test_init():
 
 def test_to_dict():
     assert SentenceEmbedder().to_dict() == {
-        "type": "components.sentence_embedder.SentenceEmbedder",
+        "type": "gatehouse.components.embedders.sentence_embedder.SentenceEmbedder",
         "init_parameters": {"model": None, "cache_dir": None, "batch_size": 64,
                             "sentences": {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}},
     }

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from haystack import Document
 
-from components.embedding import EmbeddingBackend
-from components.sentence_scorer import SentenceScorer
-from components.sentences import SENTENCE_PATTERN, sentence_settings, sentence_texts
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.rankers.sentence_scorer import SentenceScorer
+from gatehouse.components.sentences import SENTENCE_PATTERN, sentence_settings, sentence_texts
 
 QUERY = "Vitamin D supplements increase bone density."
 MATCH = "Daily vitamin D supplementation increased bone mineral density."
@@ -47,7 +47,7 @@ def test_init():
 
 def test_to_dict():
     assert SentenceScorer(cache_dir="off").to_dict() == {
-        "type": "components.sentence_scorer.SentenceScorer",
+        "type": "gatehouse.components.rankers.sentence_scorer.SentenceScorer",
         "init_parameters": {
             "model": None,
             "cache_dir": "off",

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from openai import OpenAI
 from server_process import running_server
 
-from components.settings import PROJECT_ROOT
+from gatehouse.settings import PROJECT_ROOT
 
 ADMIN_KEY = "admin-secret-for-tests"
 ACME_KEY = "acme-secret-for-tests"

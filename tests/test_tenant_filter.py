@@ -2,7 +2,7 @@ import pytest
 from haystack import Document
 from haystack.utils.filters import document_matches_filter
 
-from components.tenant_filter import TenantFilter
+from gatehouse.components.retrievers.tenant_filter import TenantFilter
 
 PUBLIC = {"field": "meta.tenant", "operator": "in", "value": ["public"]}
 GLOBEX_AND_PUBLIC = {"field": "meta.tenant", "operator": "in", "value": ["globex", "public"]}
@@ -18,7 +18,7 @@ def test_init():
 
 def test_to_dict():
     assert TenantFilter(default_tenant="shared", include_public=False).to_dict() == {
-        "type": "components.tenant_filter.TenantFilter",
+        "type": "gatehouse.components.retrievers.tenant_filter.TenantFilter",
         "init_parameters": {"default_tenant": "shared", "include_public": False},
     }
     assert TenantFilter().to_dict()["init_parameters"] == {"default_tenant": "public", "include_public": True}
@@ -27,7 +27,7 @@ def test_to_dict():
 def test_from_dict():
     restored = TenantFilter.from_dict(TenantFilter(default_tenant="x", include_public=False).to_dict())
     assert restored.default_tenant == "x" and restored.include_public is False
-    minimal = TenantFilter.from_dict({"type": "components.tenant_filter.TenantFilter", "init_parameters": {}})
+    minimal = TenantFilter.from_dict({"type": "gatehouse.components.retrievers.tenant_filter.TenantFilter", "init_parameters": {}})
     assert minimal.include_public is True
 
 

@@ -8,11 +8,11 @@ import pytest
 import yaml
 from haystack import Document
 
-from components.kb_router import KBRouter
-from components.retrieval_stage import RetrievalStage, run_retrieval
-from components.state import new_state
-from components.stores.bm25_document_store import BM25DocumentStore
-from components.stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.components.routers.kb_router import KBRouter
+from gatehouse.components.retrievers.retrieval_stage import RetrievalStage, run_retrieval
+from gatehouse.components.state import new_state
+from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.ask import ask
 from gatehouse.ingest import ingest, path_groups, sample_groups
 from gatehouse.pipelines import load_pipeline, pipelines_dir
@@ -48,7 +48,7 @@ def router(ingested):
     """The router exactly as `ask.yml` declares it."""
     spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())["components"]["router"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "components.*")
+        patch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
         component = KBRouter.from_dict(spec)
     component.warm_up()
     return component

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from components.state import PUBLIC_TENANT
+from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.serving.manifest import Manifest, ManifestError
 
 OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from components.settings import PROJECT_ROOT
+from gatehouse.settings import PROJECT_ROOT
 
 KINDS = ("ask", "retrieve", "index")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -55,7 +55,7 @@ class Manifest:
     port: int = 1416
     log_level: str = "info"
     pipelines: dict[str, DeployedPipeline] = field(default_factory=dict)
-    allowed_modules: tuple[str, ...] = ("components.*",)
+    allowed_modules: tuple[str, ...] = ()  # besides Gatehouse's own (gatehouse.pipelines.ALLOWED_MODULES)
     keys: tuple[KeySpec, ...] = ()
     allow_remote_without_keys: bool = False
     mcp: bool = True
@@ -122,7 +122,7 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
     limits = raw.get("limits") or {}
     log_level = str(raw.get("log_level", "info")).lower()
     _require(log_level in LOG_LEVELS, path, f"log_level {log_level!r}; use one of {', '.join(LOG_LEVELS)}.")
-    modules = raw.get("allowed_modules", ["components.*"])
+    modules = raw.get("allowed_modules") or []
     _require(isinstance(modules, list) and "*" not in modules, path,
              "`allowed_modules` must list module patterns (a bare '*' would allow any class).")
     manifest = Manifest(

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from components.settings import data_dir
+from gatehouse.settings import data_dir
 from gatehouse.serving.auth import GuardMiddleware, KeyRing
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 

@@ -38,8 +38,8 @@ from haystack.dataclasses import ByteStream
 from starlette.datastructures import Headers
 from typing_extensions import TypedDict
 
-from components.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
-from components.retrieval_stage import run_retrieval
+from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
+from gatehouse.components.retrievers.retrieval_stage import run_retrieval
 from gatehouse import runtime
 from gatehouse.ask import run_ask
 from gatehouse.pipelines import load_pipeline

@@ -1,0 +1,102 @@
+"""Builds Gatehouse's response contract from the final state."""
+
+import time
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict
+
+from gatehouse.components.state import VALIDATION_KEYS
+
+FINAL_STATUSES = ("error", "refused", "fallback")
+CITATION_KEYS = ("id", "text", "url", "chunk_id", "source", "kb", "confidence", "snippet")
+
+
+@component
+class ResponseBuilder:
+    """
+    Turns the state into the response every client gets (CLI `--json`, REST, evaluation):
+
+    `answer`, `citations[]` (`id`, `text`, `url`, `chunk_id`, `source`, `kb`, `confidence`, `snippet`),
+    `metadata` (`mode`, `intent`, `kb`, `chunks_retrieved`, `chunks_used`, `attempts`, `quality_score`,
+    `latency_ms` per stage and `total`), `validation` (`boundary_violations`, `confidence_warnings`,
+    `guardrail_actions`, `unsupported_sentences`), `status` (`success` | `partial` | `fallback` | `refused` |
+    `error`), `error_message` and `path`.
+
+    Usage:
+    ```python
+    from gatehouse.components.builders.response_builder import ResponseBuilder
+
+    response = ResponseBuilder().run(state=final_state)["response"]
+    response["status"], response["path"]
+    ```
+    """
+
+    def __init__(self, *, require_citations_for_success: bool = True) -> None:
+        """
+        :param require_citations_for_success: A retrieved answer without citations is `partial`, not `success`.
+        """
+        self.require_citations_for_success = require_citations_for_success
+
+    def _status(self, state: dict[str, Any], citations: list[dict[str, Any]], validation: dict[str, list]) -> str:
+        status = state.get("status")
+        if status in FINAL_STATUSES:
+            return status
+        if not (state.get("answer") or "").strip():
+            return "error"
+        if state.get("route") != "retrieve" and state.get("mode") != "constrained-context":
+            return status or "success"
+        if status == "partial" or validation.get("unsupported_sentences"):
+            return "partial"
+        if self.require_citations_for_success and not citations:
+            return "partial"
+        return "success"
+
+    @component.output_types(response=dict)
+    def run(self, state: dict) -> dict[str, Any]:
+        """
+        Build the response.
+
+        :param state: The final state of the ask pipeline.
+        :returns: `response`, a JSON-serialisable dictionary.
+        """
+        latency = {stage: round(ms, 1) for stage, ms in (state.get("latency_ms") or {}).items()}
+        if state.get("started") is not None:
+            latency["total"] = round((time.perf_counter() - state["started"]) * 1000.0, 1)
+        validation = {key: list((state.get("validation") or {}).get(key, [])) for key in VALIDATION_KEYS}
+        citations = [
+            {key: citation.get(key) for key in CITATION_KEYS} for citation in state.get("citations") or []
+        ]
+        kbs = state.get("kbs") or ([state["kb"]] if state.get("kb") else [])
+        status = self._status(state, citations, validation)
+        quality = state.get("quality_score")
+        response = {
+            "answer": state.get("answer") or "",
+            "citations": citations,
+            "metadata": {
+                "mode": state.get("mode"),
+                "intent": state.get("intent"),
+                "route": state.get("route"),
+                "kb": "+".join(kbs) if kbs else None,
+                "tenant": state.get("tenant"),
+                "chunks_retrieved": int(state.get("chunks_retrieved") or 0),
+                "chunks_used": int(state.get("chunks_used") or 0),
+                "attempts": len(state.get("attempts") or []),
+                "quality_score": round(float(quality), 4) if quality is not None else None,
+                "generator": state.get("generator"),
+                "latency_ms": latency,
+            },
+            "validation": validation,
+            "status": status,
+            "error_message": state.get("error_message") if status == "error" else None,
+            "path": list(state.get("path") or []),
+        }
+        return {"response": response}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component."""
+        return default_to_dict(self, require_citations_for_success=self.require_citations_for_success)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ResponseBuilder":
+        """Deserialise the component."""
+        return default_from_dict(cls, data)

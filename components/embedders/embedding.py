@@ -1,0 +1,145 @@
+"""
+The embedding backend shared by every Gatehouse component that needs vectors.
+
+One SentenceTransformers model is loaded per process and model name, however many components use it (the
+intent gate, the router, the embedders and the citation verifier all embed). Embeddings can be cached on
+disk, keyed by the model and the SHA-256 of the text, so that re-ingesting a corpus does not encode it again.
+
+Usage:
+```python
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+
+backend = EmbeddingBackend.get(model=None, cache_dir=None)   # defaults from gatehouse.settings
+vectors = backend.embed(["How do I rotate an API key?"])   # numpy array, one L2-normalised row per text
+```
+"""
+
+import hashlib
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from gatehouse import settings
+
+
+class EmbeddingCache:
+    """A SQLite table of float32 vectors keyed by (model, text hash)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "embeddings.sqlite"
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings (model TEXT, text_hash TEXT, vector BLOB, "
+            "PRIMARY KEY (model, text_hash))"
+        )
+        self._conn.commit()
+
+    @staticmethod
+    def key(text: str) -> str:
+        """The cache key of a text."""
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def get_many(self, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
+        """Cached vectors for the given hashes (missing ones are absent from the result)."""
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for start in range(0, len(hashes), 500):
+                chunk = hashes[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT text_hash, vector FROM embeddings WHERE model = ? AND text_hash IN ({marks})",  # noqa: S608
+                    [model, *chunk],
+                ).fetchall()
+                for text_hash, blob in rows:
+                    found[text_hash] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
+        """Store vectors by hash."""
+        with self._lock:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO embeddings (model, text_hash, vector) VALUES (?, ?, ?)",
+                [(model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items.items()],
+            )
+            self._conn.commit()
+
+
+class EmbeddingBackend:
+    """A loaded model plus an optional disk cache; obtain instances with `EmbeddingBackend.get()`."""
+
+    _instances: ClassVar[dict[tuple[str, str], "EmbeddingBackend"]] = {}
+    _instances_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, model: str, cache_dir: Path | None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.model_name = model
+        self.model = SentenceTransformer(model, device="cpu")
+        self.cache = EmbeddingCache(cache_dir) if cache_dir is not None else None
+        self._encode_lock = threading.Lock()
+        self.encoded_count = 0
+
+    @classmethod
+    def get(cls, model: str | None = None, cache_dir: str | Path | None = None) -> "EmbeddingBackend":
+        """
+        The process-wide backend for a model and cache directory.
+
+        :param model: Model path or name; None uses `GATEHOUSE_EMBEDDING_MODEL` or the packaged MiniLM.
+        :param cache_dir: Cache directory; None uses the configured default, `"off"` disables the cache.
+        """
+        resolved_model = model or settings.embedding_model()
+        if cache_dir is None:
+            resolved_cache = settings.embedding_cache_dir()
+        elif str(cache_dir).lower() == "off":
+            resolved_cache = None
+        else:
+            resolved_cache = Path(cache_dir).expanduser().resolve()
+        key = (resolved_model, str(resolved_cache))
+        with cls._instances_lock:
+            if key not in cls._instances:
+                cls._instances[key] = cls(resolved_model, resolved_cache)
+            return cls._instances[key]
+
+    @property
+    def dimension(self) -> int:
+        """The embedding dimension."""
+        return int(self.model.get_sentence_embedding_dimension())
+
+    def embed(self, texts: list[str], *, batch_size: int = 32, progress_bar: bool = False) -> np.ndarray:
+        """
+        Embed texts, L2-normalised, reading and filling the disk cache when one is configured.
+
+        :param texts: The texts to embed.
+        :param batch_size: Encoding batch size.
+        :param progress_bar: Show a progress bar while encoding.
+        :returns: A float32 array of shape (len(texts), dimension).
+        """
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        hashes = [EmbeddingCache.key(text) for text in texts]
+        cached = self.cache.get_many(self.model_name, list(set(hashes))) if self.cache else {}
+        missing = list(dict.fromkeys(h for h in hashes if h not in cached))
+        if missing:
+            by_hash = dict(zip(hashes, texts))
+            with self._encode_lock:
+                vectors = self.model.encode(
+                    [by_hash[h] for h in missing],
+                    batch_size=batch_size,
+                    normalize_embeddings=True,
+                    show_progress_bar=progress_bar,
+                    convert_to_numpy=True,
+                )
+                self.encoded_count += len(missing)
+            fresh = {h: np.asarray(v, dtype=np.float32) for h, v in zip(missing, vectors)}
+            if self.cache:
+                self.cache.put_many(self.model_name, fresh)
+            cached.update(fresh)
+        return np.stack([cached[h] for h in hashes]).astype(np.float32)

@@ -1,0 +1,62 @@
+"""Embeds a query with the shared embedding backend."""
+
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict
+
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+
+
+@component
+class TextEmbedder:
+    """
+    Embeds one text (a query) with a SentenceTransformers model, loaded once per process.
+
+    Usage:
+    ```python
+    from gatehouse.components.embedders.text_embedder import TextEmbedder
+
+    embedder = TextEmbedder()            # GATEHOUSE_EMBEDDING_MODEL or the packaged all-MiniLM-L6-v2
+    embedding = embedder.run(text="How do I rotate an API key?")["embedding"]
+    ```
+    """
+
+    def __init__(self, *, model: str | None = None, cache_dir: str | None = "off", prefix: str = "") -> None:
+        """
+        :param model: Model path or name; None uses the configured default (offline).
+        :param cache_dir: Embedding cache folder; `"off"` (default for queries) disables it, None uses the default.
+        :param prefix: Text prepended to every query (some models want e.g. `"query: "`).
+        """
+        self.model = model
+        self.cache_dir = cache_dir
+        self.prefix = prefix
+        self._backend: EmbeddingBackend | None = None
+
+    def warm_up(self) -> None:
+        """Load the model."""
+        if self._backend is None:
+            self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
+
+    @component.output_types(embedding=list[float])
+    def run(self, text: str) -> dict[str, Any]:
+        """
+        Embed a text.
+
+        :param text: The text to embed.
+        :returns: `embedding`, an L2-normalised vector.
+        :raises TypeError: If `text` is not a string.
+        """
+        if not isinstance(text, str):
+            raise TypeError("TextEmbedder expects a string; use DocumentEmbedder for documents.")
+        self.warm_up()
+        assert self._backend is not None
+        return {"embedding": self._backend.embed([self.prefix + text])[0].tolist()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component."""
+        return default_to_dict(self, model=self.model, cache_dir=self.cache_dir, prefix=self.prefix)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TextEmbedder":
+        """Deserialise the component."""
+        return default_from_dict(cls, data)

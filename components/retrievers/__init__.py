@@ -1,0 +1,1 @@
+"""Gatehouse retrievers."""

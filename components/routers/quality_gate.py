@@ -1,0 +1,403 @@
+"""
+The retrieval quality gate: scores an attempt's documents against the user's question and decides pass/retry/exhaust.
+
+The gate never loops by itself. It records the attempt and emits the state on one of three routes; the ask
+pipeline's edge `retry -> query rewriter -> retrieval -> quality gate` is the loop, and `max_retries` bounds it.
+
+This module also holds the small term helpers (`DEFAULT_STOPWORDS`, `tokenize`, `TermNormaliser`) that the query
+rewriter reuses.
+"""
+
+import re
+import time
+import unicodedata
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.state import advance, with_validation
+
+#: English function words and question words that carry no topic. Used when a component is given no list.
+DEFAULT_STOPWORDS: tuple[str, ...] = (
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at",
+    "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do",
+    "does", "doing", "done", "down", "during", "each", "either", "else", "etc", "ever", "every", "few", "for", "from",
+    "further", "get", "gets", "getting", "got", "had", "has", "have", "having", "he", "her", "here", "hers", "herself",
+    "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "like", "me",
+    "might", "more", "most", "much", "must", "my", "myself", "need", "no", "nor", "not", "now", "of", "off", "on",
+    "once", "one", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "please", "same", "shall",
+    "she", "should", "so", "some", "such", "tell", "than", "that", "the", "their", "theirs", "them", "themselves",
+    "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "us", "very",
+    "want", "was", "we", "were", "what", "when", "where", "whether", "which", "while", "who", "whom", "whose", "why",
+    "will", "with", "would", "yes", "you", "your", "yours", "yourself", "yourselves",
+)  # fmt: skip
+
+_TOKEN_RE = re.compile(r"[^\W_]+")
+
+DEFAULT_JUDGE_PROMPT = (
+    "Rate how relevant the following context is for answering the user's question, on a scale from 0.0 "
+    "(unrelated) to 1.0 (contains the answer). Return ONLY a decimal number.\n"
+    "Question: {question}\n"
+    "Context:\n{context}"
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """
+    Split text into lower-case word tokens (Unicode letters and digits; underscores and punctuation split).
+
+    :param text: Any text.
+    :returns: The tokens in order.
+    """
+    return _TOKEN_RE.findall(unicodedata.normalize("NFKC", text or "").casefold())
+
+
+class TermNormaliser:
+    """
+    Turns text into comparable content terms: tokens without stopwords and short tokens, optionally stemmed.
+
+    :param stopwords: Words to drop; None uses `DEFAULT_STOPWORDS`.
+    :param stemmer_language: A Snowball language for PyStemmer (e.g. `"english"`), or None for no stemming.
+    :param min_term_length: Tokens shorter than this are dropped.
+    """
+
+    def __init__(self, stopwords: list[str] | None, stemmer_language: str | None, min_term_length: int) -> None:
+        self.stopwords = frozenset(w.casefold() for w in (DEFAULT_STOPWORDS if stopwords is None else stopwords))
+        self.min_term_length = min_term_length
+        self._stemmer = None
+        if stemmer_language:
+            import Stemmer  # PyStemmer, a project dependency
+
+            self._stemmer = Stemmer.Stemmer(stemmer_language)
+
+    def is_content(self, token: str) -> bool:
+        """Whether a lower-case token counts as a content term."""
+        return len(token) >= self.min_term_length and token not in self.stopwords
+
+    def stem(self, token: str) -> str:
+        """The comparison key of a lower-case token."""
+        return self._stemmer.stemWord(token) if self._stemmer is not None else token
+
+    def terms(self, text: str) -> list[str]:
+        """The stemmed content terms of a text, in order, with repetitions."""
+        return [self.stem(t) for t in tokenize(text) if self.is_content(t)]
+
+
+def parse_relevance(text: str) -> float | None:
+    """
+    Read a relevance rating in [0, 1] from an LLM reply: `0.7`, `7/10`, `70%`; None when there is none.
+
+    :param text: The reply.
+    :returns: The rating, or None when the reply holds no rating in range.
+    """
+    match = re.search(r"(-?\d+(?:\.\d+)?)\s*(%|/\s*10\b|/\s*100\b)?", text or "")
+    if not match:
+        return None
+    value = float(match.group(1))
+    scale = (match.group(2) or "").replace(" ", "")
+    if scale == "%" or scale == "/100":
+        value /= 100.0
+    elif scale == "/10":
+        value /= 10.0
+    return value if 0.0 <= value <= 1.0 else None
+
+
+@component
+class QualityGate:
+    """
+    Scores the retrieved documents against the original question and routes to `passed`, `retry` or `exhausted`.
+
+    The score (0..1) mixes, by default without any LLM:
+    - the best dense (cosine) score among the documents, mapped linearly from `dense_range` onto 0..1,
+    - the mean of the `top_n` best dense scores, mapped the same way,
+    - the share of the question's content terms (stopwords removed, stemmed) found in the first `top_n` documents.
+
+    Weights whose signal is missing (no dense scores, or a question without content terms) are dropped and the rest
+    renormalised. An optional LLM judge rates the context 0..1 and is blended in with `llm_weight`.
+
+    Every run appends `attempt_{n}_score_{s:.2f}` to the path and `{"attempt", "query", "score"}` to
+    `state["attempts"]`. Then: score >= threshold -> `passed`; else if `attempt < max_retries` -> `retry` with
+    `attempt` incremented (the weak `documents` stay, the rewriter uses them); else `max_retries_reached` ->
+    `exhausted` with the best attempt's documents, `status` `"partial"` and `fallback` True when even the best
+    score is below `floor` (documents then emptied so nothing is generated from them).
+
+    Usage:
+    ```python
+    from haystack import Document
+    from gatehouse.components.routers.quality_gate import QualityGate
+    from gatehouse.components.state import new_state
+
+    gate = QualityGate(default_threshold=0.6, max_retries=2)
+    docs = [Document(content="To rotate an API key open Settings > API keys.", meta={"dense_score": 0.8})]
+    out = gate.run(state=new_state("How do I rotate an API key?", documents=docs))
+    # {"passed": {..., "quality_score": 1.0, "path": ["start", "attempt_0_score_1.00"]}}
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        default_threshold: float = 0.6,
+        floor: float = 0.40,
+        max_retries: int = 2,
+        top_n: int = 3,
+        best_dense_weight: float = 0.5,
+        mean_dense_weight: float = 0.1,
+        coverage_weight: float = 0.4,
+        dense_range: tuple[float, float] | list[float] = (0.1, 0.6),
+        dense_score_key: str = "dense_score",
+        coverage_meta_fields: list[str] | None = None,
+        stopwords: list[str] | None = None,
+        stemmer_language: str | None = "english",
+        min_term_length: int = 2,
+        chat_generator: Any = None,
+        llm_weight: float = 0.5,
+        llm_prompt: str = DEFAULT_JUDGE_PROMPT,
+        llm_max_context_chars: int = 4000,
+        rescore_rewritten: bool = True,
+        embedding_model: str | None = None,
+        embedding_cache_dir: str | None = "off",
+    ) -> None:
+        """
+        :param default_threshold: Pass threshold when the state carries none (the router sets `state["threshold"]`).
+        :param floor: Global floor: when retries are exhausted and the best score is below it, `fallback` is True.
+        :param max_retries: Retries after the first attempt (attempts are numbered from 0).
+        :param top_n: How many documents the mean dense score and the term coverage look at.
+        :param best_dense_weight: Weight of the best dense score.
+        :param mean_dense_weight: Weight of the mean of the `top_n` best dense scores.
+        :param coverage_weight: Weight of the question's term coverage in the first `top_n` documents.
+        :param dense_range: `[low, high]` cosine values mapped to 0 and 1 (clipped); MiniLM rarely exceeds 0.6
+            even for a chunk that holds the answer, and unrelated text sits near 0.1.
+        :param dense_score_key: Document meta key holding the dense cosine score.
+        :param coverage_meta_fields: Meta fields whose text counts as part of a document for coverage; None means
+            `["title", "section"]`.
+        :param stopwords: Words ignored in the question; None uses the built-in English list.
+        :param stemmer_language: Snowball stemmer language for term matching, or None for exact tokens.
+        :param min_term_length: Shorter tokens are not content terms.
+        :param chat_generator: Optional Haystack chat generator used as an LLM judge; None (default) disables it.
+        :param llm_weight: Share of the LLM rating in the final score when the judge answers.
+        :param llm_prompt: Judge prompt; `{question}` and `{context}` are replaced.
+        :param llm_max_context_chars: Context characters sent to the judge.
+        :param rescore_rewritten: When the retrieval query was a rewrite, score the documents against the
+            question itself with the embedding model rather than trusting the retriever's scores.
+        :param embedding_model: Embedding model for re-scoring; None uses the configured default.
+        :param embedding_cache_dir: Embedding cache for re-scoring; `"off"` disables it, None uses the default.
+        :raises ValueError: On weights, ranges or limits out of bounds.
+        """
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0.")
+        if top_n < 1:
+            raise ValueError("top_n must be >= 1.")
+        if min(best_dense_weight, mean_dense_weight, coverage_weight) < 0 or (
+            best_dense_weight + mean_dense_weight + coverage_weight
+        ) <= 0:
+            raise ValueError("The score weights must be >= 0 and not all zero.")
+        if len(dense_range) != 2 or float(dense_range[1]) <= float(dense_range[0]):
+            raise ValueError("dense_range must be [low, high] with high > low.")
+        if not 0.0 <= llm_weight <= 1.0:
+            raise ValueError("llm_weight must be between 0 and 1.")
+        self.default_threshold = default_threshold
+        self.floor = floor
+        self.max_retries = max_retries
+        self.top_n = top_n
+        self.best_dense_weight = best_dense_weight
+        self.mean_dense_weight = mean_dense_weight
+        self.coverage_weight = coverage_weight
+        self.dense_range = [float(dense_range[0]), float(dense_range[1])]
+        self.dense_score_key = dense_score_key
+        self.coverage_meta_fields = coverage_meta_fields
+        self.stopwords = stopwords
+        self.stemmer_language = stemmer_language
+        self.min_term_length = min_term_length
+        self.chat_generator = chat_generator
+        self.llm_weight = llm_weight
+        self.llm_prompt = llm_prompt
+        self.llm_max_context_chars = llm_max_context_chars
+        self.rescore_rewritten = rescore_rewritten
+        self.embedding_model = embedding_model
+        self.embedding_cache_dir = embedding_cache_dir
+        self._terms = TermNormaliser(stopwords, stemmer_language, min_term_length)
+
+    def warm_up(self) -> None:
+        """Warm up the optional chat generator."""
+        if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
+
+    def _dense(self, value: float) -> float:
+        low, high = self.dense_range
+        return min(1.0, max(0.0, (float(value) - low) / (high - low)))
+
+    def _document_text(self, document: Document) -> str:
+        fields = ["title", "section"] if self.coverage_meta_fields is None else self.coverage_meta_fields
+        parts = [str(document.meta.get(field) or "") for field in fields]
+        parts.append(document.content or "")
+        return "\n".join(p for p in parts if p)
+
+    def _question_similarities(self, question: str, documents: list[Document]) -> list[float]:
+        """Cosine similarity of the question itself to each document (the stored scores were for another query)."""
+        backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.embedding_cache_dir)
+        vectors = backend.embed([question] + [self._document_text(d) for d in documents])
+        return [float(v) for v in vectors[1:] @ vectors[0]]
+
+    def signals(
+        self, question: str, documents: list[Document], rescore: bool = False
+    ) -> dict[str, float | None]:
+        """
+        The heuristic signals and their mix for a question and documents (no LLM).
+
+        :param question: The question to score against.
+        :param documents: The retrieved documents, best first.
+        :param rescore: Compute the question's own cosine similarity to the documents instead of reading the
+            retriever's `dense_score` (needed when the retrieval query was a rewrite, whose expansion terms
+            would otherwise inflate the score of unrelated results).
+        :returns: `best_dense`, `mean_dense`, `coverage` (each None when unavailable) and `heuristic` (0..1).
+        """
+        if rescore and documents:
+            dense_values = sorted(self._question_similarities(question, documents), reverse=True)
+        else:
+            dense_values = sorted(
+                (
+                    float(d.meta[self.dense_score_key])
+                    for d in documents
+                    if isinstance(d.meta.get(self.dense_score_key), (int, float))
+                ),
+                reverse=True,
+            )
+        best_dense = self._dense(dense_values[0]) if dense_values else None
+        top_dense = [self._dense(v) for v in dense_values[: self.top_n]]
+        mean_dense = sum(top_dense) / len(top_dense) if top_dense else None
+
+        question_terms = set(self._terms.terms(question))
+        coverage: float | None = None
+        if question_terms and documents:
+            found: set[str] = set()
+            for document in documents[: self.top_n]:
+                found.update(self._terms.terms(self._document_text(document)))
+            coverage = len(question_terms & found) / len(question_terms)
+
+        weighted = [
+            (best_dense, self.best_dense_weight),
+            (mean_dense, self.mean_dense_weight),
+            (coverage, self.coverage_weight),
+        ]
+        total_weight = sum(w for value, w in weighted if value is not None)
+        heuristic = (
+            sum(value * w for value, w in weighted if value is not None) / total_weight if total_weight > 0 else 0.0
+        )
+        if not documents:
+            heuristic = 0.0
+        return {"best_dense": best_dense, "mean_dense": mean_dense, "coverage": coverage, "heuristic": heuristic}
+
+    def _judge(self, question: str, documents: list[Document]) -> tuple[float | None, str | None]:
+        context = "\n\n".join(d.content or "" for d in documents[: self.top_n])[: self.llm_max_context_chars]
+        prompt = self.llm_prompt.replace("{question}", question).replace("{context}", context)
+        try:
+            reply = ask_chat_generator(self.chat_generator, prompt)
+        except Exception as error:  # noqa: BLE001 - any generator failure falls back to the heuristic score
+            return None, f"quality_gate: LLM judge failed ({type(error).__name__}: {error}); heuristic score used"
+        rating = parse_relevance(reply)
+        if rating is None:
+            return None, f"quality_gate: LLM judge reply not a rating ({reply[:80]!r}); heuristic score used"
+        return rating, None
+
+    @component.output_types(passed=dict[str, Any], retry=dict[str, Any], exhausted=dict[str, Any])
+    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+        """
+        Score the latest attempt and route the state.
+
+        :param state: The request state; reads `documents`, `condensed_query` / `original_query` / `query`,
+            `threshold`, `attempt`, `attempts`, `best_score`, `best_documents`.
+        :returns: Exactly one of `passed`, `retry`, `exhausted`, holding the new state.
+        """
+        started = time.perf_counter()
+        documents: list[Document] = list(state.get("documents") or [])
+        question = str(state.get("condensed_query") or state.get("original_query") or state.get("query") or "")
+        attempt = int(state.get("attempt") or 0)
+        threshold = state.get("threshold")
+        threshold = float(threshold) if threshold is not None else float(self.default_threshold)
+
+        rescore = self.rescore_rewritten and str(state.get("query") or "") != question
+        signals = self.signals(question, documents, rescore=rescore)
+        score = signals["heuristic"] or 0.0
+        warning = None
+        if self.chat_generator is not None and documents:
+            rating, warning = self._judge(question, documents)
+            signals["llm"] = rating
+            if rating is not None:
+                score = (1.0 - self.llm_weight) * score + self.llm_weight * rating
+        score = round(min(1.0, max(0.0, score)), 2)
+
+        attempts = list(state.get("attempts") or [])
+        attempts.append({"attempt": attempt, "query": state.get("query"), "score": score})
+        previous_best = state.get("best_score")
+        if previous_best is None or score > float(previous_best):
+            best_score, best_documents, best_attempt = score, documents, attempt
+        else:
+            best_score = float(previous_best)
+            best_documents = list(state.get("best_documents") or [])
+            best_attempt = state.get("best_attempt")
+        common = {
+            "attempts": attempts,
+            "quality_score": score,
+            "quality_signals": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in signals.items()},
+            "threshold": threshold,
+            "best_score": best_score,
+            "best_documents": best_documents,
+            "best_attempt": best_attempt,
+        }
+        steps = [f"attempt_{attempt}_score_{score:.2f}"]
+        base = with_validation(state, "confidence_warnings", warning) if warning else state
+
+        if score >= threshold:
+            new = advance(base, stage="quality_gate", started=started, steps=steps, fallback=False, **common)
+            return {"passed": new}
+        if attempt < self.max_retries:
+            new = advance(base, stage="quality_gate", started=started, steps=steps, attempt=attempt + 1, **common)
+            return {"retry": new}
+
+        fallback = best_score < self.floor
+        common["quality_score"] = best_score
+        new = advance(
+            base,
+            stage="quality_gate",
+            started=started,
+            steps=[*steps, "max_retries_reached"],
+            fallback=fallback,
+            status="partial",
+            documents=[] if fallback else best_documents,
+            **common,
+        )
+        return {"exhausted": new}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component."""
+        return default_to_dict(
+            self,
+            default_threshold=self.default_threshold,
+            floor=self.floor,
+            max_retries=self.max_retries,
+            top_n=self.top_n,
+            best_dense_weight=self.best_dense_weight,
+            mean_dense_weight=self.mean_dense_weight,
+            coverage_weight=self.coverage_weight,
+            dense_range=list(self.dense_range),
+            dense_score_key=self.dense_score_key,
+            coverage_meta_fields=self.coverage_meta_fields,
+            stopwords=self.stopwords,
+            stemmer_language=self.stemmer_language,
+            min_term_length=self.min_term_length,
+            chat_generator=chat_generator_to_dict(self.chat_generator),
+            llm_weight=self.llm_weight,
+            llm_prompt=self.llm_prompt,
+            llm_max_context_chars=self.llm_max_context_chars,
+            rescore_rewritten=self.rescore_rewritten,
+            embedding_model=self.embedding_model,
+            embedding_cache_dir=self.embedding_cache_dir,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "QualityGate":
+        """Deserialise the component."""
+        return default_from_dict(cls, chat_generator_from_init_parameters(data))

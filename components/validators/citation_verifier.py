@@ -1,0 +1,572 @@
+"""
+The citation verifier: checks that the answer's `[S#]` markers point at passages that support what they cite
+(and do not contradict it), removes the sentences that fail, and builds the structured citation list of the
+response.
+"""
+
+import re
+import time
+from typing import Any
+
+import numpy as np
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from gatehouse.components.state import advance, with_validation
+from gatehouse.components.text import (
+    DEFAULT_ABBREVIATIONS,
+    DEFAULT_CITATION_PATTERN,
+    content_words,
+    find_markers,
+    normalize_space,
+    numbers,
+    overlap,
+    rewrite_markers,
+    split_units,
+    strip_heading_markers,
+    strip_list_marker,
+    strip_markers,
+    stem,
+)
+
+#: Words and phrases that negate what follows them; `n't` matches the contracted form ("doesn't", "can't").
+DEFAULT_NEGATION_CUES: tuple[str, ...] = (
+    "not", "no", "never", "n't", "cannot", "without", "none", "neither", "nor", "nothing", "fail to", "fails to",
+    "failed to", "unable to", "lack", "lacks", "lacked", "absence of",
+)
+
+#: Pairs of opposite word groups; a sentence using one side where its evidence uses the other contradicts it.
+DEFAULT_ANTONYMS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("always",), ("never",)),
+    (("include", "included", "includes"), ("exclude", "excluded", "excludes")),
+    (("increase", "increased", "increases", "higher", "more", "greater", "raise", "raises", "rise", "rises"),
+     ("decrease", "decreased", "decreases", "lower", "less", "fewer", "reduce", "reduced", "reduces", "drop")),
+    (("enable", "enabled", "enables"), ("disable", "disabled", "disables")),
+    (("before",), ("after",)),
+    (("required", "mandatory"), ("optional",)),
+    (("allowed", "permitted"), ("forbidden", "prohibited")),
+    (("minimum",), ("maximum",)),
+)
+
+DEFAULT_FALLBACK_MESSAGE = (
+    "I couldn't locate specific documentation for this. Please verify the query or contact support."
+)
+
+_NUMBER_WITH_UNIT = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(%|[^\W\d_]+)?")
+_CUE_TOKEN = re.compile(r"\w+?(?=n['’]t\b)|n['’]t\b|\w+", re.IGNORECASE)
+
+
+@component
+class CitationVerifier:
+    """
+    Verifies an answer's citations against the passages and builds `state["citations"]`.
+
+    What it does:
+    - Parses the markers `[S1]`, `[S1, S3]`, `[S1][S2]` of `state["answer"]` and maps them to the passages by
+      `meta["source_id"]`. Ids that point nowhere are removed from the answer and recorded as
+      `guardrail_actions` "removed_invalid_citation:S9" (once per id).
+    - Splits the answer into sentences (list items, code blocks and tables count as one; headings are ignored) and
+      scores every sentence that carries a valid marker: the support score is the best, over the sentences of
+      the passages it cites (and each cited passage as a whole), of
+      `embedding_weight * cosine + lexical_weight * containment`, where containment is the share of the
+      sentence's content words (stemmed, stopwords removed) found in the passage sentence. A sentence copied
+      verbatim scores 1.0; a sentence citing an unrelated passage scores near 0. When the sentence states a number
+      that the cited passages do not contain, its score is multiplied by `unmatched_number_penalty`.
+      A sentence is supported when its score is at least `support_threshold` and it is not contradicted.
+    - Detects contradiction (`detect_contradictions`), which similarity alone cannot see ("Keys do not expire" is
+      as close to "Keys expire" as a paraphrase): the claim is aligned with its `alignment_top_k` best-matching
+      evidence sentences and contradicts one of them when
+      - its polarity differs: the negation cues (`negation_cues`: not, no, never, n't, without, fails to...)
+        and opposite words (`antonyms`: increase/decrease, always/never, enable/disable...) that bear on the
+        shared content, i.e. have a word of the other sentence within `cue_window` words, flip the meaning an
+        odd number of times, counting both sentences (so "does not increase" agrees with "decreases"), or
+      - it states a number the cited passages do not contain while the evidence gives a different number of the
+        same unit ("48 hours" against "24 hours").
+      A contradicted sentence is unsupported whatever its score and is reported with its cues.
+    - With `remove_unsupported`, unsupported and contradicted sentences are removed from the answer together with
+      their markers; a citation that no kept sentence uses disappears from `citations`. The status becomes
+      `partial`, or `fallback` with `fallback_message` when no supported claim remains. Removed sentences are
+      listed in `validation.unsupported_sentences`; a contradicted one is also recorded as a `guardrail_actions`
+      entry "removed_contradicted_sentence:<sentence>" (an unsupported one as "removed_unsupported_sentence:...").
+    - A sentence without a valid marker is unsupported, unless it is connective text: no marker at all (not even
+      an invalid one), at most `connective_max_words` words and no digits ("Here are the steps:", "In short:").
+      Connective sentences are neither supported nor unsupported claims: they are left out of `supported_ratio`
+      but counted as uncited sentences in `citation_coverage`.
+    - Reports `validation.unsupported_sentences`, `citation_coverage` (share of the answer's sentences that carry a
+      valid, supporting citation), and `support = {"supported", "supported_ratio", "scores"}` where
+      `supported_ratio` is the share of claims (non-connective sentences) that are supported, and `supported` is
+      False below `min_supported_ratio`; the output guardrails use it to block the answer. Each entry of `scores`
+      says whether the sentence was `contradicted` and by which `cues` (`negation`, `antonym:<word>`,
+      `number:<n> <unit>`). Coverage and ratio describe the answer as written, before any removal.
+    - Builds `citations`: one entry per passage the answer cites, in order of first use, with display text
+      "<title> › <section>", a snippet, a URL that names the section (`url#section_id`; document-level when
+      there is no section; `kb://<kb>/<source>#<section_id>` when the passage has no URL), `chunk_id`, `source`,
+      `kb` and `confidence` (the best support score of the sentences citing it).
+
+    With no passages (direct answers, refusals) the state passes through with only the path step added, except
+    that any marker in the answer is removed and recorded since it cannot point anywhere. States whose `status`
+    is in `skip_statuses` (the fallback message) pass through likewise.
+
+    Usage example:
+    ```python
+    from haystack import Document
+    from gatehouse.components.validators.citation_verifier import CitationVerifier
+    from gatehouse.components.state import new_state
+
+    passage = Document(content="API keys expire after 90 days.",
+                       meta={"source_id": "S1", "title": "API keys", "section": "Expiry", "section_id": "expiry",
+                             "url": "https://docs.example.com/api-keys", "kb": "docs", "source": "api-keys.md"})
+    state = new_state("When do keys expire?", passages=[passage], answer="API keys expire after 90 days. [S1] [S9]")
+    result = CitationVerifier().run(state=state)["state"]
+    result["answer"]                  # "API keys expire after 90 days. [S1]"
+    result["citations"][0]["url"]     # "https://docs.example.com/api-keys#expiry"
+    result["support"]["supported"]    # True
+
+    state = new_state("When do keys expire?", passages=[passage],
+                      answer="API keys expire after 90 days. [S1] API keys never expire. [S1]")
+    result = CitationVerifier().run(state=state)["state"]
+    result["answer"]                  # "API keys expire after 90 days. [S1]"
+    result["status"]                  # "partial"
+    result["validation"]["guardrail_actions"]   # ["removed_contradicted_sentence:API keys never expire."]
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        support_threshold: float = 0.55,
+        embedding_weight: float = 0.5,
+        lexical_weight: float = 0.5,
+        min_supported_ratio: float = 0.5,
+        unmatched_number_penalty: float = 0.5,
+        detect_contradictions: bool = True,
+        negation_cues: list[str] | None = None,
+        antonyms: list[list[list[str]]] | None = None,
+        cue_window: int = 5,
+        alignment_top_k: int = 1,
+        remove_unsupported: bool = True,
+        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        connective_max_words: int = 6,
+        snippet_chars: int = 200,
+        citation_text_separator: str = " › ",
+        url_template: str = "kb://{kb}/{source}",
+        fallback_kb: str = "context",
+        skip_statuses: list[str] | None = None,
+        citation_pattern: str = DEFAULT_CITATION_PATTERN,
+        embedding_model: str | None = None,
+        cache_dir: str | None = None,
+        stopwords: list[str] | None = None,
+        abbreviations: list[str] | None = None,
+    ) -> None:
+        """
+        Create the verifier.
+
+        :param support_threshold: Lowest support score (0..1) of a supported sentence.
+        :param embedding_weight: Weight of the embedding cosine similarity in the support score.
+        :param lexical_weight: Weight of the lexical containment in the support score.
+        :param min_supported_ratio: Share of supported claims below which `support.supported` is False.
+        :param unmatched_number_penalty: Factor applied to the score of a sentence stating a number absent from the
+            passages it cites (1.0 disables the check).
+        :param detect_contradictions: Check claims for negation flips, opposite words and different numbers.
+        :param negation_cues: Words and phrases that negate what follows; None uses `DEFAULT_NEGATION_CUES`.
+        :param antonyms: Pairs of opposite word groups, `[[["increase", "higher"], ["decrease", "lower"]], ...]`,
+            matched by stem; None uses `DEFAULT_ANTONYMS`.
+        :param cue_window: A cue bears on the shared content when a content word of the other sentence lies within
+            this many words after a negation cue, or on either side of an opposite word.
+        :param alignment_top_k: Evidence sentences (the best-matching ones) a claim is checked against.
+        :param remove_unsupported: Remove unsupported and contradicted sentences (with their citations) from the
+            answer; the answer becomes `fallback_message` when no supported claim remains.
+        :param fallback_message: The answer when every claim was removed.
+        :param connective_max_words: Unmarked sentences of at most this many words and no digits are connective text.
+        :param snippet_chars: Length of a citation's snippet.
+        :param citation_text_separator: Separator between the document title and the section in citation text.
+        :param url_template: URL of a passage without `meta["url"]`; `{kb}` and `{source}` are filled in and
+            `#<section_id>` is appended when known.
+        :param fallback_kb: The `{kb}` of a passage without `meta["kb"]` (e.g. constrained-context text).
+        :param skip_statuses: Statuses whose answers are not verified; None means `["fallback"]`.
+        :param citation_pattern: Regex of a citation marker whose group 1 holds the ids.
+        :param embedding_model: Embedding model; None uses the configured default.
+        :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
+        :param stopwords: Stopwords ignored by the lexical containment; None uses the built-in English list.
+        :param abbreviations: Words whose trailing period does not end a sentence; None uses the built-in list.
+        """
+        self.support_threshold = support_threshold
+        self.embedding_weight = embedding_weight
+        self.lexical_weight = lexical_weight
+        self.min_supported_ratio = min_supported_ratio
+        self.unmatched_number_penalty = unmatched_number_penalty
+        self.detect_contradictions = detect_contradictions
+        self.negation_cues = negation_cues
+        self.antonyms = antonyms
+        self.cue_window = cue_window
+        self.alignment_top_k = alignment_top_k
+        self.remove_unsupported = remove_unsupported
+        self.fallback_message = fallback_message
+        self.connective_max_words = connective_max_words
+        self.snippet_chars = snippet_chars
+        self.citation_text_separator = citation_text_separator
+        self.url_template = url_template
+        self.fallback_kb = fallback_kb
+        self.skip_statuses = skip_statuses
+        self.citation_pattern = citation_pattern
+        self.embedding_model = embedding_model
+        self.cache_dir = cache_dir
+        self.stopwords = stopwords
+        self.abbreviations = abbreviations
+        self._backend: Any = None
+        cues = DEFAULT_NEGATION_CUES if negation_cues is None else negation_cues
+        self._negations = [tuple(_cue_tokens(cue)) for cue in cues if _cue_tokens(cue)]
+        pairs = DEFAULT_ANTONYMS if antonyms is None else antonyms
+        self._antonyms = [({stem(w.lower()) for w in a}, {stem(w.lower()) for w in b}) for a, b in pairs]
+
+    def warm_up(self) -> None:
+        """Load the embedding model."""
+        if self._backend is None:
+            from gatehouse.components.embedders.embedding import EmbeddingBackend
+
+            self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.cache_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialize this component to a dictionary.
+
+        :returns: The serialized component.
+        """
+        return default_to_dict(
+            self,
+            support_threshold=self.support_threshold,
+            embedding_weight=self.embedding_weight,
+            lexical_weight=self.lexical_weight,
+            min_supported_ratio=self.min_supported_ratio,
+            unmatched_number_penalty=self.unmatched_number_penalty,
+            detect_contradictions=self.detect_contradictions,
+            negation_cues=self.negation_cues,
+            antonyms=self.antonyms,
+            cue_window=self.cue_window,
+            alignment_top_k=self.alignment_top_k,
+            remove_unsupported=self.remove_unsupported,
+            fallback_message=self.fallback_message,
+            connective_max_words=self.connective_max_words,
+            snippet_chars=self.snippet_chars,
+            citation_text_separator=self.citation_text_separator,
+            url_template=self.url_template,
+            fallback_kb=self.fallback_kb,
+            skip_statuses=self.skip_statuses,
+            citation_pattern=self.citation_pattern,
+            embedding_model=self.embedding_model,
+            cache_dir=self.cache_dir,
+            stopwords=self.stopwords,
+            abbreviations=self.abbreviations,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CitationVerifier":
+        """
+        Deserialize this component from a dictionary.
+
+        :param data: The dictionary from `to_dict()`.
+        :returns: The component.
+        """
+        return default_from_dict(cls, data)
+
+    @component.output_types(state=dict)
+    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+        """
+        Verify the citations of `state["answer"]` against `state["passages"]`.
+
+        :param state: The request state; reads `answer`, `passages` and `status`.
+        :returns:
+            - `state`: the state with the cleaned `answer`, `citations`, `citation_coverage`, `support` and the
+              validation records; unchanged but for the path when there is nothing to verify.
+        """
+        started = time.perf_counter()
+        answer = str(state.get("answer") or "")
+        passages = list(state.get("passages") or [])
+        skip = ["fallback"] if self.skip_statuses is None else self.skip_statuses
+
+        if not passages or state.get("status") in skip:
+            valid: set[str] = {self._source_id(p, i) for i, p in enumerate(passages)}
+            cleaned, removed = self._clean(answer, valid)
+            updates = {"answer": cleaned} if removed else {}
+            new_state = advance(state, stage="verify", started=started, steps=["verify_citations"], **updates)
+            if removed:
+                new_state = with_validation(
+                    new_state, "guardrail_actions", *(f"removed_invalid_citation:{i}" for i in removed)
+                )
+            return {"state": new_state}
+
+        by_id: dict[str, Document] = {}
+        for index, passage in enumerate(passages):
+            by_id.setdefault(self._source_id(passage, index), passage)
+        cleaned, removed = self._clean(answer, set(by_id))
+
+        sentences = self._sentences(answer, set(by_id))
+        claims = [s for s in sentences if not s["connective"]]
+        self._score_claims([s for s in claims if s["ids"]], by_id)
+
+        supported_count = sum(1 for s in claims if s["supported"])
+        coverage = supported_count / len(sentences) if sentences else 0.0
+        ratio = supported_count / len(claims) if claims else 0.0
+        support = {
+            "supported": bool(claims) and ratio >= self.min_supported_ratio,
+            "supported_ratio": round(ratio, 3),
+            "scores": [
+                {
+                    "sentence": s["text"],
+                    "sources": s["ids"],
+                    "score": round(s["score"], 3),
+                    "supported": s["supported"],
+                    "connective": s["connective"],
+                    "contradicted": bool(s["cues"]),
+                    "cues": s["cues"],
+                }
+                for s in sentences
+            ],
+        }
+        failed = [s for s in claims if not s["supported"]]
+        updates: dict[str, Any] = {"answer": cleaned}
+        actions = [f"removed_invalid_citation:{i}" for i in removed]
+        if self.remove_unsupported and failed:
+            actions.extend(
+                f"removed_{'contradicted' if s['cues'] else 'unsupported'}_sentence:{s['text']}" for s in failed
+            )
+            if supported_count:
+                updates.update(answer=self._remove(cleaned, failed, set(by_id)), status="partial")
+            else:
+                updates.update(answer=self.fallback_message, status="fallback")
+                actions.append("fallback:no_supported_sentence")
+        kept = [s for s in claims if s["supported"]] if self.remove_unsupported else claims
+        citations = [] if updates.get("status") == "fallback" else self._citations(updates["answer"], by_id, kept)
+        new_state = advance(
+            state,
+            stage="verify",
+            started=started,
+            steps=["verify_citations"],
+            citations=citations,
+            citation_coverage=round(coverage, 3),
+            support=support,
+            **updates,
+        )
+        if actions:
+            new_state = with_validation(new_state, "guardrail_actions", *actions)
+        if failed:
+            new_state = with_validation(new_state, "unsupported_sentences", *(s["text"] for s in failed))
+        return {"state": new_state}
+
+    def _remove(self, answer: str, failed: list[dict[str, Any]], valid: set[str]) -> str:
+        """The answer without the failed sentences (and their markers); emptied lines and paragraphs close up."""
+        for sentence in failed:
+            unit, _ = self._clean(sentence["unit"], valid)
+            pattern = r"[ \t]*" + r"\s*".join(re.escape(word) for word in unit.split()) + r"[ \t]*"
+            answer = re.sub(pattern, " ", answer, count=1)
+        lines = [line.strip(" \t") if line.strip() else "" for line in answer.splitlines()]
+        return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+    @staticmethod
+    def _source_id(passage: Document, index: int) -> str:
+        return str((passage.meta or {}).get("source_id") or f"S{index + 1}").upper()
+
+    def _clean(self, answer: str, valid: set[str]) -> tuple[str, list[str]]:
+        """Remove the marker ids that point nowhere; returns the new answer and the removed ids (first use order)."""
+        removed: list[str] = []
+
+        def keep(ids: list[str]) -> list[str]:
+            kept: list[str] = []
+            for marker_id in ids:
+                if marker_id in valid:
+                    if marker_id not in kept:
+                        kept.append(marker_id)
+                elif marker_id not in removed:
+                    removed.append(marker_id)
+            return kept
+
+        cleaned = rewrite_markers(answer, keep, self.citation_pattern)
+        return (cleaned if removed else answer), removed
+
+    def _sentences(self, answer: str, valid: set[str]) -> list[dict[str, Any]]:
+        """The answer's sentences with their valid ids; a sentence that had any marker, even an invalid one, is
+        a claim, never connective text."""
+        abbreviations = DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
+        sentences: list[dict[str, Any]] = []
+        for unit in split_units(answer, abbreviations=abbreviations, citation_pattern=self.citation_pattern):
+            if unit.kind == "heading":
+                continue
+            ids: list[str] = []
+            markers = find_markers(unit.text, self.citation_pattern)
+            for _, _, marker_ids in markers:
+                ids.extend(i for i in marker_ids if i in valid and i not in ids)
+            text = strip_markers(unit.text, self.citation_pattern)
+            claim = strip_heading_markers(strip_list_marker(text))
+            if not claim:
+                continue
+            words = claim.split()
+            connective = (
+                not markers
+                and len(words) <= self.connective_max_words
+                and not any(ch.isdigit() for ch in claim)
+            )
+            sentences.append(
+                {"text": text, "claim": claim, "unit": unit.text, "ids": ids, "connective": connective,
+                 "score": 0.0, "supported": False, "cues": []}
+            )
+        return sentences
+
+    def _score_claims(self, claims: list[dict[str, Any]], by_id: dict[str, Document]) -> None:
+        if not claims:
+            return
+        self.warm_up()
+        abbreviations = DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
+        cited = list(dict.fromkeys(i for claim in claims for i in claim["ids"]))
+        evidence: dict[str, list[str]] = {}
+        for source_id in cited:
+            content = by_id[source_id].content or ""
+            pieces = [
+                strip_heading_markers(strip_list_marker(u.text))
+                for u in split_units(content, abbreviations=abbreviations, citation_pattern=self.citation_pattern)
+            ]
+            evidence[source_id] = [p for p in pieces if p] + [normalize_space(content)]
+        texts = list(dict.fromkeys([c["claim"] for c in claims] + [t for ts in evidence.values() for t in ts]))
+        vectors = dict(zip(texts, self._backend.embed(texts)))
+        words = {t: content_words(t, self.stopwords) for t in texts}
+        for claim in claims:
+            claim_vector = vectors[claim["claim"]]
+            aligned: list[tuple[float, str]] = []
+            for source_id in claim["ids"]:
+                for index, piece in enumerate(evidence[source_id]):
+                    cosine = float(np.clip(claim_vector @ vectors[piece], 0.0, 1.0))
+                    containment = overlap(words[claim["claim"]], words[piece])
+                    pair = self.embedding_weight * cosine + self.lexical_weight * containment
+                    aligned.append((pair, piece if index < len(evidence[source_id]) - 1 else ""))
+            best = max(pair for pair, _ in aligned)
+            available = set().union(*(numbers(by_id[i].content or "") for i in claim["ids"]))
+            stated = numbers(claim["claim"])
+            if stated - available:
+                best *= self.unmatched_number_penalty
+            if self.detect_contradictions:
+                sentences = [piece for _, piece in sorted(aligned, key=lambda a: -a[0]) if piece]
+                claim["cues"] = self._contradiction(claim["claim"], sentences[: self.alignment_top_k], available)
+            claim["score"] = min(1.0, best)
+            claim["supported"] = claim["score"] >= self.support_threshold and not claim["cues"]
+
+    def _contradiction(self, claim: str, aligned: list[str], available: set[str]) -> list[str]:
+        """The cues by which `claim` contradicts one of its aligned evidence sentences; empty when it does not."""
+        for sentence in aligned:
+            flips = self._polarity_cues(claim, sentence)
+            if len(flips) % 2:
+                return flips
+            for number, unit in _numbers_with_units(claim):
+                if number not in available and any(
+                    u == unit and n != number for n, u in _numbers_with_units(sentence)
+                ):
+                    return [f"number:{number} {unit}"]
+        return []
+
+    def _polarity_cues(self, claim: str, sentence: str) -> list[str]:
+        """Negations (in either sentence) and opposite words that bear on the content the two sentences share."""
+        claim_tokens, sentence_tokens = _cue_tokens(claim), _cue_tokens(sentence)
+        cues = [f"negation:{cue}" for cue in self._negations_on(claim_tokens, sentence)]
+        cues += [f"negation:{cue}" for cue in self._negations_on(sentence_tokens, claim)]
+        claim_hits, sentence_hits = self._antonym_hits(claim_tokens), self._antonym_hits(sentence_tokens)
+        for pair, side, word, context in claim_hits:
+            near = [(s, w) for p, s, w, c in sentence_hits if p == pair and c & context]
+            opposite = [w for s, w in near if s != side]
+            if opposite and all(s != side for s, _ in near):
+                cues.append(f"antonym:{word}/{opposite[0]}")
+        return cues
+
+    def _negations_on(self, tokens: list[str], other: str) -> list[str]:
+        """The negation cues of `tokens` followed, within `cue_window` words, by a content word of `other`."""
+        shared = content_words(other, self.stopwords)
+        found = []
+        for start in range(len(tokens)):
+            for cue in self._negations:
+                end = start + len(cue)
+                if tuple(tokens[start:end]) == cue and self._content(tokens[end : end + self.cue_window]) & shared:
+                    found.append(" ".join(cue))
+        return found
+
+    def _antonym_hits(self, tokens: list[str]) -> list[tuple[int, int, str, set[str]]]:
+        """`(pair, side, word, content words within cue_window on either side)` per opposite word in `tokens`;
+        a word that is also a negation cue ("never") counts once, as a negation."""
+        hits = []
+        for position, token in enumerate(tokens):
+            if (token,) in self._negations:
+                continue
+            stemmed = stem(token)
+            for pair, (first, second) in enumerate(self._antonyms):
+                for side, group in enumerate((first, second)):
+                    if stemmed in group:
+                        context = tokens[max(0, position - self.cue_window) : position] + tokens[
+                            position + 1 : position + 1 + self.cue_window
+                        ]
+                        hits.append((pair, side, token, self._content(context)))
+        return hits
+
+    def _content(self, tokens: list[str]) -> set[str]:
+        return content_words(" ".join(t for t in tokens if t != "n't"), self.stopwords)
+
+    def _citations(
+        self, answer: str, by_id: dict[str, Document], claims: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        order = list(dict.fromkeys(i for _, _, ids in find_markers(answer, self.citation_pattern) for i in ids))
+        citations = []
+        for source_id in order:
+            passage = by_id[source_id]
+            scores = [c["score"] for c in claims if source_id in c["ids"]]
+            citations.append(
+                {
+                    "id": source_id,
+                    "text": self._display_text(passage, source_id),
+                    "snippet": self._snippet(passage.content or ""),
+                    "url": self._url(passage),
+                    "chunk_id": passage.id,
+                    "source": (passage.meta or {}).get("source"),
+                    "kb": (passage.meta or {}).get("kb"),
+                    "confidence": round(max(scores), 3) if scores else 0.0,
+                }
+            )
+        return citations
+
+    def _display_text(self, passage: Document, source_id: str) -> str:
+        meta = passage.meta or {}
+        title = meta.get("title") or meta.get("source") or source_id
+        section = meta.get("section")
+        if section and str(section).strip() and str(section).strip() != str(title).strip():
+            return f"{title}{self.citation_text_separator}{section}"
+        return str(title)
+
+    def _snippet(self, content: str) -> str:
+        # Headings repeat the citation's display text, so the snippet starts at the passage's body when it has one.
+        body = [u.text for u in split_units(content, citation_pattern=self.citation_pattern) if u.kind != "heading"]
+        text = normalize_space(" ".join(body) if body else strip_heading_markers(content))
+        if len(text) <= self.snippet_chars:
+            return text
+        cut = text[: self.snippet_chars]
+        if " " in cut:
+            cut = cut[: cut.rfind(" ")]
+        return cut.rstrip(" ,;:") + "…"
+
+    def _url(self, passage: Document) -> str:
+        meta = passage.meta or {}
+        section_id = meta.get("section_id")
+        anchor = f"#{section_id}" if section_id else ""
+        url = meta.get("url")
+        if url:
+            return str(url) if "#" in str(url) or not anchor else f"{url}{anchor}"
+        kb = meta.get("kb") or self.fallback_kb
+        source = meta.get("source") or meta.get("doc_id") or passage.id
+        return self.url_template.format(kb=kb, source=source) + anchor
+
+
+def _cue_tokens(text: str) -> list[str]:
+    """Lower-cased words with the contraction `n't` as a word of its own ("doesn't" -> "does", "n't")."""
+    return [t.lower().replace("’", "'") for t in _CUE_TOKEN.findall(text or "")]
+
+
+def _numbers_with_units(text: str) -> set[tuple[str, str]]:
+    """The numbers of a text with the unit word that follows each (`("90", "days")`, `("5", "%")`); numbers
+    without a unit are left out since nothing says what they count."""
+    found = set()
+    for match in _NUMBER_WITH_UNIT.finditer(text or ""):
+        if match.group(2):
+            found.add((match.group(1).replace(",", "").rstrip("."), stem(match.group(2).lower())))
+    return found

@@ -1,0 +1,156 @@
+"""
+The lexical index behind `BM25Retriever`: the local BM25 store by default, Elasticsearch when configured.
+
+The backend is chosen at start-up from the environment (`GATEHOUSE_ELASTICSEARCH_URL`) or fixed in YAML, so
+the same pipelines run on one machine or against a server with no change to the graph.
+
+Usage:
+```python
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+
+store = LexicalDocumentStore()                  # local BM25 under GATEHOUSE_DATA_DIR, or Elasticsearch if set
+store = LexicalDocumentStore(backend="local", local={"stemmer": None, "k1": 0.9})
+```
+"""
+
+from typing import Any
+
+from haystack import Document, default_from_dict, default_to_dict
+from haystack.document_stores.types import DuplicatePolicy
+from haystack.utils import Secret
+
+from gatehouse import settings
+from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
+
+BACKENDS = ("auto", "local", "elasticsearch")
+
+
+class LexicalDocumentStore:
+    """A document store with `bm25_retrieval()`, delegating to the local BM25 store or to Elasticsearch."""
+
+    def __init__(
+        self,
+        *,
+        backend: str = "auto",
+        local: dict[str, Any] | None = None,
+        elasticsearch_url: str | None = None,
+        elasticsearch_index: str = "gatehouse",
+        elasticsearch_fuzziness: str = "0",
+    ) -> None:
+        """
+        :param backend: `auto` (Elasticsearch when `GATEHOUSE_ELASTICSEARCH_URL` is set, else local), `local` or
+            `elasticsearch`.
+        :param local: Init parameters of the local `BM25DocumentStore` (k1, b, stemmer, stopwords, ...).
+        :param elasticsearch_url: Elasticsearch URL; None reads `GATEHOUSE_ELASTICSEARCH_URL`. Its API key is read
+            from `GATEHOUSE_ELASTICSEARCH_API_KEY`.
+        :param elasticsearch_index: Elasticsearch index name.
+        :param elasticsearch_fuzziness: Fuzziness of Elasticsearch's BM25 match query.
+        """
+        if backend not in BACKENDS:
+            raise ValueError(f"Unknown lexical backend '{backend}'. Use one of: {', '.join(BACKENDS)}.")
+        self.backend = backend
+        self.local = local or {}
+        self.elasticsearch_url = elasticsearch_url
+        self.elasticsearch_index = elasticsearch_index
+        self.elasticsearch_fuzziness = elasticsearch_fuzziness
+        url = elasticsearch_url or settings.elasticsearch_url()
+        if backend == "elasticsearch" and not url:
+            raise ValueError("The elasticsearch backend needs GATEHOUSE_ELASTICSEARCH_URL or elasticsearch_url.")
+        self.active_backend = "elasticsearch" if backend == "elasticsearch" or (backend == "auto" and url) else "local"
+        if self.active_backend == "elasticsearch":
+            try:
+                from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
+            except ImportError as error:
+                raise RuntimeError(
+                    "Elasticsearch is configured but 'elasticsearch-haystack' is not installed: "
+                    "pip install 'gatehouse[elasticsearch]'."
+                ) from error
+            self._store: Any = ElasticsearchDocumentStore(
+                hosts=url,
+                index=elasticsearch_index,
+                api_key=Secret.from_env_var("GATEHOUSE_ELASTICSEARCH_API_KEY", strict=False),
+            )
+        else:
+            self._store = BM25DocumentStore(**self.local)
+
+    @property
+    def store(self) -> Any:
+        """The backend store in use."""
+        return self._store
+
+    def count_documents(self) -> int:
+        """The number of stored documents."""
+        return self._store.count_documents()
+
+    def metadata_counts(self, fields: list[str]) -> dict[tuple[Any, ...], int]:
+        """
+        How many documents hold each combination of values of the metadata `fields` (e.g. `["tenant", "kb"]`): one
+        cached SQL query locally, a composite terms aggregation in Elasticsearch.
+
+        :param fields: Metadata keys (without `meta.`).
+        :returns: Document count per tuple of values (None where a document lacks the key).
+        """
+        if self.active_backend == "local":
+            return self._store.metadata_counts(fields)
+        sources = [{field: {"terms": {"field": field, "missing_bucket": True}}} for field in fields]
+        counts: dict[tuple[Any, ...], int] = {}
+        after: dict[str, Any] | None = None
+        while True:
+            composite: dict[str, Any] = {"size": 1000, "sources": sources, **({"after": after} if after else {})}
+            result = self._store.client.search(
+                index=self.elasticsearch_index, size=0, aggs={"counts": {"composite": composite}}
+            )["aggregations"]["counts"]
+            for bucket in result["buckets"]:
+                counts[tuple(bucket["key"][field] for field in fields)] = int(bucket["doc_count"])
+            after = result.get("after_key")
+            if not result["buckets"] or after is None:
+                return counts
+
+    def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
+        """Documents that match Haystack filters."""
+        return self._store.filter_documents(filters=filters)
+
+    def write_documents(self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE) -> int:
+        """Write documents to the backend."""
+        return self._store.write_documents(documents, policy=policy)
+
+    def delete_documents(self, document_ids: list[str]) -> None:
+        """Delete documents by id."""
+        self._store.delete_documents(document_ids)
+
+    def delete_by_filter(self, filters: dict[str, Any]) -> int:
+        """Delete the documents that match `filters`; returns how many."""
+        return self._store.delete_by_filter(filters)
+
+    def bm25_retrieval(self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10) -> list[Document]:
+        """
+        BM25 search among the documents that match `filters`.
+
+        :param query: The query text.
+        :param filters: Haystack metadata filters.
+        :param top_k: Maximum number of documents.
+        :returns: Documents with their BM25 score, best first.
+        """
+        if self.active_backend == "elasticsearch":
+            if not query.strip():
+                return []
+            return self._store._bm25_retrieval(  # noqa: SLF001 - the integration's retriever calls the same method
+                query, filters=filters, top_k=top_k, fuzziness=self.elasticsearch_fuzziness
+            )
+        return self._store.bm25_retrieval(query, filters=filters, top_k=top_k)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the store's settings."""
+        return default_to_dict(
+            self,
+            backend=self.backend,
+            local=self.local,
+            elasticsearch_url=self.elasticsearch_url,
+            elasticsearch_index=self.elasticsearch_index,
+            elasticsearch_fuzziness=self.elasticsearch_fuzziness,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LexicalDocumentStore":
+        """Deserialise the store from `to_dict` output."""
+        return default_from_dict(cls, data)

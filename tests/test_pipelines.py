@@ -1,0 +1,33 @@
+import pytest
+
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
+
+
+def test_load_pipeline_names_the_new_module_of_an_old_components_type(tmp_path):
+    path = tmp_path / "old.yml"
+    path.write_text(
+        "components:\n"
+        "  intent:\n"
+        "    type: components.intent_gate.IntentGate\n"
+        "    init_parameters: {}\n"
+        "  lexical:\n"
+        "    type: components.bm25_retriever.BM25Retriever\n"
+        "    init_parameters:\n"
+        "      document_store:\n"
+        "        type: components.stores.lexical_document_store.LexicalDocumentStore\n"
+        "        init_parameters: {}\n"
+        "connections: []\n"
+    )
+    with pytest.raises(PipelineYAMLError) as raised:
+        load_pipeline(path)
+    message = str(raised.value)
+    assert "components.intent_gate.IntentGate -> gatehouse.components.routers.intent_gate.IntentGate" in message
+    assert "gatehouse.document_stores.lexical_document_store.LexicalDocumentStore" in message
+    assert "gatehouse.components.retrievers.bm25_retriever.BM25Retriever" in message
+
+
+def test_load_pipeline_refuses_a_class_outside_the_allowlist(tmp_path):
+    path = tmp_path / "foreign.yml"
+    path.write_text("components:\n  x:\n    type: collections.OrderedDict\n    init_parameters: {}\nconnections: []\n")
+    with pytest.raises(Exception, match="collections"):
+        load_pipeline(path)
