@@ -1,1 +1,1 @@
-"""Gatehouse's Haystack components: the gates, stores and stages that `pipelines/*.yml` wire together."""
+"""`gatehouse.components`: the Haystack components `pipelines/*.yml` wire together, one per file, grouped by family."""

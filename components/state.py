@@ -1,51 +1,94 @@
 """
 The request state that travels through `ask.yml`.
 
-Every gate of the ask pipeline takes one `state: dict` and emits it (a new dict, never the input mutated)
-on exactly one of its named routes. Keeping one typed-by-convention state object makes the path, the
-attempts and the per-stage latency trivial to record, and lets a branch end anywhere and still build a
-complete response.
-
-Keys (all optional unless noted):
-
-- `query` (str, required): the current query; rewritten on retries, redacted by the input guardrails.
-- `original_query` (str): the user's question after input guardrails (redacted, normalised).
-- `tenant` (str): the tenant whose documents may be retrieved; `"public"` when none is given.
-- `kb` (str | None): a knowledge base the caller asked for explicitly.
-- `mode` (str): `full-corpus` | `constrained-context` | `hybrid`.
-- `context` (str | None): caller-provided text for the constrained and hybrid modes.
-- `history` (list[dict]): earlier turns, `{"role": ..., "content": ...}`.
-- `intent` (str), `route` (str: `retrieve` | `direct` | `refuse`).
-- `condensed_query` (str): the standalone question the condenser made of a follow-up.
-- `kbs` (list[str]): the knowledge bases chosen by the router; `threshold` (float): their quality threshold;
-  `route_scores` (dict[str, float]): the router's score per candidate KB; `route_evidence` (dict[str, float]): the
-  best document score per KB when the evidence tier searched; `route_reason` (str): which tier decided;
-  `prefetched_documents` (dict | None): `{query, kbs, documents}` of the evidence search, which the retrieval
-  stage takes as the first attempt's retrieval (and clears).
-- `filters` (dict): Haystack metadata filters for retrieval (always include the tenant).
-- `attempt` (int): retrieval attempt number, 0-based; `attempts` (list[dict]): `{"query", "score"}` per attempt.
-- `documents` (list[Document]): the retrieved documents of the latest attempt.
-- `quality_score` (float), `fallback` (bool): set by the quality gate.
-- `passages` (list[Document]): what the generator sees, each with `meta["source_id"]` like `"S1"`.
-- `answerability` (dict): the answerability gate's `score`, `threshold`, `missing_terms`, `missing_entities` and
-  `best` candidate with its signals; `answer_candidates` (list[dict]): the ranked candidate sentences
-  (`source_id`, `passage`, `unit`, `text`, `score`, `span`) the answerer starts from.
-- `answer` (str), `citations` (list[dict]), `status` (str), `error_message` (str | None).
-- `path` (list[str]): ordered steps taken, e.g. `start`, `route_to_faq`, `attempt_0_score_0.41`.
-- `latency_ms` (dict[str, float]): milliseconds per stage, summed when a stage runs more than once.
-- `validation` (dict[str, list[str]]): `boundary_violations`, `confidence_warnings`, `guardrail_actions`,
-  `unsupported_sentences`.
+Every gate of the ask pipeline takes one `state: State` and emits it (a new dict, never the input mutated) on exactly
+one of its named routes. `State` is a `TypedDict`: at run time a plain dict, at load time the socket type, so a YAML
+connection from a socket of another type (a response, a document list) to a gate's `state` fails when the pipeline
+is loaded. Keeping one state object makes the path, the attempts and the per-stage latency trivial to record, and
+lets a branch end anywhere and still build a complete response. Every key is listed, with who sets it, on `State`.
 """
 
 import time
 from copy import deepcopy
-from typing import Any
+from typing import Any, TypedDict
+
+from haystack import Document
+
+
+
+class State(TypedDict, total=False):
+    """The request state. Only `query` is always present; `new_state` sets the request's keys and the records."""
+
+    # The request (RequestIntake, then the input guardrails redact and normalise).
+    query: str  # the current query: redacted, condensed, rewritten on retries
+    original_query: str  # the user's question after the input guardrails
+    tenant: str  # whose documents may be read; "public" when none is given
+    kb: str | None  # a knowledge base the caller asked for explicitly
+    mode: str  # full-corpus | constrained-context | hybrid
+    context: str | None  # caller-provided text for the constrained and hybrid modes
+    history: list[dict[str, Any]]  # earlier turns, {"role", "content"}
+    started: float  # time.perf_counter() when the request was taken in (the response's total latency)
+    # The condenser (QueryRewriter task condense).
+    condensed_query: str  # the standalone question made of a follow-up
+    # The intent gate.
+    intent: str  # one of the gate's intents
+    intent_tier: str | None  # which tier chose the intent (keywords, patterns, embedding, llm, default, empty)
+    route: str  # retrieve | direct | refuse
+    decision_tier: str | None  # which tier chose the route
+    decision_reason: str | None  # why, in words
+    route_similarity: dict[str, float]  # the embedding tier's similarity per route, when it decided
+    # The context selector: caller context as documents (hybrid mode puts them before the retrieved ones).
+    context_documents: list[Document]
+    # The KB router.
+    kbs: list[str]  # the knowledge bases to search
+    threshold: float  # their quality threshold (the strictest of them)
+    route_scores: dict[str, float]  # the router's score per candidate KB
+    route_evidence: dict[str, float]  # best document score per KB when the evidence tier searched
+    route_reason: str  # which tier decided
+    filters: dict[str, Any]  # Haystack metadata filters for retrieval (always pinned to the tenant)
+    prefetched_documents: dict[str, Any] | None  # {query, kbs, documents} of the evidence search, used by
+    # RetrievalRequest as the first attempt's retrieval (then cleared)
+    # Retrieval (RetrievalRequest -> RetrievalPipeline -> RetrievalResult) and the quality loop.
+    retrieval_started: float  # time.perf_counter() when this attempt's retrieval started
+    documents: list[Document]  # the latest attempt's documents (the quality gate keeps the best attempt's)
+    chunks_retrieved: int
+    attempt: int  # retrieval attempt number, 0-based
+    attempts: list[dict[str, Any]]  # {"query", "score"} per attempt
+    rewrites: list[dict[str, Any]]  # the retry rewriter's rewrites
+    quality_score: float  # the quality gate's score of the best attempt
+    quality_signals: dict[str, Any]  # the quality gate's signals behind that score
+    best_score: float
+    best_documents: list[Document]
+    best_attempt: int
+    fallback: bool  # True when the answer is the fallback message
+    fallback_reason: str  # why it is (set by the gate that gave up)
+    # Passage assembly and the answerability gate.
+    passages: list[Document]  # what the generator sees, each with meta["source_id"] like "S1"
+    chunks_used: int
+    answerability: dict[str, Any]  # score, threshold, missing_terms, missing_entities, best candidate and signals
+    answer_candidates: list[dict[str, Any]]  # ranked candidate sentences (source_id, passage, unit, text, score, span)
+    # Generation and verification.
+    generator: str  # which generator answered
+    usage: dict[str, int]  # language-model tokens of the request, summed over its calls (LLMAnswerer adds the
+    # server's reply usage): prompt_tokens, completion_tokens, total_tokens; reported as metadata.usage
+    answer: str
+    citations: list[dict[str, Any]]
+    support: dict[str, Any]  # the citation verifier's verdict per sentence
+    citation_coverage: float  # share of the answer's sentences that carry a valid citation
+    status: str  # success | partial | fallback | refused | error (the response contract)
+    error_message: str | None
+    # Records kept along the way.
+    path: list[str]  # ordered steps, e.g. start, route_to_faq, attempt_0_score_0.41
+    latency_ms: dict[str, float]  # milliseconds per stage, summed when a stage runs more than once
+    validation: dict[str, list[str]]  # boundary_violations, confidence_warnings, guardrail_actions,
+    # unsupported_sentences
+
 
 VALIDATION_KEYS = ("boundary_violations", "confidence_warnings", "guardrail_actions", "unsupported_sentences")
 PUBLIC_TENANT = "public"
 
 
-def new_state(query: str, **fields: Any) -> dict[str, Any]:
+def new_state(query: str, **fields: Any) -> State:
     """
     Build a fresh state for `query` with empty path, latency and validation records.
 
@@ -53,7 +96,7 @@ def new_state(query: str, **fields: Any) -> dict[str, Any]:
     :param fields: Any other state keys to set.
     :returns: A new state dictionary.
     """
-    state: dict[str, Any] = {
+    state: State = {
         "query": query,
         "original_query": query,
         "tenant": PUBLIC_TENANT,
@@ -67,18 +110,18 @@ def new_state(query: str, **fields: Any) -> dict[str, Any]:
         "latency_ms": {},
         "validation": {key: [] for key in VALIDATION_KEYS},
     }
-    state.update(fields)
+    state.update(fields)  # type: ignore[typeddict-item]
     return state
 
 
 def advance(
-    state: dict[str, Any],
+    state: State,
     *,
     stage: str | None = None,
     started: float | None = None,
     steps: list[str] | None = None,
     **updates: Any,
-) -> dict[str, Any]:
+) -> State:
     """
     Return a copy of `state` with `updates` applied, `steps` appended to the path and the stage's time added.
 
@@ -91,17 +134,17 @@ def advance(
     :param updates: Keys to set on the new state.
     :returns: The new state.
     """
-    new = dict(state)
+    new: State = dict(state)  # type: ignore[assignment]
     new["path"] = list(state.get("path", [])) + list(steps or [])
     new["latency_ms"] = dict(state.get("latency_ms", {}))
     if stage is not None and started is not None:
         elapsed = (time.perf_counter() - started) * 1000.0
         new["latency_ms"][stage] = round(new["latency_ms"].get(stage, 0.0) + elapsed, 3)
-    new.update(updates)
+    new.update(updates)  # type: ignore[typeddict-item]
     return new
 
 
-def with_validation(state: dict[str, Any], key: str, *items: str) -> dict[str, Any]:
+def with_validation(state: State, key: str, *items: str) -> State:
     """
     Return a copy of `state` with `items` appended to `validation[key]`.
 
@@ -113,7 +156,7 @@ def with_validation(state: dict[str, Any], key: str, *items: str) -> dict[str, A
     """
     if key not in VALIDATION_KEYS:
         raise ValueError(f"Unknown validation key '{key}'. Use one of {', '.join(VALIDATION_KEYS)}.")
-    new = dict(state)
+    new: State = dict(state)  # type: ignore[assignment]
     validation = deepcopy(state.get("validation") or {k: [] for k in VALIDATION_KEYS})
     validation.setdefault(key, []).extend(items)
     new["validation"] = validation

@@ -18,19 +18,22 @@ find_markers("Keys expire. [S1, S3]")           # [(13, 21, ['S1', 'S3'])]
 
 import math
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Callable, Iterable, NamedTuple
 
-#: Small English stopword list (function words and question words) used for lexical overlap.
+#: Gatehouse's one English stopword list (function words and question words that carry no topic): lexical overlap,
+#: the gates' content terms and the BM25 index (`stopwords: en`) all use it unless a component is given its own list.
 DEFAULT_STOPWORDS: frozenset[str] = frozenset(
     """
     a about above after again against all also am an and any are as at be because been before being below
-    between both but by can could did do does doing done down during each either else etc few for from further
-    get gets got had has have having he her here hers herself him himself his how i if in into is it its itself
-    just let me might more most must my myself no nor not now of off on once only or other our ours ourselves
-    out over own please same shall she should so some such than that the their theirs them themselves then there
-    these they this those through to too under until up upon us very via was we were what when where which while
-    who whom whose why will with within without would you your yours yourself yourselves tell know need want
+    between both but by can could did do does doing done down during each either else etc ever every few for from
+    further get gets getting got had has have having he her here hers herself him himself his how i if in into is
+    it its itself just know let like me might more most much must my myself need no nor not now of off on once one
+    only or other our ours ourselves out over own please same shall she should so some such tell than that the
+    their theirs them themselves then there these they this those through to too under until up upon us very via
+    want was we were what when where whether which while who whom whose why will with within without would yes you
+    your yours yourself yourselves
     """.split()
 )
 
@@ -50,6 +53,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _TABLE = re.compile(r"^\s*\|")
 _SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+")
 _WORD = re.compile(r"\w+", re.UNICODE)
+_TERM = re.compile(r"[^\W_]+")
 _SPACES = re.compile(r"\s+")
 
 
@@ -366,3 +370,45 @@ def rewrite_markers(
         return f"{match.group(1)}[{', '.join(ids)}]" if ids else ""
 
     return compiled.sub(replace, text or "")
+
+
+def tokenize(text: str) -> list[str]:
+    """
+    Split text into case-folded word tokens (NFKC; Unicode letters and digits; underscores and punctuation split,
+    unlike `tokens`, which keeps `snake_case` identifiers whole).
+
+    :param text: Any text.
+    :returns: The tokens in order.
+    """
+    return _TERM.findall(unicodedata.normalize("NFKC", text or "").casefold())
+
+
+class TermNormaliser:
+    """
+    Turns text into comparable content terms: tokens without stopwords and short tokens, optionally stemmed.
+
+    :param stopwords: Words to drop; None uses `DEFAULT_STOPWORDS`.
+    :param stemmer_language: A Snowball language for PyStemmer (e.g. `"english"`), or None for no stemming.
+    :param min_term_length: Tokens shorter than this are dropped.
+    """
+
+    def __init__(self, stopwords: list[str] | None, stemmer_language: str | None, min_term_length: int) -> None:
+        self.stopwords = frozenset(w.casefold() for w in (DEFAULT_STOPWORDS if stopwords is None else stopwords))
+        self.min_term_length = min_term_length
+        self._stemmer = None
+        if stemmer_language:
+            import Stemmer  # PyStemmer, a project dependency
+
+            self._stemmer = Stemmer.Stemmer(stemmer_language)
+
+    def is_content(self, token: str) -> bool:
+        """Whether a lower-case token counts as a content term."""
+        return len(token) >= self.min_term_length and token not in self.stopwords
+
+    def stem(self, token: str) -> str:
+        """The comparison key of a lower-case token."""
+        return self._stemmer.stemWord(token) if self._stemmer is not None else token
+
+    def terms(self, text: str) -> list[str]:
+        """The stemmed content terms of a text, in order, with repetitions."""
+        return [self.stem(t) for t in tokenize(text) if self.is_content(t)]

@@ -45,7 +45,7 @@ from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from gatehouse.components.routers.intent_gate import DEFAULT_INTENT_PATTERNS, ROUTES
 from gatehouse.components.routers.kb_router import KB_KEYS, KB_NAME
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import bundled_dir
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.components.text import DEFAULT_STOPWORDS
 from gatehouse.ingest import files_under
@@ -55,7 +55,7 @@ INTENTS: tuple[str, ...] = tuple(DEFAULT_INTENT_PATTERNS)
 #: Roles allowed in a case's history, as the ask pipeline accepts them.
 HISTORY_ROLES = ("user", "assistant", "system")
 #: Where the data sets live unless `$GATEHOUSE_EVAL_DATA` says otherwise.
-DEFAULT_DATA_ROOT = PROJECT_ROOT.parent / "shared" / "data"
+DEFAULT_DATA_ROOT = bundled_dir().parent / "shared" / "data"  # beside a source checkout
 #: The golden set for the sample knowledge bases.
 GOLDEN_SET = Path(__file__).resolve().parent / "sets" / "golden.yml"
 #: File suffix under which corpus documents are written (and cited: `<kb>/<id>.txt`).

@@ -283,13 +283,18 @@ def embedder_throughput(dataset: BeirDataset, sample: int) -> dict[str, Any]:
 
 def _pipeline_inputs(pipeline: Pipeline, query: str, kb: str, keep_chunks: int) -> dict[str, Any]:
     """
-    Inputs for a retrieval pipeline: what `run_retrieval` gives it (the query, the knowledge base), plus the
+    Inputs for a retrieval pipeline: what `RetrievalPipeline` gives it (the query, the knowledge base), plus the
     run-time `top_k` of the stages after retrieval (fusion, ranker). Retrievers keep their YAML depth, unless a
     retriever is the pipeline's last stage (the references), which then returns `keep_chunks` chunks.
     """
-    from gatehouse.components.retrievers.retrieval_stage import retrieval_inputs
+    from gatehouse.components.retrievers.retrieval_pipeline import retrieval_input_mapping
 
-    inputs = retrieval_inputs(pipeline, query, kbs=[kb])
+    mapping = retrieval_input_mapping(pipeline)
+    inputs: dict[str, dict[str, Any]] = {}
+    for name, value in (("query", query), ("kbs", [kb])):
+        for path in mapping.get(name, []):
+            component_name, socket = path.split(".", 1)
+            inputs.setdefault(component_name, {})[socket] = value
     last = set(pipeline.outputs())
     for name, sockets in pipeline.inputs().items():
         is_retriever = hasattr(pipeline.get_component(name), "document_store")
@@ -385,8 +390,9 @@ def run_benchmark(
     dataset = slice_dataset(load_beir(dataset_dir, split), max_docs=max_docs, max_queries=max_queries)
     work = Path(workdir).expanduser() if workdir else settings.data_dir() / "bench" / dataset.name
     work = work.resolve()
-    if work.is_relative_to(settings.PROJECT_ROOT) and not work.is_relative_to(settings.PROJECT_ROOT / "data"):
-        raise ValueError(f"The benchmark workdir {work} would be inside the repository: use a folder under data/.")
+    shipped = settings.bundled_dir()
+    if work.is_relative_to(shipped) and not work.is_relative_to(shipped / "data"):
+        raise ValueError(f"The benchmark workdir {work} would be inside Gatehouse's own files: use a folder under data/.")
     kb = kb_name(dataset)
     with data_dir(work / "data"):
         ingest_report = ingest_dataset(dataset, work, kb, reuse_index=reuse_index, progress=progress)

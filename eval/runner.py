@@ -24,13 +24,13 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from gatehouse.settings import PROJECT_ROOT, data_dir
+from gatehouse.settings import data_dir
 from gatehouse.eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, write_corpus
 from gatehouse.pipelines import pipeline_path
 
 DEFAULT_SETS = ("golden", "mtrag_un", "squad2")
 QUICK_LIMITS = {"golden": 24, "mtrag_un": 12, "squad2": 12}
-DEFAULT_REPORTS = PROJECT_ROOT / "eval" / "reports"
+DEFAULT_REPORTS = Path("eval") / "reports"  # under the working directory
 
 
 @dataclass

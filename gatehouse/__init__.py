@@ -1,1 +1,1 @@
-"""Gatehouse: the command line and the helpers that load and run the YAML pipelines."""
+"""Gatehouse: agentic RAG as Haystack pipelines in YAML; its components, stores, command line, serving and evaluation."""

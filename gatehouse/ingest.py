@@ -7,12 +7,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import project_path
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, StoredDocument
 from gatehouse.pipelines import load_pipeline
 
-SAMPLE_KB_DIR = PROJECT_ROOT / "kb"
 BATCH_SIZE = 16
 
 
@@ -65,13 +64,14 @@ def files_under(path: Path) -> list[Path]:
     return [path]
 
 
-def sample_groups(root: Path = SAMPLE_KB_DIR) -> list[IngestGroup]:
+def sample_groups(root: Path | None = None) -> list[IngestGroup]:
     """
     The sample knowledge bases: `kb/<kb>/` for the public tenant, `kb/tenants/<tenant>/<kb>/` for private ones.
 
-    :param root: The sample folder.
+    :param root: The sample folder; default `./kb` when you have your own (`gatehouse init`), else the shipped one.
     :returns: One group per (tenant, kb).
     """
+    root = root or project_path("kb")
     groups = [IngestGroup(kb=d.name, tenant=None, root=d, files=files_under(d)) for d in sorted(root.iterdir())
               if d.is_dir() and d.name != "tenants"]
     tenants = root / "tenants"

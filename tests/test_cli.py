@@ -76,3 +76,19 @@ def test_bad_input_gets_a_clear_error_not_a_traceback(data_dir):
     assert "Invalid knowledge base name" in result.stderr and "Traceback" not in result.stderr
     result = run(["ask", "--mode", "constrained-context", "--context", "short", "--json", "What?"], data_dir)
     assert result.returncode == 1 and json.loads(result.stdout)["status"] == "error"
+
+
+def test_init_then_an_edited_copy_is_the_one_used(tmp_path):
+    project = tmp_path / "project"
+    first = subprocess.run([GATEHOUSE, "init", str(project)], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run([GATEHOUSE, "init", str(project)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    ask = project / "pipelines" / "ask.yml"
+    ask.write_text(ask.read_text().replace("type: gatehouse.components.routers.intent_gate.IntentGate",
+                                           "type: components.intent_gate.IntentGate"))
+    env = {key: value for key, value in os.environ.items() if key != "GATEHOUSE_PIPELINES_DIR"}
+    old = subprocess.run([GATEHOUSE, "ask", "hello"], cwd=project, env={**env, "GATEHOUSE_DATA_DIR": str(tmp_path / "d")},
+                         capture_output=True, text=True, timeout=300)
+    assert old.returncode == 2 and "gatehouse.components.routers.intent_gate.IntentGate" in old.stderr
+    assert str(ask) in old.stderr and "Traceback" not in old.stderr

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
+from haystack_integrations.components.retrievers.qdrant import QdrantEmbeddingRetriever
 
 from gatehouse.document_stores.dense_document_store import DEFAULT_PAYLOAD_INDEXES, DenseDocumentStore
 
@@ -96,7 +97,7 @@ def test_run_shared_local_client(local_env, tmp_path):
     assert first._client is second._client  # noqa: SLF001 - one client per local folder
     second.write_documents([doc(3, kb="faq")], policy=DuplicatePolicy.OVERWRITE)
     assert first.count_documents() == 3
-    hits = first._query_by_embedding(vec(3), top_k=2)  # noqa: SLF001 - what QdrantEmbeddingRetriever calls
+    hits = QdrantEmbeddingRetriever(document_store=first).run(query_embedding=vec(3), top_k=2)["documents"]
     assert hits[0].id == doc(3).id
     faq = second.filter_documents({"field": "meta.kb", "operator": "==", "value": "faq"})
     assert {d.id for d in faq} == {doc(1).id, doc(3).id}
@@ -126,7 +127,7 @@ def test_run_qdrant_server_roundtrip():
         assert store.payload_fields_to_index == DEFAULT_PAYLOAD_INDEXES
         store.write_documents([doc(1, kb="faq"), doc(2, kb="billing")])
         assert store.count_documents() == 2
-        hits = store._query_by_embedding(vec(2), top_k=1)  # noqa: SLF001
+        hits = QdrantEmbeddingRetriever(document_store=store).run(query_embedding=vec(2), top_k=1)["documents"]
         assert hits[0].id == doc(2).id
         store.delete_documents([doc(1).id, doc(2).id])
         assert store.count_documents() == 0

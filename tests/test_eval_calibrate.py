@@ -5,8 +5,10 @@ import shutil
 import pytest
 import yaml
 
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import bundled_dir
 from gatehouse.eval.calibrate import first_attempt_score, propose, write_thresholds
+
+PROJECT_ROOT = bundled_dir()  # the shipped pipelines, sample KBs and manifest
 
 
 def test_first_attempt_score_comes_from_the_path():

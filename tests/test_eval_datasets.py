@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import bundled_dir
 from gatehouse.eval.datasets import (
     GOLDEN_SET,
     INTENTS,
@@ -28,6 +28,8 @@ from gatehouse.eval.datasets import (
     write_corpus,
 )
 from gatehouse.ingest import sample_groups
+
+PROJECT_ROOT = bundled_dir()  # the shipped pipelines, sample KBs and manifest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 GOLDEN_SMALL = FIXTURES / "golden_small.yml"

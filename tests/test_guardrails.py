@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from haystack import Document, Pipeline
 
-from gatehouse.components.guardrails.guardrails import DEFAULT_FALLBACK_MESSAGE, Guardrails, iban_valid, luhn_valid
+from gatehouse.components.guardrails.guardrails import DEFAULT_FALLBACK_MESSAGE, Guardrails
+from gatehouse.components.guardrails.pii import iban_valid, luhn_valid
 from gatehouse.components.state import new_state
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document
+from haystack_integrations.components.retrievers.qdrant import QdrantEmbeddingRetriever
 
 from gatehouse.components.embedders.document_embedder import DocumentEmbedder
 from gatehouse.components.writers.index_writer import IndexWriter
@@ -77,7 +78,7 @@ def test_run_writes_both_stores(stores, embedder):
     assert report["totals"] == {"documents_written": 1, "chunks_written": 2, "skipped": 1, "failed": 1}
     assert dense.count_documents() == 2 and lexical.count_documents() == 2
     assert [d.id for d in lexical.bm25_retrieval("rotate", top_k=1)] == [embedded[0].id]
-    hits = dense._query_by_embedding(embedded[1].embedding, top_k=1)  # noqa: SLF001
+    hits = QdrantEmbeddingRetriever(document_store=dense).run(query_embedding=embedded[1].embedding, top_k=1)["documents"]
     assert hits[0].id == embedded[1].id
 
 

@@ -14,13 +14,15 @@ import pytest
 import yaml
 from server_process import running_server
 
-from gatehouse.components.retrievers.retrieval_stage import run_retrieval
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
+from gatehouse.settings import bundled_dir
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.cli import main
 from gatehouse.ingest import format_summary, ingest, path_groups
 from gatehouse.knowledge_bases import KnowledgeBase, KnowledgeBaseCatalogue, KnowledgeBaseNotFoundError
 from gatehouse.pipelines import load_pipeline
+
+PROJECT_ROOT = bundled_dir()  # the shipped pipelines, sample KBs and manifest
 
 OFFICE = {
     "parking.md": "# Parking\n\nVisitors park on level two of the Zephyr garage.\n",
@@ -49,15 +51,15 @@ def data_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def retrieve(data_dir):
     """The real retrieval pipeline over the test's stores, loaded (and its BM25 index built) before any deletion."""
-    pipeline = load_pipeline("retrieve")
-    pipeline.warm_up()
-    return pipeline
+    retrieval = RetrievalPipeline(pipeline_file="retrieve")
+    retrieval.warm_up()
+    return retrieval
 
 
-def retrieved(pipeline, tenant: str) -> set[str]:
+def retrieved(retrieval, tenant: str) -> set[str]:
     """Every document id the real retrieval pipeline returns to `tenant` for any of the test questions."""
     return {doc.meta["doc_id"] for query in QUERIES.values()
-            for doc in run_retrieval(pipeline, query, tenant, None, top_k=50)}
+            for doc in retrieval.run(query=query, tenant=tenant, top_k=50)["documents"]}
 
 
 def catalogue() -> KnowledgeBaseCatalogue:

@@ -129,7 +129,7 @@ def test_export_corpus_round_trips_ids(tmp_path):
 
 
 def test_workdir_inside_the_repository_is_refused():
-    with pytest.raises(ValueError, match="inside the repository"):
+    with pytest.raises(ValueError, match="inside Gatehouse.s own files"):
         run_benchmark(TINY, workdir=PROJECT / "eval" / "bench-data")
     with pytest.raises(ValueError, match="depth must be at least 100"):
         run_benchmark(TINY, workdir=PROJECT / "data" / "x", depth=10)

@@ -9,13 +9,14 @@ import yaml
 from haystack import Document
 
 from gatehouse.components.routers.kb_router import KBRouter
-from gatehouse.components.retrievers.retrieval_stage import RetrievalStage, run_retrieval
+from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
+from gatehouse.components.retrievers.retrieval_request import RetrievalRequest
 from gatehouse.components.state import new_state
 from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.ask import ask
 from gatehouse.ingest import ingest, path_groups, sample_groups
-from gatehouse.pipelines import load_pipeline, pipelines_dir
+from gatehouse.pipelines import pipelines_dir
 
 INITECH_FAQ = """# Initech refund terms
 
@@ -73,16 +74,16 @@ def test_store_counts_documents_per_tenant_and_kb(tmp_path):
 
 
 def test_retrieval_tenant_reads_own_and_public_never_another_tenants(ingested):
-    retrieve = load_pipeline("retrieve")
+    retrieve = RetrievalPipeline(pipeline_file="retrieve")
     question = "Can I get a refund of prepaid platform fees?"
     seen = {}
     for tenant in ("globex", "initech", None):
-        documents = run_retrieval(retrieve, question, tenant, None, top_k=30)
+        documents = retrieve.run(query=question, tenant=tenant, top_k=30)["documents"]
         seen[tenant] = {doc.meta["tenant"] for doc in documents}
     assert seen["globex"] == {"globex", "public"}
     assert seen["initech"] == {"initech", "public"}
     assert seen[None] == {"public"}
-    assert not any(doc.meta["tenant"] != "public" for doc in run_retrieval(retrieve, question, "umbrella", None))
+    assert not any(doc.meta["tenant"] != "public" for doc in retrieve.run(query=question, tenant="umbrella")["documents"])
 
 
 def test_router_catalogue_of_the_sample_stores(router):
@@ -101,12 +102,11 @@ def test_router_evidence_finds_the_tenants_own_document(router):
     prefetched = routed["prefetched_documents"]
     assert prefetched["query"] == "What is Project Quasar?" and prefetched["kbs"] == ["faq"]
     assert prefetched["documents"] and {d.meta["kb"] for d in prefetched["documents"]} == {"faq"}
-    stage = RetrievalStage(pipeline="retrieve")
-    retrieved = stage.run(state=routed)["state"]
-    assert [d.id for d in retrieved["documents"]] == [d.id for d in prefetched["documents"]]
-    assert retrieved["prefetched_documents"] is None
-    rewritten = stage.run(state={**routed, "query": "Project Quasar timeline"})["state"]  # a retry searches again
-    assert rewritten["documents"] and rewritten["prefetched_documents"] is None
+    request = RetrievalRequest().run(state=routed)
+    assert [d.id for d in request["documents"]] == [d.id for d in prefetched["documents"]] and "query" not in request
+    assert request["state"]["prefetched_documents"] is None
+    retry = RetrievalRequest().run(state={**routed, "query": "Project Quasar timeline"})  # a retry searches again
+    assert retry["query"] == "Project Quasar timeline" and "documents" not in retry
 
 
 def test_router_undeclared_kb_of_the_tenant_by_evidence(router):

@@ -1,1 +1,1 @@
-"""Gatehouse builders."""
+"""Builders: the labelled passages a generator sees, and the response contract."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import advance
+from gatehouse.components.state import State, advance
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     content_words,
@@ -166,8 +166,8 @@ class PassageAssembler:
         """
         return default_from_dict(cls, data)
 
-    @component.output_types(passages=dict, fallback=dict)
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(passages=State, fallback=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Assemble the passages of a request, or route it to the fallback answer.
 

@@ -1,1 +1,1 @@
-"""Gatehouse embedders."""
+"""Text, document and sentence embedders over one shared embedding backend."""

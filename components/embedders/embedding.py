@@ -15,7 +15,6 @@ vectors = backend.embed(["How do I rotate an API key?"])   # numpy array, one L2
 """
 
 import hashlib
-import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -78,11 +77,10 @@ class EmbeddingBackend:
     _instances_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, model: str, cache_dir: Path | None) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
         self.model_name = model
-        self.model = SentenceTransformer(model, device="cpu")
+        self.model = SentenceTransformer(model, device="cpu", local_files_only=settings.models_offline())
         self.cache = EmbeddingCache(cache_dir) if cache_dir is not None else None
         self._encode_lock = threading.Lock()
         self.encoded_count = 0

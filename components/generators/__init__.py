@@ -1,1 +1,1 @@
-"""Gatehouse generators."""
+"""Answer generators: extractive (offline default), LLM-backed, direct (arithmetic, greetings)."""

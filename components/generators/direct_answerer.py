@@ -15,7 +15,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.state import State, advance, with_validation
 
 DEFAULT_OPERATOR_WORDS: dict[str, str] = {
     "to the power of": "**",
@@ -344,8 +344,8 @@ class DirectAnswerer:
                 return getattr(self, message)
         return None
 
-    @component.output_types(state=dict[str, Any])
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(state=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Answer the question directly.
 

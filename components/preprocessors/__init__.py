@@ -1,1 +1,1 @@
-"""Gatehouse preprocessors."""
+"""Document splitting into heading-aware chunks."""

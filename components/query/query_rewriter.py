@@ -16,11 +16,8 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.quality_gate import (
-    TermNormaliser,
-    tokenize,
-)
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.text import TermNormaliser, tokenize
 
 TASKS = ("retry", "condense")
 STRATEGIES = ("keywords", "feedback")
@@ -332,8 +329,8 @@ class QueryRewriter:
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
 
-    @component.output_types(state=dict[str, Any])
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(state=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Rewrite (task `retry`) or condense (task `condense`) the query.
 

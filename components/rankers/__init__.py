@@ -1,1 +1,1 @@
-"""Gatehouse rankers."""
+"""Re-scoring and ranking of candidates: best-sentence scorer, optional cross-encoder."""

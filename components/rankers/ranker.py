@@ -1,10 +1,11 @@
 """The ranking stage after fusion: a cross-encoder when one is configured, the fused order otherwise."""
 
-import os
 from dataclasses import replace
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
+
+from gatehouse import settings
 
 
 @component
@@ -44,11 +45,10 @@ class Ranker:
         """
         if self.model is None or self._cross_encoder is not None:
             return
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import CrossEncoder
 
         try:
-            self._cross_encoder = CrossEncoder(self.model, device="cpu")
+            self._cross_encoder = CrossEncoder(self.model, device="cpu", local_files_only=settings.models_offline())
         except Exception as error:
             raise RuntimeError(
                 f"The ranker's cross-encoder '{self.model}' could not be loaded ({error}). Set `model: null` in "

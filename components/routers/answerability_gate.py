@@ -56,7 +56,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_STOPWORDS,
@@ -561,8 +561,8 @@ class AnswerabilityGate:
         return None, "answerability: LLM tier reply was neither yes nor no; heuristic score used"
 
     # -- run -----------------------------------------------------------------------------------------------------
-    @component.output_types(answerable=dict, unanswerable=dict)
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(answerable=State, unanswerable=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Judge whether the passages answer the question and route the state.
 

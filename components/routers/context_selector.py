@@ -5,7 +5,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.state import State, advance, with_validation
 
 INVALID_BEHAVIOURS = ("reject", "fallback_to_full_corpus")
 
@@ -70,8 +70,8 @@ class ContextSelector:
             },
         )
 
-    @component.output_types(retrieve=dict, constrained=dict, invalid=dict)
-    def run(self, state: dict) -> dict[str, Any]:
+    @component.output_types(retrieve=State, constrained=State, invalid=State)
+    def run(self, state: State) -> dict[str, Any]:
         """
         Route the request by its mode.
 

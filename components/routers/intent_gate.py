@@ -9,8 +9,8 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict, logging
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
-from gatehouse.components.routers.quality_gate import TermNormaliser, tokenize
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.text import TermNormaliser, tokenize
+from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.routers.tiered_classifier import (
     Decision,
     ExampleIndex,
@@ -596,8 +596,8 @@ class IntentGate:
         error = None if route or intent else f"unparseable reply {reply[:200]!r}"
         return route, intent, error
 
-    @component.output_types(retrieve=dict, direct=dict, refuse=dict)
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(retrieve=State, direct=State, refuse=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Classify `state["query"]` and emit the state on the route of the retrieval decision.
 

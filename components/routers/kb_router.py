@@ -10,8 +10,8 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
-from gatehouse.components.retrievers.retrieval_stage import RetrievalStage
-from gatehouse.components.state import PUBLIC_TENANT, advance, with_validation
+from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
+from gatehouse.components.state import PUBLIC_TENANT, State, advance, with_validation
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.components.retrievers.tenant_filter import TenantFilter
 from gatehouse.components.routers.tiered_classifier import (
@@ -179,7 +179,7 @@ class KBRouter:
         self.names = [kb["name"] for kb in self._kbs]
         self._tenant_filter = TenantFilter(default_tenant=default_tenant, include_public=self.include_public)
         self._retrieval = (
-            RetrievalStage(pipeline=self.evidence["pipeline"], top_k=self.evidence["top_k"])
+            RetrievalPipeline(pipeline_file=self.evidence["pipeline"])
             if self.evidence["enabled"]
             else None
         )
@@ -386,7 +386,7 @@ class KBRouter:
         (1.0, so `evidence.margin` is a share whatever the pipeline's score scale), best KB first, and the documents.
         """
         assert self._retrieval is not None
-        documents = self._retrieval.retrieve(query, tenant, kbs)
+        documents = self._retrieval.run(query=query, tenant=tenant, kbs=kbs, top_k=self.evidence["top_k"])["documents"]
         best: dict[str, float] = {}
         for document in documents:
             kb = document.meta["kb"]
@@ -441,8 +441,8 @@ class KBRouter:
         )
         return {"routed": new_state}
 
-    @component.output_types(routed=dict, unknown_kb=dict)
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(routed=State, unknown_kb=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Route the query of `state` to knowledge bases.
 

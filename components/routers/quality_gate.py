@@ -3,38 +3,19 @@ The retrieval quality gate: scores an attempt's documents against the user's que
 
 The gate never loops by itself. It records the attempt and emits the state on one of three routes; the ask
 pipeline's edge `retry -> query rewriter -> retrieval -> quality gate` is the loop, and `max_retries` bounds it.
-
-This module also holds the small term helpers (`DEFAULT_STOPWORDS`, `tokenize`, `TermNormaliser`) that the query
-rewriter reuses.
 """
 
 import re
 import time
-import unicodedata
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.text import TermNormaliser
 
-#: English function words and question words that carry no topic. Used when a component is given no list.
-DEFAULT_STOPWORDS: tuple[str, ...] = (
-    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at",
-    "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do",
-    "does", "doing", "done", "down", "during", "each", "either", "else", "etc", "ever", "every", "few", "for", "from",
-    "further", "get", "gets", "getting", "got", "had", "has", "have", "having", "he", "her", "here", "hers", "herself",
-    "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "like", "me",
-    "might", "more", "most", "much", "must", "my", "myself", "need", "no", "nor", "not", "now", "of", "off", "on",
-    "once", "one", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "please", "same", "shall",
-    "she", "should", "so", "some", "such", "tell", "than", "that", "the", "their", "theirs", "them", "themselves",
-    "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "us", "very",
-    "want", "was", "we", "were", "what", "when", "where", "whether", "which", "while", "who", "whom", "whose", "why",
-    "will", "with", "would", "yes", "you", "your", "yours", "yourself", "yourselves",
-)  # fmt: skip
-
-_TOKEN_RE = re.compile(r"[^\W_]+")
 
 DEFAULT_JUDGE_PROMPT = (
     "Rate how relevant the following context is for answering the user's question, on a scale from 0.0 "
@@ -42,47 +23,6 @@ DEFAULT_JUDGE_PROMPT = (
     "Question: {question}\n"
     "Context:\n{context}"
 )
-
-
-def tokenize(text: str) -> list[str]:
-    """
-    Split text into lower-case word tokens (Unicode letters and digits; underscores and punctuation split).
-
-    :param text: Any text.
-    :returns: The tokens in order.
-    """
-    return _TOKEN_RE.findall(unicodedata.normalize("NFKC", text or "").casefold())
-
-
-class TermNormaliser:
-    """
-    Turns text into comparable content terms: tokens without stopwords and short tokens, optionally stemmed.
-
-    :param stopwords: Words to drop; None uses `DEFAULT_STOPWORDS`.
-    :param stemmer_language: A Snowball language for PyStemmer (e.g. `"english"`), or None for no stemming.
-    :param min_term_length: Tokens shorter than this are dropped.
-    """
-
-    def __init__(self, stopwords: list[str] | None, stemmer_language: str | None, min_term_length: int) -> None:
-        self.stopwords = frozenset(w.casefold() for w in (DEFAULT_STOPWORDS if stopwords is None else stopwords))
-        self.min_term_length = min_term_length
-        self._stemmer = None
-        if stemmer_language:
-            import Stemmer  # PyStemmer, a project dependency
-
-            self._stemmer = Stemmer.Stemmer(stemmer_language)
-
-    def is_content(self, token: str) -> bool:
-        """Whether a lower-case token counts as a content term."""
-        return len(token) >= self.min_term_length and token not in self.stopwords
-
-    def stem(self, token: str) -> str:
-        """The comparison key of a lower-case token."""
-        return self._stemmer.stemWord(token) if self._stemmer is not None else token
-
-    def terms(self, text: str) -> list[str]:
-        """The stemmed content terms of a text, in order, with repetitions."""
-        return [self.stem(t) for t in tokenize(text) if self.is_content(t)]
 
 
 def parse_relevance(text: str) -> float | None:
@@ -302,8 +242,8 @@ class QualityGate:
             return None, f"quality_gate: LLM judge reply not a rating ({reply[:80]!r}); heuristic score used"
         return rating, None
 
-    @component.output_types(passed=dict[str, Any], retry=dict[str, Any], exhausted=dict[str, Any])
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(passed=State, retry=State, exhausted=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Score the latest attempt and route the state.
 

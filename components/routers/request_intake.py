@@ -5,7 +5,7 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import PUBLIC_TENANT, new_state
+from gatehouse.components.state import PUBLIC_TENANT, State, new_state
 
 MODES = ("full-corpus", "constrained-context", "hybrid")
 
@@ -53,7 +53,7 @@ class RequestIntake:
             return "The history must be a list of {role: user|assistant|system, content: text} turns."
         return None
 
-    @component.output_types(state=dict, invalid=dict)
+    @component.output_types(state=State, invalid=State)
     def run(
         self,
         query: str,

@@ -1,1 +1,1 @@
-"""Gatehouse validators."""
+"""The citation verifier."""

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_CITATION_PATTERN,
@@ -268,8 +268,8 @@ class CitationVerifier:
         """
         return default_from_dict(cls, data)
 
-    @component.output_types(state=dict)
-    def run(self, state: dict) -> dict[str, dict[str, Any]]:
+    @component.output_types(state=State)
+    def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Verify the citations of `state["answer"]` against `state["passages"]`.
 

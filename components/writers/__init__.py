@@ -1,1 +1,1 @@
-"""Gatehouse writers."""
+"""Ingestion: the ingest planner and the writer to both stores."""

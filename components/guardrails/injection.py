@@ -1,0 +1,139 @@
+"""
+Prompt injection, disallowed capabilities and out-of-scope topics: the default phrase lists the input guardrails
+check, and how a phrase list entry is compiled (a plain phrase, or a regular expression with a `re:` prefix).
+"""
+
+import re
+
+DEFAULT_INJECTION_PATTERNS: list[str] = [
+    r"re:\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|the|your|my|of|these|those)\s+)*"
+    r"(?:previous|prior|above|earlier|preceding|initial|original|system|existing)\s+"
+    r"(?:instructions?|prompts?|rules?|messages?|directions?|directives?|context|guidelines?)\b",
+    r"re:\b(?:ignore|disregard|forget|override|bypass)\s+(?:the\s+|your\s+)?system\s+"
+    r"(?:prompt|message|instructions?)\b",
+    "you are now",
+    "from now on you are",
+    r"re:\b(?:reveal|show|print|repeat|display|output|leak|dump|tell\s+me)\s+(?:me\s+)?(?:your|the)\s+(?:\w+\s+)?"
+    r"(?:system\s+prompt|instructions|initial\s+prompt|hidden\s+prompt|prompt)\b",
+    r"re:\bwhat\s+(?:is|are|was|were)\s+your\s+(?:system\s+prompt|(?:initial|original|hidden)\s+instructions)\b",
+    r"re:\b(?:pretend|act|behave)\s+(?:to\s+be|as\s+if\s+you\s+(?:are|were)|as|like)\s+(?:an?\s+)?"
+    r"(?:unrestricted|unfiltered|jailbroken|evil|uncensored)\b",
+    "jailbreak",
+    "developer mode",
+    r"re:<\|(?:im_start|im_end|system|endoftext|start_header_id|end_header_id|eot_id)\|>",
+    r"re:\[/?INST\]|<</?SYS>>",
+    r"re:(?:^|\s)(?:system|assistant)\s*:\s",
+]
+
+DEFAULT_CAPABILITY_PATTERNS: dict[str, list[str]] = {
+    "code_generation": [
+        r"re:\b(?:write|generate|create|produce|draft|code\s+up|give\s+me)\s+(?:me\s+)?(?:a|an|some|the|this|my)?\s*"
+        r"(?:[\w+#.-]+\s+){0,3}?(?:code|script|program|function|snippet|class|method|regex|sql|module|"
+        r"app|application|shell\s+command|bash\s+command|unit\s+tests?)\b",
+        "generate code",
+        "write code",
+        "write me",
+        r"re:\bcode\s+(?:for\s+me|that\s+does)\b",
+        r"re:\bimplement\s+(?:a|an|the|this|my|me\s+a)\s+(?:[\w+#.-]+\s+){0,3}?"
+        r"(?:function|class|method|algorithm|script|program|feature|endpoint|module)\b",
+        r"re:\b(?:fix|debug|refactor|complete|rewrite)\s+(?:my|this|the\s+following)\s+"
+        r"(?:code|script|program|function)\b",
+    ],
+    "external_action": [
+        r"re:\bsend\s+(?:an?\s+|the\s+|this\s+|my\s+)?(?:e-?mail|message|text|sms|slack\s+message|invite|invitation|"
+        r"reply|it|this|that)\s+to\b",
+        r"re:\bbook\s+(?:me\s+)?(?:a|an|the|my)\s+(?:\w+\s+){0,2}?(?:flight|meeting|room|table|appointment|ticket|"
+        r"hotel|call|demo|slot|reservation|session)\b",
+        r"re:\b(?:send|book|delete|cancel|close|deactivate|remove|reset|purchase|buy|order|pay|transfer|submit|post|"
+        r"publish|deploy|schedule|call|email|message|upload|download|install|run|execute|sign\s+up|register|"
+        r"subscribe|unsubscribe|update|change|create|open)\b.{0,60}\bfor\s+me\b",
+        r"re:\bcall\s+(?:this|that|the|an?|our|my)\s+(?:\w+\s+){0,2}?(?:api|endpoint|url|webhook|service|number)\b",
+        r"re:\bbrowse\s+(?:the\s+)?(?:web|internet|site|website|page|url|link|online)\b",
+        r"re:\b(?:browse|open|visit|go\s+to|fetch|navigate\s+to)\s+(?:to\s+)?(?:https?://|www\.)",
+        r"re:\bsearch\s+(?:the\s+)?(?:web|internet|google|online)\b",
+        r"re:\bexecute\s+(?:this|that|the\s+following|these|my|it)\b",
+        r"re:\brun\s+(?:this|that|the\s+following|these)\s+(?:\w+\s+){0,2}?"
+        r"(?:code|script|command|commands|query|program)\b",
+    ],
+}
+
+#: Phrases that exempt a query from a capability check: how-to questions are explanations, not requests to act.
+DEFAULT_CAPABILITY_EXEMPTIONS: dict[str, list[str]] = {
+    "external_action": [
+        r"re:^(?!.*\bfor\s+me\b)\s*(?:how\s+(?:do|can|should|would|could)\s+(?:i|we|users?|one|admins?)\b|how\s+to\b)",
+        r"re:^(?!.*\bfor\s+me\b)\s*(?:what|why|when|where|which)\s+(?:happens|is|are|does|do)\b",
+    ],
+}
+
+DEFAULT_CAPABILITY_MESSAGES: dict[str, str] = {
+    "code_generation": (
+        "I can explain concepts but cannot write code. Ask me how something in {corpus_name} works and I will "
+        "point you to the relevant documentation."
+    ),
+    "external_action": (
+        "I can answer questions about {corpus_name}, but I cannot take actions for you such as sending messages, "
+        "making bookings, calling APIs, browsing or changing accounts."
+    ),
+}
+
+#: Only a request addressed to the assistant counts ("Can you give me legal advice?"); an encyclopedic question that
+#: mentions the topic ("Why could a Dutch lawyer give legal advice?") is not refused.
+_ADDRESSED = r"re:^(?=.*\b(?:i|me|my|we|us|our|you|your)\b).*"
+
+DEFAULT_OUT_OF_SCOPE_TOPICS: dict[str, list[str]] = {
+    "medical_advice": [
+        _ADDRESSED + r"\bmedical\s+advice\b",
+        r"re:\b(?:diagnose|diagnosis\s+(?:for|of))\s+(?:my|me|this)\b",
+        r"re:\bmy\s+(?:\w+\s+){0,2}?(?:symptoms|pain|rash|fever|illness|disease|infection|headaches?|migraines?)\b",
+        r"re:\bi\s+(?:have|got|am\s+having)\s+(?:a\s+|an\s+)?(?:\w+\s+){0,2}?(?:headaches?|fever|rash|cough|flu|"
+        r"infection|migraines?|sore\s+throat|toothache)\b",
+        _ADDRESSED + r"\b(?:dosage|dose)\s+of\b",
+        r"re:\bshould\s+i\s+(?:take|stop\s+taking)\s+(?:\w+\s+){0,2}?(?:mg|pills?|medication|medicine|antibiotics|"
+        r"ibuprofen|aspirin|paracetamol|tylenol)\b",
+        r"re:\b(?:which|what)\s+(?:medication|medicine|drug|pills?|painkillers?)\s+should\s+i\s+take\b",
+        r"re:\bshould\s+i\s+see\s+a\s+doctor\b",
+        _ADDRESSED + r"\b(?:prescribe|prescription\s+for)\b",
+    ],
+    "legal_advice": [
+        _ADDRESSED + r"\blegal\s+advice\b",
+        r"re:\bshould\s+i\s+(?:sue|file\s+a\s+lawsuit|sign\s+(?:this|the)\s+contract|get\s+a\s+lawyer)\b",
+        r"re:\bcan\s+i\s+(?:sue|be\s+sued)\b",
+        r"re:\bmy\s+(?:lawyer|attorney|divorce|custody\s+case|lawsuit|court\s+case)\b",
+    ],
+    "investment_advice": [
+        _ADDRESSED + r"\b(?:investment|financial)\s+advice\b",
+        r"re:\bshould\s+i\s+(?:buy|sell|invest\s+in|short)\s+(?:\w+\s+){0,2}?(?:stocks?|shares|bitcoin|crypto\w*|"
+        r"coins?|etfs?|funds?|bonds?|options|gold)\b",
+        r"re:\b(?:which|what)\s+(?:stocks?|shares|crypto\w*|coins?|etfs?|funds?)\s+(?:should\s+i|to)\s+"
+        r"(?:buy|invest\s+in|pick)\b",
+        r"re:\bis\s+\S+\s+a\s+good\s+investment\b",
+        r"re:\b(?:stock|share|crypto|bitcoin)\s+price\s+prediction\b",
+    ],
+}
+
+
+def compile_phrase(term: str) -> re.Pattern[str]:
+    """
+    Compile one entry of a phrase list: a plain phrase, or a regular expression with a `re:` prefix.
+
+    Plain phrases match case-insensitively, as whole words, with any whitespace between their words.
+
+    :param term: The phrase or `re:` regular expression.
+    :returns: The compiled pattern.
+    :raises ValueError: If the entry is empty or not a valid regular expression.
+    """
+    if not isinstance(term, str) or not term.strip():
+        raise ValueError(f"Empty or non-string pattern entry: {term!r}.")
+    if term.startswith("re:"):
+        source = term[3:]
+    else:
+        words = term.split()
+        source = r"\s+".join(re.escape(word) for word in words)
+        if re.match(r"\w", words[0]):
+            source = r"\b" + source
+        if re.search(r"\w$", words[-1]):
+            source += r"\b"
+    try:
+        return re.compile(source, re.IGNORECASE)
+    except re.error as error:
+        raise ValueError(f"Invalid pattern {term!r}: {error}.") from error

@@ -1,0 +1,74 @@
+"""
+Sanitising an answer's markup with nh3 while it stays markdown: code and autolinks kept verbatim, dangerous elements
+removed, and link targets whose URL nh3 would not allow dropped.
+"""
+
+import html
+import re
+
+import nh3
+from markdown_it.helpers import parseLinkDestination, parseLinkTitle
+
+DEFAULT_DANGEROUS_ELEMENTS: list[str] = ["script", "style", "iframe", "object", "embed", "noscript", "template"]
+
+#: Markdown that renders as text or is a link, kept away from the HTML sanitiser (which would read `List<String>` or
+#: `<https://example.com>` as tags): fenced code blocks (a ``` or ~~~ fence starting a line, to its closing fence or
+#: the end), code spans (a backtick run to the next run of the same length on that line, not after a backslash) and
+#: autolinks (`<https://...>`, `<name@example.com>`). Whatever is not recognised here is sanitised as HTML.
+MARKDOWN_VERBATIM = re.compile(
+    r"^ {0,3}(?P<ticks>`{3,})[^`\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=ticks)`*[ \t]*(?=\n|\Z)|\Z)"
+    r"|^ {0,3}(?P<tildes>~{3,})[^\n]*(?:\n[\s\S]*?)??(?:\n {0,3}(?P=tildes)~*[ \t]*(?=\n|\Z)|\Z)"
+    r"|(?<![`\\])(?P<run>`+)(?!`).+?(?<!`)(?P=run)(?!`)"
+    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>"
+    r"|<[\w.!#$%&'*+/=?^`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?>",
+    re.MULTILINE,
+)
+#: Where a markdown link target starts: after `](` (inline link or image), after `[label]:` at the start of a line
+#: (link reference definition), or an autolink `<scheme:...>`.
+_LINK_TARGET = re.compile(
+    r"(?P<inline>\]\([ \t]*(?:\n[ \t]*)?)|(?P<definition>^ {0,3}\[[^\]\n]+\]:[ \t]*(?:\n[ \t]*)?)"
+    r"|<(?P<autolink>[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>",
+    re.MULTILINE,
+)
+#: Whitespace between a link's URL, its title and its closing parenthesis.
+_SPACES = re.compile(r"\s*")
+#: Decides whether a URL may be a link target, with nh3's URL schemes (relative URLs pass).
+_URL_CHECKER = nh3.Cleaner(tags={"a"}, attributes={"a": {"href"}}, link_rel=None)
+#: Rounds of sanitising after which an answer that still changes (markup escaped over and over) is returned escaped.
+SANITIZE_ROUNDS = 5
+
+
+def url_allowed(url: str) -> bool:
+    """Whether nh3 keeps `url` (already unescaped) as a link target: an allowed scheme, or a relative URL."""
+    return "href" in _URL_CHECKER.clean(f'<a href="{html.escape(url)}"></a>')
+
+
+def drop_unsafe_links(text: str) -> str:
+    """
+    Remove markdown link targets whose URL nh3 would not allow in an `href`.
+
+    `[docs](javascript:alert(1) "title")` becomes `[docs]`, a reference definition `[1]: data:...` loses its URL and
+    title, and an autolink `<vbscript:...>` is removed. URLs are read as markdown reads them (entities and backslash
+    escapes decoded, nested parentheses), so that an obfuscated scheme is still seen.
+    """
+    kept, last = [], 0
+    for match in _LINK_TARGET.finditer(text):
+        if match.start() < last:
+            continue
+        if match.group("autolink") is not None:
+            url, start, end = html.unescape(match.group("autolink")), match.start(), match.end()
+        else:
+            target = parseLinkDestination(text, match.end(), len(text))
+            if not target.ok:
+                continue
+            url, start, end = target.str, match.end(), target.pos
+            title = parseLinkTitle(text, _SPACES.match(text, end).end(), len(text))
+            if title.ok:
+                end = title.pos
+            close = _SPACES.match(text, end).end()
+            if match.group("inline") is not None and text.startswith(")", close):
+                start, end = match.start() + 1, close + 1
+        if not url_allowed(url):
+            kept.append(text[last:start])
+            last = end
+    return "".join(kept) + text[last:]

@@ -1,0 +1,56 @@
+"""Puts an attempt's retrieved documents into the state, after any context the caller gave (hybrid mode)."""
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from gatehouse.components.state import State, advance
+
+
+@component
+class RetrievalResult:
+    """
+    The step after `RetrievalPipeline` in `ask.yml`: the state takes the attempt's documents. Caller-provided
+    context (hybrid mode, `context_documents`) goes in front, scored above the retrieved chunks so passage assembly
+    keeps it. The retrieval's time (since `RetrievalRequest`) is recorded under `latency_ms["retrieval"]`.
+
+    Usage:
+    ```python
+    from haystack import Document
+    from gatehouse.components.retrievers.retrieval_result import RetrievalResult
+    from gatehouse.components.state import new_state
+
+    result = RetrievalResult().run(state=new_state("q"), documents=[Document(content="a", score=0.5)])
+    result["state"]["chunks_retrieved"]   # 1
+    ```
+    """
+
+    @component.output_types(state=State)
+    def run(self, state: State, documents: list[Document]) -> dict[str, Any]:
+        """
+        Record the attempt's documents.
+
+        :param state: The request state (from `RetrievalRequest`).
+        :param documents: The retrieved (or prefetched) documents, best first.
+        :returns: `state` with `documents` and `chunks_retrieved`.
+        """
+        top = max((doc.score or 0.0 for doc in documents), default=0.0)
+        context = [replace(doc, score=top + 1.0) for doc in state.get("context_documents") or []]
+        documents = context + list(documents)
+        return {
+            "state": advance(
+                state, stage="retrieval", started=state.get("retrieval_started", time.perf_counter()),
+                documents=documents, chunks_retrieved=len(documents),
+            )
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component."""
+        return default_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RetrievalResult":
+        """Deserialise the component."""
+        return default_from_dict(cls, data)
