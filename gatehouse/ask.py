@@ -6,16 +6,21 @@ from haystack import Pipeline
 
 from gatehouse.pipelines import load_pipeline
 
-_pipelines: dict[str, Pipeline] = {}
+_pipelines: dict[tuple[str, str | None], Pipeline] = {}
 
 
-def ask_pipeline(name: str = "ask") -> Pipeline:
-    """The loaded and warmed-up ask pipeline (loaded once per process and name)."""
-    if name not in _pipelines:
-        pipeline = load_pipeline(name)
+def ask_pipeline(name: str = "ask", generator: str | None = None) -> Pipeline:
+    """
+    The loaded and warmed-up ask pipeline (loaded once per process, name and generator profile).
+
+    :param name: Pipeline name or YAML path.
+    :param generator: A generator profile of `pipelines/generators/` (e.g. `llm`); None keeps the YAML's generator.
+    """
+    if (name, generator) not in _pipelines:
+        pipeline = load_pipeline(name, generator=generator)
         pipeline.warm_up()
-        _pipelines[name] = pipeline
-    return _pipelines[name]
+        _pipelines[(name, generator)] = pipeline
+    return _pipelines[(name, generator)]
 
 
 def ask(
@@ -27,6 +32,7 @@ def ask(
     context: str | None = None,
     history: list[dict[str, Any]] | None = None,
     pipeline: str = "ask",
+    generator: str | None = None,
 ) -> dict[str, Any]:
     """
     Ask a question and return the response contract.
@@ -38,9 +44,10 @@ def ask(
     :param context: Text for the constrained and hybrid modes.
     :param history: Earlier turns, `{role, content}`.
     :param pipeline: Pipeline name or YAML path.
+    :param generator: A generator profile of `pipelines/generators/` (e.g. `llm`); None keeps the YAML's generator.
     :returns: The response dict.
     """
-    return run_ask(ask_pipeline(pipeline), question, kb=kb, tenant=tenant, mode=mode, context=context,
+    return run_ask(ask_pipeline(pipeline, generator), question, kb=kb, tenant=tenant, mode=mode, context=context,
                    history=history)
 
 

@@ -41,7 +41,7 @@ def test_run_contract_keys():
     assert set(response) == {"answer", "citations", "metadata", "validation", "status", "error_message", "path"}
     assert set(response["metadata"]) == {
         "mode", "intent", "route", "kb", "tenant", "chunks_retrieved", "chunks_used", "attempts",
-        "quality_score", "generator", "latency_ms",
+        "quality_score", "generator", "usage", "latency_ms",
     }
     assert set(response["validation"]) == set(VALIDATION_KEYS) and len(response["validation"]) == 4
     assert response["citations"] == [{k: v for k, v in CITATION.items() if k != "extra"}]

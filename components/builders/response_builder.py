@@ -5,7 +5,7 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import VALIDATION_KEYS
+from gatehouse.components.state import VALIDATION_KEYS, State
 
 FINAL_STATUSES = ("error", "refused", "fallback")
 CITATION_KEYS = ("id", "text", "url", "chunk_id", "source", "kb", "confidence", "snippet")
@@ -18,7 +18,8 @@ class ResponseBuilder:
 
     `answer`, `citations[]` (`id`, `text`, `url`, `chunk_id`, `source`, `kb`, `confidence`, `snippet`),
     `metadata` (`mode`, `intent`, `kb`, `chunks_retrieved`, `chunks_used`, `attempts`, `quality_score`,
-    `latency_ms` per stage and `total`), `validation` (`boundary_violations`, `confidence_warnings`,
+    `generator`, `usage` (the language model's `prompt_tokens`, `completion_tokens` and `total_tokens` for the
+    request, None when no model ran), `latency_ms` per stage and `total`), `validation` (`boundary_violations`, `confidence_warnings`,
     `guardrail_actions`, `unsupported_sentences`), `status` (`success` | `partial` | `fallback` | `refused` |
     `error`), `error_message` and `path`.
 
@@ -52,7 +53,7 @@ class ResponseBuilder:
         return "success"
 
     @component.output_types(response=dict)
-    def run(self, state: dict) -> dict[str, Any]:
+    def run(self, state: State) -> dict[str, Any]:
         """
         Build the response.
 
@@ -83,6 +84,7 @@ class ResponseBuilder:
                 "attempts": len(state.get("attempts") or []),
                 "quality_score": round(float(quality), 4) if quality is not None else None,
                 "generator": state.get("generator"),
+                "usage": dict(state["usage"]) if state.get("usage") else None,
                 "latency_ms": latency,
             },
             "validation": validation,

@@ -1,37 +1,91 @@
 """A generator stage backed by any Haystack chat generator, answering only from the numbered passages."""
 
+import logging
+import re
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
-
-from gatehouse.components.chat import ask_chat_generator
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
-from gatehouse.components.state import advance, with_validation
+from gatehouse.components.state import State, advance, with_validation
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
 
+logger = logging.getLogger(__name__)
+
+#: What a degraded answer says: never the exception text (that goes to the log).
+LLM_FAILED_MESSAGE = "The language model did not answer."
+
+#: Rules, answer format and one worked example: small models copy the example's `[S#]` after each sentence.
 DEFAULT_SYSTEM_PROMPT = (
-    "You answer questions using ONLY the numbered source passages below. Cite every sentence with the marker of "
-    "the passage that supports it, like [S1]. If the passages do not contain the answer, say that you could not "
-    "find it in the documentation. Never use outside knowledge.\n\nSOURCES:\n{passages}"
+    "You answer questions about product documentation using ONLY the numbered sources you are given.\n"
+    "\n"
+    "Rules:\n"
+    "1. Answer the question directly in one to three short sentences. Do not copy whole passages; add nothing the "
+    "sources do not say.\n"
+    "2. End every sentence with the marker of the source that says it, like [S2]. Check that the marker's source "
+    "really contains the fact.\n"
+    "3. For a procedure, give the steps as one or two sentences, each with its marker.\n"
+    "4. Copy names, numbers, prices and menu paths exactly as the source writes them.\n"
+    "5. If no source answers the question, reply with exactly: NOT_FOUND\n"
+    "\n"
+    "Example:\n"
+    "Sources:\n"
+    "[S1] Billing › Invoices\n"
+    "Invoices are emailed to the account owner on the first day of each month. Past invoices can be downloaded "
+    "from Settings > Billing.\n"
+    "\n"
+    "[S2] Security › Sessions\n"
+    "Sessions expire after 12 hours without activity. Signing out ends the session on every device.\n"
+    "\n"
+    "Question: When do I get my invoice, and where are the old ones?\n"
+    "Answer: Invoices are emailed to the account owner on the first day of each month [S1]. Past invoices can be "
+    "downloaded from Settings > Billing [S1]."
 )
+
+#: The question before the sources (read with it in mind) and again after them, with the answer format.
+DEFAULT_USER_PROMPT = (
+    "Question: {question}\n\nSources:\n{passages}\n\nQuestion: {question}\n"
+    "Answer in one to three sentences, each ending with the [S#] marker of the source that says it."
+)
+DEFAULT_PASSAGE_TEMPLATE = "[{source_id}] {heading}\n{content}"
+DEFAULT_FALLBACK_MESSAGE = (
+    "I couldn't locate specific documentation for this. Please verify the query or contact support."
+)
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+# Marker spellings small models use instead of `[S2]`: `[2]`, `[S 2]`, `[Source 2]`, `(S2)`, `(S1, S2)`.
+_NUMBERED_MARKER = re.compile(r"(?<!\w)\[\s*(?:sources?|src|s)?\s*(\d+)\s*\]", re.IGNORECASE)  # not `items[2]`
+_PARENTHESISED_MARKER = re.compile(r"\(\s*(S\d+(?:\s*[,;]\s*S\d+)*)\s*\)", re.IGNORECASE)
+_ANSWER_PREFIX = re.compile(r"^\s*answer\s*:\s*", re.IGNORECASE)
 
 
 @component
 class LLMAnswerer:
     """
-    Generates a cited answer with a chat model (OpenAI-compatible server, llama.cpp, ...), given as any Haystack
-    chat generator in `chat_generator`. Only the final passages and the original question reach the model.
+    Generates a cited answer with a chat model (llama.cpp's server from `gatehouse llm serve`, vLLM, Ollama, OpenAI,
+    ...), given as any Haystack chat generator in `chat_generator`.
 
-    When the model fails (server down, timeout), the extractive answerer answers instead and a warning says so,
-    unless `fallback_to_extractive` is off, in which case the status is `error`.
+    The model sees the system prompt (rules, the `[S#]` answer format and a worked example), then the numbered
+    passages (`max_passages` of them, best first) and the question: the condensed standalone question for a
+    follow-up, else the user's question. Marker spellings small models use (`[2]`, `(S2)`, `[Source 2]`) are
+    rewritten to `[S2]`; the citation verifier then removes every sentence its passage does not support. A reply of
+    exactly `not_found_reply` is the fallback message with status `fallback`.
+
+    The server's token counts (the reply's `meta["usage"]`) are added to the state's `usage`
+    (`prompt_tokens`, `completion_tokens`, `total_tokens`), which the response reports in `metadata.usage`.
+
+    When the model fails (server down, timeout), the extractive answerer answers instead with status `partial` and a
+    warning that says so (the exception goes to the log, never into the response), unless `fallback_to_extractive`
+    is off, in which case the status is `error`.
 
     Usage:
     ```python
     from gatehouse.components.generators.llm_answerer import LLMAnswerer
     from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
 
-    answerer = LLMAnswerer(chat_generator=OpenAICompatibleChatGenerator())
+    answerer = LLMAnswerer(chat_generator=OpenAICompatibleChatGenerator(), max_passages=3)
     state = answerer.run(state=state_with_passages)["state"]
+    state["answer"], state["usage"]
     ```
     """
 
@@ -40,18 +94,34 @@ class LLMAnswerer:
         *,
         chat_generator: Any,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        passage_template: str = "[{source_id}] {title}: {content}",
+        user_prompt: str = DEFAULT_USER_PROMPT,
+        passage_template: str = DEFAULT_PASSAGE_TEMPLATE,
+        max_passages: int | None = None,
+        not_found_reply: str = "NOT_FOUND",
+        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
         fallback_to_extractive: bool = True,
     ) -> None:
         """
         :param chat_generator: A Haystack chat generator component.
-        :param system_prompt: System message; `{passages}` is replaced by the numbered passages.
-        :param passage_template: How each passage is written; `{source_id}`, `{title}`, `{content}`.
+        :param system_prompt: The system message.
+        :param user_prompt: The user message; `{passages}` and `{question}` are filled in.
+        :param passage_template: How each passage is written: `{source_id}`, `{heading}` (the document title and the
+            section, "Billing › Invoices"), `{title}`, `{section}` and `{content}`.
+        :param max_passages: Only the first (best) passages are sent; None sends all of them.
+        :param not_found_reply: The reply that means no passage answers (the system prompt asks for it).
+        :param fallback_message: The answer when the model replies `not_found_reply`.
         :param fallback_to_extractive: Answer extractively when the model fails.
+        :raises ValueError: If `max_passages` is below 1.
         """
+        if max_passages is not None and max_passages < 1:
+            raise ValueError(f"max_passages must be at least 1 or None, got {max_passages}")
         self.chat_generator = chat_generator
         self.system_prompt = system_prompt
+        self.user_prompt = user_prompt
         self.passage_template = passage_template
+        self.max_passages = max_passages
+        self.not_found_reply = not_found_reply
+        self.fallback_message = fallback_message
         self.fallback_to_extractive = fallback_to_extractive
         self._extractive = ExtractiveAnswerer() if fallback_to_extractive else None
 
@@ -60,39 +130,81 @@ class LLMAnswerer:
         if hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
 
-    def _system_prompt(self, state: dict[str, Any]) -> str:
-        passages = "\n\n".join(
-            self.passage_template.replace("{source_id}", str(doc.meta.get("source_id", "")))
-            .replace("{title}", str(doc.meta.get("title") or doc.meta.get("source") or ""))
-            .replace("{content}", doc.content or "")
-            for doc in state.get("passages") or []
-        )
-        return self.system_prompt.replace("{passages}", passages)
+    def messages(self, state: State) -> list[ChatMessage]:
+        """
+        The chat messages sent for a state: the system prompt, then the passages and the question.
 
-    @component.output_types(state=dict)
-    def run(self, state: dict) -> dict[str, Any]:
+        :param state: The state with `passages` and the question.
+        :returns: The system and user messages.
+        """
+        passages = list(state.get("passages") or [])[: self.max_passages]
+        numbered = "\n\n".join(self._passage(doc) for doc in passages)
+        question = state.get("condensed_query") or state.get("original_query") or state["query"]
+        user = self.user_prompt.replace("{passages}", numbered).replace("{question}", question)
+        return [ChatMessage.from_system(self.system_prompt), ChatMessage.from_user(user)]
+
+    def _passage(self, doc: Document) -> str:
+        title = str(doc.meta.get("title") or doc.meta.get("source") or "")
+        section = str(doc.meta.get("section") or "")
+        heading = " › ".join(part for part in (title, section if section != title else "") if part)
+        return (
+            self.passage_template.replace("{source_id}", str(doc.meta.get("source_id", "")))
+            .replace("{heading}", heading)
+            .replace("{title}", title)
+            .replace("{section}", section)
+            .replace("{content}", (doc.content or "").strip())
+        )
+
+    @staticmethod
+    def normalize_markers(reply: str) -> str:
+        """The reply with `[2]`, `[S 2]`, `[Source 2]`, `(S2)` and `(S1, S2)` written as `[S2]`, `[S1, S2]`."""
+        reply = _ANSWER_PREFIX.sub("", reply)
+        reply = _NUMBERED_MARKER.sub(lambda m: f"[S{m.group(1)}]", reply)
+        return _PARENTHESISED_MARKER.sub(lambda m: f"[{m.group(1).upper()}]", reply).strip()
+
+    def _is_not_found(self, reply: str) -> bool:
+        bare = re.sub(r"\[[^\]]*\]", "", reply)
+        return re.sub(r"[\W_]+", "", bare).lower() == re.sub(r"[\W_]+", "", self.not_found_reply).lower()
+
+    @component.output_types(state=State)
+    def run(self, state: State) -> dict[str, Any]:
         """
         Generate the answer.
 
         :param state: The state with `passages`.
-        :returns: `state` with `answer` and `generator`.
+        :returns: `state` with `answer`, `generator` and `usage` (fallback: also `status` and `fallback`).
         """
         started = time.perf_counter()
         try:
-            question = state.get("original_query") or state["query"]
-            answer = ask_chat_generator(self.chat_generator, question, system_prompt=self._system_prompt(state))
+            result = self.chat_generator.run(messages=self.messages(state))
+            replies = (result or {}).get("replies") or []
+            reply = replies[0] if replies and isinstance(replies[0], ChatMessage) else None
+            text = (reply.text or "").strip() if reply is not None else ""
+            if not text:
+                raise RuntimeError("the chat generator returned no text reply")
         except Exception as error:  # noqa: BLE001 - any model failure degrades to the extractive answer
-            reason = f"The language model failed ({type(error).__name__}: {error})."
+            logger.warning("The language model failed: %s: %s", type(error).__name__, error)
             if self._extractive is None:
                 failed = advance(state, stage="generation", started=started, steps=["generate_llm_failed"],
-                                 status="error", error_message=reason, answer="")
+                                 status="error", error_message=LLM_FAILED_MESSAGE, answer="")
                 return {"state": failed}
-            warned = with_validation(state, "confidence_warnings", reason + " Answered extractively instead.")
+            warned = with_validation(state, "confidence_warnings", f"{LLM_FAILED_MESSAGE} Answered extractively instead.")
             extracted = self._extractive.run(state=warned)["state"]
-            return {"state": advance(extracted, stage="generation", started=started, steps=["generate_llm_failed"])}
+            degraded = extracted.get("status") if extracted.get("status") in ("fallback", "error") else "partial"
+            return {"state": advance(extracted, stage="generation", started=started, steps=["generate_llm_failed"],
+                                     status=degraded)}
+        usage = _add_usage(state.get("usage"), reply.meta.get("usage"))
+        if self._is_not_found(text):
+            return {
+                "state": advance(
+                    state, stage="generation", started=started, steps=["generate_llm", "llm_not_found"],
+                    answer=self.fallback_message, status="fallback", fallback=True, generator="llm", usage=usage,
+                )
+            }
         return {
             "state": advance(
-                state, stage="generation", started=started, steps=["generate_llm"], answer=answer, generator="llm"
+                state, stage="generation", started=started, steps=["generate_llm"],
+                answer=self.normalize_markers(text), generator="llm", usage=usage,
             )
         }
 
@@ -102,7 +214,11 @@ class LLMAnswerer:
             self,
             chat_generator=self.chat_generator,
             system_prompt=self.system_prompt,
+            user_prompt=self.user_prompt,
             passage_template=self.passage_template,
+            max_passages=self.max_passages,
+            not_found_reply=self.not_found_reply,
+            fallback_message=self.fallback_message,
             fallback_to_extractive=self.fallback_to_extractive,
         )
 
@@ -110,3 +226,13 @@ class LLMAnswerer:
     def from_dict(cls, data: dict[str, Any]) -> "LLMAnswerer":
         """Deserialise the component (the chat generator too)."""
         return default_from_dict(cls, data)
+
+
+def _add_usage(total: dict[str, int] | None, reply_usage: Any) -> dict[str, int] | None:
+    """The state's token counts plus one reply's (`prompt_tokens`, `completion_tokens`, `total_tokens`)."""
+    if not isinstance(reply_usage, dict):
+        return total
+    summed = {key: int((total or {}).get(key) or 0) for key in USAGE_KEYS}
+    for key in USAGE_KEYS:
+        summed[key] += int(reply_usage.get(key) or 0)
+    return summed

@@ -1,21 +1,28 @@
-"""An OpenAI-compatible chat generator whose endpoint and model come from the environment."""
+"""An OpenAI-compatible chat generator whose endpoint, model and key come from the environment."""
 
 import os
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 from haystack.components.generators.chat.openai import OpenAIChatGenerator
-from haystack.utils import Secret
+from haystack.utils import Secret, deserialize_secrets_inplace
+
+from gatehouse.llm.server import DEFAULT_URL
+
+#: What a local server gets as the key when none is configured (llama.cpp, vLLM and Ollama accept any key).
+LOCAL_SERVER_KEY = "not-needed"
 
 
 @component
 class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
     """
-    `OpenAIChatGenerator` for any OpenAI-compatible server (vLLM, Ollama, llama.cpp's server, OpenAI).
+    `OpenAIChatGenerator` for any OpenAI-compatible server (llama.cpp's server, vLLM, Ollama, OpenAI).
 
     Unset values are read from the environment when the component is created, so one YAML serves every
-    deployment: `GATEHOUSE_LLM_URL` (base URL, e.g. `http://127.0.0.1:8080/v1`), `GATEHOUSE_LLM_MODEL` and
-    `GATEHOUSE_LLM_API_KEY` (local servers accept any key; a placeholder is used when it is unset).
+    deployment: `GATEHOUSE_LLM_URL` (base URL; default `http://127.0.0.1:8080/v1`, where `gatehouse llm serve`
+    listens), `GATEHOUSE_LLM_MODEL` (default `local-model`; a single-model llama.cpp server accepts any name) and the
+    key in `GATEHOUSE_LLM_API_KEY` (without one, local servers get a placeholder key; the environment is never
+    written). Each reply's `meta["usage"]` holds the server's `prompt_tokens` and `completion_tokens`.
 
     Usage:
     ```python
@@ -23,7 +30,8 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
     from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
 
     generator = OpenAICompatibleChatGenerator(generation_kwargs={"temperature": 0.1, "max_tokens": 256})
-    reply = generator.run(messages=[ChatMessage.from_user("Hello")])["replies"][0].text
+    reply = generator.run(messages=[ChatMessage.from_user("Hello")])["replies"][0]
+    reply.text, reply.meta["usage"]
     ```
     """
 
@@ -32,31 +40,28 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
         *,
         api_base_url: str | None = None,
         model: str | None = None,
+        api_key: Secret = Secret.from_env_var("GATEHOUSE_LLM_API_KEY", strict=False),
         generation_kwargs: dict[str, Any] | None = None,
         timeout: float = 60.0,
         max_retries: int = 1,
     ) -> None:
         """
-        :param api_base_url: Server base URL; None reads `GATEHOUSE_LLM_URL`.
-        :param model: Model name; None reads `GATEHOUSE_LLM_MODEL` (default `local-model`).
+        :param api_base_url: Server base URL; None reads `GATEHOUSE_LLM_URL`, then `http://127.0.0.1:8080/v1`.
+        :param model: Model name; None reads `GATEHOUSE_LLM_MODEL`, then `local-model`.
+        :param api_key: The server's key; when it resolves to nothing, a placeholder for local servers is sent.
         :param generation_kwargs: Sampling settings passed to the server.
         :param timeout: Request timeout in seconds.
         :param max_retries: Retries of a failed request.
-        :raises ValueError: If no base URL is configured.
         """
         self.configured_api_base_url = api_base_url
         self.configured_model = model
-        base_url = api_base_url or os.environ.get("GATEHOUSE_LLM_URL")
-        if not base_url:
-            raise ValueError("No LLM endpoint: set GATEHOUSE_LLM_URL or api_base_url to an OpenAI-compatible server.")
-        if not os.environ.get("GATEHOUSE_LLM_API_KEY"):
-            os.environ["GATEHOUSE_LLM_API_KEY"] = "not-needed"
+        self.configured_api_key = api_key
         # `@component` rebuilds the class, so name the parent explicitly instead of using bare super().
         OpenAIChatGenerator.__init__(
             self,
-            api_key=Secret.from_env_var("GATEHOUSE_LLM_API_KEY"),
+            api_key=api_key if api_key.resolve_value() else Secret.from_token(LOCAL_SERVER_KEY),
             model=model or os.environ.get("GATEHOUSE_LLM_MODEL") or "local-model",
-            api_base_url=base_url,
+            api_base_url=api_base_url or os.environ.get("GATEHOUSE_LLM_URL") or DEFAULT_URL,
             generation_kwargs=generation_kwargs,
             timeout=timeout,
             max_retries=max_retries,
@@ -68,6 +73,7 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
             self,
             api_base_url=self.configured_api_base_url,
             model=self.configured_model,
+            api_key=self.configured_api_key.to_dict(),
             generation_kwargs=self.generation_kwargs,
             timeout=self.timeout,
             max_retries=self.max_retries,
@@ -76,4 +82,5 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "OpenAICompatibleChatGenerator":
         """Deserialise the component."""
+        deserialize_secrets_inplace(data["init_parameters"], keys=["api_key"])
         return default_from_dict(cls, data)

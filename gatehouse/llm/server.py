@@ -1,0 +1,103 @@
+"""
+llama.cpp's OpenAI-compatible server (`/v1/chat/completions`, `/v1/models`, `/health`) on a GGUF model, run in this
+process through xllamacpp's prebuilt bindings (`pip install "gatehouse[llm]"`), bound to 127.0.0.1 only.
+"""
+
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_CONTEXT = 4096
+DEFAULT_URL = f"http://{HOST}:{DEFAULT_PORT}/v1"
+
+
+class ServeError(RuntimeError):
+    """The server could not start; the message says why in one line."""
+
+
+def server_params(model_path: Path, *, alias: str, port: int, threads: int, context: int, verbose: bool) -> Any:
+    """
+    xllamacpp's `CommonParams` for one model served on `127.0.0.1:port`.
+
+    :param model_path: The GGUF file.
+    :param alias: The model name clients see in `/v1/models` (any name is accepted in requests).
+    :param port: The port.
+    :param threads: CPU threads for generation and for prompt processing.
+    :param context: Context window in tokens (prompt and answer together).
+    :param verbose: llama.cpp's informational log on stderr (otherwise errors only).
+    :raises ServeError: If xllamacpp is not installed.
+    """
+    try:
+        import xllamacpp
+    except ImportError as error:
+        raise ServeError('xllamacpp is not installed: pip install "gatehouse[llm]"') from error
+    params = xllamacpp.CommonParams()
+    params.model.path = str(model_path)
+    params.model_alias = {alias}
+    params.hostnames = [HOST]
+    params.port = port
+    params.n_ctx = context
+    params.n_parallel = 1
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.ui = False
+    params.verbosity = 3 if verbose else 1
+    return params
+
+
+def start_server(
+    model_path: Path,
+    *,
+    alias: str,
+    port: int = DEFAULT_PORT,
+    threads: int | None = None,
+    context: int = DEFAULT_CONTEXT,
+    verbose: bool = False,
+) -> Any:
+    """
+    Load the model and start serving it; the server runs on its own threads until the returned object is deleted.
+
+    :param model_path: The GGUF file.
+    :param alias: The served model name.
+    :param port: Port on 127.0.0.1.
+    :param threads: CPU threads; None uses every core (`os.cpu_count()`).
+    :param context: Context window in tokens.
+    :param verbose: llama.cpp's informational log on stderr.
+    :returns: The running `xllamacpp.Server`.
+    :raises ServeError: If the model file is missing, the port is taken, or llama.cpp cannot load the model.
+    """
+    if not Path(model_path).is_file():
+        raise ServeError(f"no model file at {model_path}")
+    if (threads is not None and threads < 1) or context < 256:
+        raise ServeError("threads must be at least 1 and the context at least 256 tokens")
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed server's TIME_WAIT is no obstacle
+        try:
+            probe.bind((HOST, port))
+        except OSError as error:
+            raise ServeError(f"cannot listen on {HOST}:{port}: {error.strerror}") from error
+    params = server_params(model_path, alias=alias, port=port, threads=threads or os.cpu_count() or 1,
+                           context=context, verbose=verbose)
+    import xllamacpp
+
+    try:
+        return xllamacpp.Server(params)
+    except RuntimeError as error:
+        raise ServeError(f"llama.cpp could not serve {model_path} (see its log above): {error}") from error
+
+
+def wait_for_signal() -> None:
+    """Block until SIGINT (Ctrl-C) or SIGTERM; the server stops with the process."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
