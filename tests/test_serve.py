@@ -20,7 +20,9 @@ from mcp.client.streamable_http import streamable_http_client
 from openai import OpenAI
 from server_process import running_server
 
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import bundled_dir
+
+PROJECT_ROOT = bundled_dir()  # the shipped pipelines, sample KBs and manifest
 
 ADMIN_KEY = "admin-secret-for-tests"
 ACME_KEY = "acme-secret-for-tests"
@@ -30,9 +32,8 @@ HOLIDAY = "# Holiday policy\n\nEmployees of Initech get 30 days of paid leave pe
 
 
 def _manifest(tmp: Path, *, keys: bool) -> Path:
-    pipelines = tmp / "pipelines"
-    pipelines.mkdir(exist_ok=True)
-    shutil.copyfile(PROJECT_ROOT / "pipelines" / "ask.yml", pipelines / "ask.yml")
+    pipelines = tmp / "pipelines"  # the server runs in `tmp`: this folder's YAML is what pipeline names resolve to
+    shutil.copytree(PROJECT_ROOT / "pipelines", pipelines, dirs_exist_ok=True)
     manifest = {
         "pipelines": {
             "ask": {"pipeline": "pipelines/ask.yml", "kind": "ask"},

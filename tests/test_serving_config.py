@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import bundled_dir
 from gatehouse.serving.auth import AccessDenied, GuardMiddleware, KeyRing, Principal, current_principal
 from gatehouse.serving.manifest import ManifestError, load_manifest
 from gatehouse.serving.server import ServeError, check_bind, is_loopback, prepare_deployments
 from gatehouse.serving.wrappers import AskWrapper, IndexWrapper, RetrieveWrapper, wrapper_class
+
+PROJECT_ROOT = bundled_dir()  # the shipped pipelines, sample KBs and manifest
 
 
 def _write(tmp_path: Path, **overrides) -> Path:
@@ -29,6 +31,7 @@ def test_the_project_manifest_loads():
         "ask": "ask", "retrieve": "retrieve", "index": "index"}
     assert manifest.keys == ()
     assert manifest.allowed_modules == ()
+    assert (manifest.max_body_bytes, manifest.max_query_chars, manifest.request_timeout_s) == (10485760, 4000, 300)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +44,7 @@ def test_the_project_manifest_loads():
         ({"auth": {"keys": [{"env": "K", "tenants": []}]}}, "auth.keys[0] needs `tenants`"),
         ({"allowed_modules": ["*"]}, "would allow any class"),
         ({"log_level": "chatty"}, "log_level 'chatty'"),
+        ({"limits": {"request_timeout_s": 0}}, "limits must be positive"),
     ],
 )
 def test_a_bad_manifest_names_the_field(tmp_path, overrides, message):

@@ -2,7 +2,11 @@
 The dense vector store: Qdrant, on disk by default, a Qdrant server when `GATEHOUSE_QDRANT_URL` is set.
 
 In local mode Qdrant allows one client per folder, so every store of one process that points at the same
-folder shares one client: the index, retrieve and ask pipelines can be loaded side by side.
+folder shares one client: the index, retrieve and ask pipelines can be loaded side by side. Local Qdrant is not
+thread-safe while it writes, so that client holds the folder's readers-writer lock around each of its calls (searches
+run together, a write runs alone; see `gatehouse.document_stores.locking`). The folder is opened when the store is
+created, so a folder held by another process (a running `gatehouse serve`) or read-only is a `DataDirError` saying so
+when a pipeline loads, not when it first runs; a full disk is one at the write that fails.
 
 Usage:
 ```python
@@ -17,12 +21,15 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
+import portalocker
 import qdrant_client
 from haystack import default_from_dict, default_to_dict
 from haystack.utils import Secret
 from haystack_integrations.document_stores.qdrant import QdrantDocumentStore
 
 from gatehouse import settings
+from gatehouse.document_stores.errors import DataDirInUseError, data_dir_errors, require_writable
+from gatehouse.document_stores.locking import LockedQdrantClient
 
 DEFAULT_PAYLOAD_INDEXES = [
     {"field_name": "meta.tenant", "field_schema": "keyword"},
@@ -31,10 +38,42 @@ DEFAULT_PAYLOAD_INDEXES = [
 ]
 
 
+def _held_by_another_process(folder: Path) -> bool:
+    """Whether another process holds the lock file local Qdrant takes on `folder` (an exclusive `flock`)."""
+    lock_file = folder / ".lock"
+    if not lock_file.is_file():
+        return False
+    with lock_file.open("r+") as handle:
+        try:
+            portalocker.lock(handle, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
+        except portalocker.exceptions.LockException:
+            return True
+        portalocker.unlock(handle)
+    return False
+
+
+def _open_local_client(folder: Path) -> LockedQdrantClient:
+    """
+    This process's client of a local Qdrant folder, guarded by a readers-writer lock.
+
+    :raises DataDirError: When another process holds the folder, or it is read-only or on a full disk.
+    """
+    require_writable(folder)
+    with data_dir_errors(folder):
+        try:
+            client = qdrant_client.QdrantClient(path=str(folder))
+        except RuntimeError as error:  # Qdrant's "already accessed by another instance"
+            if _held_by_another_process(folder):
+                raise DataDirInUseError(folder) from error
+            raise
+    atexit.register(client.close)
+    return LockedQdrantClient(client, folder=folder)
+
+
 class DenseDocumentStore(QdrantDocumentStore):
     """A `QdrantDocumentStore` whose location comes from the environment and whose local client is shared."""
 
-    _local_clients: ClassVar[dict[str, qdrant_client.QdrantClient]] = {}
+    _local_clients: ClassVar[dict[str, LockedQdrantClient]] = {}
     _local_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
@@ -81,6 +120,8 @@ class DenseDocumentStore(QdrantDocumentStore):
             progress_bar=False,
             **location_kwargs,
         )
+        if self.path is not None:
+            self._initialize_client()
 
     def _initialize_client(self) -> None:
         if self._client is not None or self.path is None:
@@ -89,10 +130,8 @@ class DenseDocumentStore(QdrantDocumentStore):
         with self._local_lock:
             shared = self._local_clients.get(self.path)
             if shared is None:
-                Path(self.path).mkdir(parents=True, exist_ok=True)
-                shared = qdrant_client.QdrantClient(path=self.path)
+                shared = _open_local_client(Path(self.path))
                 self._local_clients[self.path] = shared
-                atexit.register(shared.close)
             self._client = shared
             self._set_up_collection(
                 self.index,

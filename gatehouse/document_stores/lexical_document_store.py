@@ -2,7 +2,9 @@
 The lexical index behind `BM25Retriever`: the local BM25 store by default, Elasticsearch when configured.
 
 The backend is chosen at start-up from the environment (`GATEHOUSE_ELASTICSEARCH_URL`) or fixed in YAML, so
-the same pipelines run on one machine or against a server with no change to the graph.
+the same pipelines run on one machine or against a server with no change to the graph. Both backends may be shared by
+threads: the local store serialises its own writes and lets reads run beside them (see `bm25_document_store`), and
+Elasticsearch's client is thread-safe.
 
 Usage:
 ```python
@@ -134,9 +136,10 @@ class LexicalDocumentStore:
         if self.active_backend == "elasticsearch":
             if not query.strip():
                 return []
-            return self._store._bm25_retrieval(  # noqa: SLF001 - the integration's retriever calls the same method
-                query, filters=filters, top_k=top_k, fuzziness=self.elasticsearch_fuzziness
-            )
+            from haystack_integrations.components.retrievers.elasticsearch import ElasticsearchBM25Retriever
+
+            retriever = ElasticsearchBM25Retriever(document_store=self._store, fuzziness=self.elasticsearch_fuzziness)
+            return retriever.run(query=query, filters=filters, top_k=top_k)["documents"]
         return self._store.bm25_retrieval(query, filters=filters, top_k=top_k)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,21 +1,47 @@
 """
-Serving latency benchmark: ask over REST (P50/P95 over N sequential calls) and time to first streamed token.
+Serving load benchmark: latency alone and under concurrent clients, and what one request waiting on a hanging LLM
+endpoint does to the others.
 
-It prints the HTTP round trip next to the pipeline's own time (`metadata.latency_ms.total`) measured in the same
-calls, so the serving overhead shows as a ratio rather than as an absolute number that depends on the machine.
+It prints ratios rather than absolute numbers alone, since those depend on the machine:
 
-Usage (against a running `gatehouse serve`):
+- ask over REST, sequential: P50/P95 beside the pipeline's own time in the same calls (the serving overhead), and the
+  time to the first streamed token;
+- with `--concurrency N`: the same asks from 1 client and from N clients at once: P50/P95 of each, their ratios,
+  the throughput ratio and the errors;
+- without `--url` the benchmark starts `gatehouse serve` itself over the data directory (ingest the sample knowledge
+  bases first: `gatehouse ingest`), with one more deployment, `ask_hanging`: ask.yml whose generator is an LLM at a
+  loopback socket that accepts connections and never answers. It then measures asks and retrievals unloaded and
+  while one `ask_hanging` request waits on that endpoint (ratios of P50/P95), and when that request is answered
+  (its time budget, `--budget`); with `--upload-mb M`, retrievals unloaded and during the upload of an M MB markdown
+  file into a scratch knowledge base (deleted afterwards).
+
+Usage:
 ```
-python -m gatehouse.serving.bench --url http://127.0.0.1:1416 --calls 50 [--key KEY]
+python -m gatehouse.serving.bench --concurrency 16                         # its own server over GATEHOUSE_DATA_DIR
+python -m gatehouse.serving.bench --concurrency 16 --upload-mb 9           # ... and retrieval during a 9 MB upload
+python -m gatehouse.serving.bench --url http://127.0.0.1:1416 --calls 50 [--concurrency 16] [--key KEY]
 ```
 """
 
 import argparse
+import contextlib
+import random
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
+import yaml
 from openai import OpenAI
 
+from gatehouse.pipelines import pipeline_path
+from gatehouse.settings import data_dir
 from gatehouse.stats import percentile
 
 QUESTIONS = [
@@ -25,20 +51,76 @@ QUESTIONS = [
     "How do I back up the gateway database?",
     "Can I get a refund if I cancel mid-month?",
 ]
+HANGING_LLM_TIMEOUT_S = 600  # the hanging endpoint's client would wait this long: the budget answers first
+UPLOAD_KB, UPLOAD_TENANT = "bench-upload", "bench"
 
 
-def run(url: str, calls: int, streams: int, key: str | None) -> dict[str, float]:
-    """Measure; returns the figures in milliseconds."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+@dataclass
+class Calls:
+    """Latencies (ms) of a series of calls, their wall time (s) and how many failed."""
+
+    latencies_ms: list[float]
+    wall_s: float
+    errors: int
+
+    def percentile(self, share: float) -> float:
+        """A latency percentile in ms."""
+        return percentile(self.latencies_ms, share)
+
+    @property
+    def throughput(self) -> float:
+        """Successful calls per second."""
+        return (len(self.latencies_ms) - self.errors) / self.wall_s
+
+
+def timed_calls(call: Callable[[int], httpx.Response], count: int, concurrency: int = 1) -> Calls:
+    """
+    Make `count` calls, `concurrency` at a time; a call fails on an exception or a status other than 200.
+
+    :param call: Makes call number `i` (thread-safe).
+    :param count: How many calls.
+    :param concurrency: How many run at once (1: one after another).
+    """
+
+    def one(index: int) -> tuple[float, bool]:
+        started = time.perf_counter()
+        try:
+            failed = call(index).status_code != 200
+        except httpx.HTTPError:
+            failed = True
+        return (time.perf_counter() - started) * 1000, failed
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(one, range(count)))
+    return Calls([ms for ms, _ in results], time.perf_counter() - started, sum(failed for _, failed in results))
+
+
+def ask(client: httpx.Client, pipeline: str = "ask") -> Callable[[int], httpx.Response]:
+    """A call asking the `index`-th question."""
+    return lambda index: client.post(f"/{pipeline}/run", json={"query": QUESTIONS[index % len(QUESTIONS)]})
+
+
+def retrieve(client: httpx.Client) -> Callable[[int], httpx.Response]:
+    """A call retrieving for the `index`-th question."""
+    return lambda index: client.post("/retrieve/run", json={"query": QUESTIONS[index % len(QUESTIONS)], "top_k": 5})
+
+
+def sequential(client: httpx.Client, calls: int) -> dict[str, float]:
+    """Sequential asks: HTTP P50/P95 beside the pipeline's own time (`metadata.latency_ms.total`)."""
     http_ms, pipeline_ms = [], []
-    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
-        client.post("/ask/run", json={"query": QUESTIONS[0]}).raise_for_status()  # warm-up, not counted
-        for index in range(calls):
-            started = time.perf_counter()
-            response = client.post("/ask/run", json={"query": QUESTIONS[index % len(QUESTIONS)]})
-            http_ms.append((time.perf_counter() - started) * 1000)
-            response.raise_for_status()
-            pipeline_ms.append(response.json()["result"]["metadata"]["latency_ms"]["total"])
+    for index in range(calls):
+        started = time.perf_counter()
+        response = ask(client)(index)
+        http_ms.append((time.perf_counter() - started) * 1000)
+        response.raise_for_status()
+        pipeline_ms.append(response.json()["result"]["metadata"]["latency_ms"]["total"])
+    return {"http_p50": percentile(http_ms, 0.5), "http_p95": percentile(http_ms, 0.95),
+            "pipeline_p50": percentile(pipeline_ms, 0.5)}
+
+
+def streamed(url: str, key: str | None, streams: int) -> dict[str, float]:
+    """Streamed chat completions: time to the first token and to the end of the stream (P50, ms)."""
     chat = OpenAI(base_url=f"{url}/v1", api_key=key or "none")
     first_ms, total_ms = [], []
     for index in range(streams):
@@ -51,30 +133,215 @@ def run(url: str, calls: int, streams: int, key: str | None) -> dict[str, float]
                 first = (time.perf_counter() - started) * 1000
         total_ms.append((time.perf_counter() - started) * 1000)
         first_ms.append(first or total_ms[-1])
-    return {
-        "ask_http_p50": percentile(http_ms, 0.5),
-        "ask_http_p95": percentile(http_ms, 0.95),
-        "ask_pipeline_p50": percentile(pipeline_ms, 0.5),
-        "stream_ttft_p50": percentile(first_ms, 0.5),
-        "stream_total_p50": percentile(total_ms, 0.5),
+    return {"ttft_p50": percentile(first_ms, 0.5), "total_p50": percentile(total_ms, 0.5)}
+
+
+def _ratio_line(name: str, alone: Calls, loaded: Calls, label: str) -> str:
+    p50, p95 = (alone.percentile(0.5), loaded.percentile(0.5)), (alone.percentile(0.95), loaded.percentile(0.95))
+    return (f"{name}: P50 {p50[0]:.0f} -> {p50[1]:.0f} ms (x{p50[1] / p50[0]:.2f}), "
+            f"P95 {p95[0]:.0f} -> {p95[1]:.0f} ms (x{p95[1] / p95[0]:.2f}) {label}; "
+            f"errors {alone.errors + loaded.errors}")
+
+
+def concurrency_report(client: httpx.Client, calls: int, concurrency: int) -> list[str]:
+    """The same asks from 1 client, then from `concurrency` clients at once."""
+    alone = timed_calls(ask(client), calls)
+    together = timed_calls(ask(client), calls, concurrency)
+    return [
+        _ratio_line(f"ask, {calls} calls, 1 vs {concurrency} clients", alone, together, f"at {concurrency} clients"),
+        f"  throughput {alone.throughput:.2f} -> {together.throughput:.2f} asks/s "
+        f"(x{together.throughput / alone.throughput:.2f} with {concurrency} clients)",
+    ]
+
+
+def hang_report(client: httpx.Client, listener: socket.socket, calls: int, budget: float) -> list[str]:
+    """Asks and retrievals unloaded, then while one `ask_hanging` request waits on the hanging LLM endpoint."""
+    unloaded_ask = timed_calls(ask(client), calls)
+    unloaded_retrieve = timed_calls(retrieve(client), calls)
+    with ThreadPoolExecutor(1) as pool:
+        started = time.perf_counter()
+        hanging = pool.submit(ask(client, "ask_hanging"), 0)
+        connection, _ = listener.accept()  # the request now waits on the LLM endpoint
+        with connection:
+            during_ask = timed_calls(ask(client), calls)
+            during_retrieve = timed_calls(retrieve(client), calls)
+            pending = not hanging.done()
+            result = hanging.result().json()["result"]
+        answered_s = time.perf_counter() - started
+    return [
+        _ratio_line(f"ask, {calls} calls", unloaded_ask, during_ask, "while one request waits on a hanging LLM"),
+        _ratio_line(f"retrieve, {calls} calls", unloaded_retrieve, during_retrieve,
+                    "while one request waits on a hanging LLM"),
+        f"  all {2 * calls} finished while that request still waited: {pending}",
+        f"  the waiting request was answered after {answered_s:.1f} s (budget {budget:g} s, its LLM client's timeout "
+        f"{HANGING_LLM_TIMEOUT_S} s): status {result['status']}, "
+        f"warnings {result['validation']['confidence_warnings']}",
+    ]
+
+
+def _markdown(megabytes: float) -> bytes:
+    """A markdown document of about `megabytes` MB: headed sections of seeded pseudo-text."""
+    rng = random.Random(0)
+    words = [f"{syllable}{ending}" for syllable in ("gate", "key", "node", "plan", "log", "vault", "route", "shard")
+             for ending in ("", "s", "ing", "er", "ed", "way", "ly")]
+    parts, size, section = [], 0, 0
+    while size < megabytes * 1_000_000:
+        section += 1
+        paragraphs = "\n\n".join(" ".join(rng.choices(words, k=60)) + "." for _ in range(4))
+        parts.append(f"## Section {section}\n\n{paragraphs}\n")
+        size += len(parts[-1])
+    return ("# Benchmark upload\n\n" + "\n".join(parts)).encode()
+
+
+def upload_report(client: httpx.Client, calls: int, megabytes: float) -> list[str]:
+    """Retrievals unloaded, then one after another for as long as an upload of `megabytes` MB runs."""
+    unloaded = timed_calls(retrieve(client), calls)
+    latencies: list[float] = []
+    errors = 0
+    with ThreadPoolExecutor(1) as pool:
+        started = time.perf_counter()
+        uploading = pool.submit(client.post, "/index/run", data={"kb": UPLOAD_KB, "tenant": UPLOAD_TENANT},
+                                files=[("files", ("bench-upload.md", _markdown(megabytes), "text/markdown"))],
+                                timeout=None)
+        while not uploading.done():
+            one = timed_calls(retrieve(client), 1)
+            latencies += one.latencies_ms
+            errors += one.errors
+        upload = uploading.result()
+        upload_s = time.perf_counter() - started
+    client.delete(f"/kbs/{UPLOAD_KB}", params={"tenant": UPLOAD_TENANT})
+    loaded = Calls(latencies, upload_s, errors)
+    chunks = upload.json()["result"]["chunks_written"] if upload.status_code == 200 else f"failed: {upload.text}"
+    return [
+        _ratio_line(f"retrieve, {calls} unloaded vs {len(loaded.latencies_ms)} during the upload", unloaded, loaded,
+                    f"during a {megabytes:g} MB upload"),
+        f"  slowest retrieval during the upload {max(loaded.latencies_ms, default=0):.0f} ms; the upload took "
+        f"{upload_s:.1f} s: {chunks} chunks",
+    ]
+
+
+def hanging_ask_pipeline(folder: Path, port: int, *, timeout: float = HANGING_LLM_TIMEOUT_S, max_retries: int = 0) -> Path:
+    """ask.yml with an LLM generator at `port` (which never answers), its client waiting `timeout` per try."""
+    spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
+    spec["components"]["generator"] = {
+        "type": "gatehouse.components.generators.llm_answerer.LLMAnswerer",
+        "init_parameters": {"chat_generator": {
+            "type": "gatehouse.components.generators.openai_compatible_generator.OpenAICompatibleChatGenerator",
+            "init_parameters": {"api_base_url": f"http://127.0.0.1:{port}/v1", "model": "hanging",
+                                "timeout": timeout, "max_retries": max_retries},
+        }},
     }
+    path = folder / "ask_hanging.yml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@contextlib.contextmanager
+def own_server(folder: Path, llm_port: int, budget: float) -> Iterator[str]:
+    """
+    `gatehouse serve` over the data directory with ask, `ask_hanging`, retrieve and index, on a free loopback port.
+
+    :returns: (yields) Its base URL.
+    :raises RuntimeError: When it exits before it serves (its log says why: e.g. the data directory is in use).
+    """
+    manifest = folder / "hayhooks.yml"
+    manifest.write_text(yaml.safe_dump({
+        "pipelines": {"ask": {"pipeline": str(pipeline_path("ask")), "kind": "ask"},
+                      "ask_hanging": {"pipeline": str(hanging_ask_pipeline(folder, llm_port)), "kind": "ask"},
+                      "retrieve": {"pipeline": str(pipeline_path("retrieve")), "kind": "retrieve"},
+                      "index": {"pipeline": str(pipeline_path("index")), "kind": "index"}},
+        "mcp": False,
+        "limits": {"request_timeout_s": budget, "max_body_bytes": 100_000_000},
+    }), encoding="utf-8")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = folder / "server.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
+            stdout=output, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while len(_deployed(url)) < 4:
+            if process.poll() is not None:
+                raise RuntimeError(f"the benchmark's server exited; its log ({log}):\n{log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a request still running (an upload) holds up the graceful shutdown
+            process.kill()
+            process.wait()
+
+
+def _deployed(url: str) -> list[str]:
+    try:
+        return httpx.get(f"{url}/status", timeout=2).json()["pipelines"]
+    except httpx.HTTPError:
+        return []
+
+
+def run(url: str, args: argparse.Namespace, listener: socket.socket | None) -> None:
+    """
+    Measure against `url` and print each part's figures as soon as it is done; the hanging-LLM and upload runs need
+    the benchmark's own server (`listener`: its hanging LLM endpoint).
+    """
+    headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
+    with httpx.Client(base_url=url, headers=headers, timeout=HANGING_LLM_TIMEOUT_S,
+                      limits=httpx.Limits(max_connections=max(args.concurrency, 1) + 2)) as client:
+        for index in range(len(QUESTIONS)):  # warm-up, not counted
+            ask(client)(index).raise_for_status()
+            retrieve(client)(index).raise_for_status()
+        alone = sequential(client, args.calls)
+        stream = streamed(url, args.key, args.streams)
+        _print([
+            f"ask over REST, {args.calls} sequential calls: P50 {alone['http_p50']:.1f} ms, "
+            f"P95 {alone['http_p95']:.1f} ms",
+            f"  pipeline time inside those calls: P50 {alone['pipeline_p50']:.1f} ms "
+            f"(HTTP/serving overhead x{alone['http_p50'] / alone['pipeline_p50']:.2f})",
+            f"streamed chat, {args.streams} calls: time to first token P50 {stream['ttft_p50']:.1f} ms, "
+            f"whole stream P50 {stream['total_p50']:.1f} ms",
+        ])
+        if args.concurrency > 1:
+            _print(concurrency_report(client, args.calls, args.concurrency))
+        if listener is not None:
+            _print(hang_report(client, listener, args.hang_calls, args.budget))
+            if args.upload_mb:
+                _print(upload_report(client, args.hang_calls, args.upload_mb))
+
+
+def _print(lines: list[str]) -> None:
+    print("\n".join(lines), flush=True)
 
 
 def main() -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:1416")
-    parser.add_argument("--calls", type=int, default=50, help="sequential ask calls over REST")
-    parser.add_argument("--streams", type=int, default=10, help="streamed chat completions for time to first token")
+    parser.add_argument("--url", help="a running server (default: start one over the data directory)")
+    parser.add_argument("--calls", type=int, default=40, help="asks per series (sequential, concurrent)")
+    parser.add_argument("--concurrency", type=int, default=1, help="clients at once in the concurrent series")
+    parser.add_argument("--streams", type=int, default=5, help="streamed chat completions for time to first token")
+    parser.add_argument("--hang-calls", type=int, default=20,
+                        help="asks and retrievals, unloaded and while one request waits on a hanging LLM")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="the own server's request time budget in s (longer than the calls made during the hang)")
+    parser.add_argument("--upload-mb", type=float, default=0.0,
+                        help="also measure retrieval during an upload of this many MB (own server only)")
     parser.add_argument("--key", help="bearer key, when the server has keys")
     args = parser.parse_args()
-    figures = run(args.url, args.calls, args.streams, args.key)
-    print(f"ask over REST, {args.calls} sequential calls: P50 {figures['ask_http_p50']:.1f} ms, "
-          f"P95 {figures['ask_http_p95']:.1f} ms")
-    print(f"  pipeline time inside those calls: P50 {figures['ask_pipeline_p50']:.1f} ms "
-          f"(HTTP/serving overhead x{figures['ask_http_p50'] / figures['ask_pipeline_p50']:.2f})")
-    print(f"streamed chat, {args.streams} calls: time to first token P50 {figures['stream_ttft_p50']:.1f} ms, "
-          f"whole stream P50 {figures['stream_total_p50']:.1f} ms")
+    if args.url:
+        run(args.url, args, None)
+        return
+    print(f"starting gatehouse serve over {data_dir()} ...", flush=True)
+    with (tempfile.TemporaryDirectory(prefix="gatehouse-bench-") as folder,
+          socket.create_server(("127.0.0.1", 0), backlog=16) as listener):
+        listener.settimeout(args.budget)
+        with own_server(Path(folder), listener.getsockname()[1], args.budget) as url:
+            run(url, args, listener)
 
 
 if __name__ == "__main__":

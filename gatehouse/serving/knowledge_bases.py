@@ -23,7 +23,7 @@ from typing_extensions import TypedDict
 
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, KnowledgeBaseNotFoundError
 from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
-from gatehouse.serving.wrappers import STORE_LOCK, check_name, denied
+from gatehouse.serving.wrappers import check_name, denied
 
 
 class KnowledgeBaseInfo(TypedDict):
@@ -80,8 +80,7 @@ def knowledge_base_routes(*, keyring: KeyRing, index_pipeline: str) -> APIRouter
                        else keyring.managed_tenants(principal))
         except AccessDenied as error:
             raise denied(error) from error
-        with STORE_LOCK:
-            held = catalogue().knowledge_bases(tenants=tenants)
+        held = catalogue().knowledge_bases(tenants=tenants)
         return {"knowledge_bases": [KnowledgeBaseInfo(**asdict(kb)) for kb in held]}
 
     @router.delete("/{kb}")
@@ -99,11 +98,10 @@ def knowledge_base_routes(*, keyring: KeyRing, index_pipeline: str) -> APIRouter
             tenant_name = keyring.managed_tenant(resolve_principal(keyring, request.headers), tenant)
         except AccessDenied as error:
             raise denied(error) from error
-        with STORE_LOCK:
-            try:
-                deleted = catalogue().delete(kb=kb, tenant=tenant_name)
-            except KnowledgeBaseNotFoundError as error:
-                raise HTTPException(status_code=404, detail=str(error)) from error
+        try:
+            deleted = catalogue().delete(kb=kb, tenant=tenant_name)
+        except KnowledgeBaseNotFoundError as error:
+            raise HTTPException(status_code=404, detail=str(error)) from error
         return {"deleted": KnowledgeBaseInfo(**asdict(deleted))}
 
     return router

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gatehouse.settings import PROJECT_ROOT
+from gatehouse.settings import project_path
 
 KINDS = ("ask", "retrieve", "index")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -62,11 +62,12 @@ class Manifest:
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 10 * 1024 * 1024
     max_query_chars: int = 4000
+    request_timeout_s: float = 300.0  # an ask's whole time budget, LLM calls and retries included
 
 
 def default_manifest_path() -> Path:
     """`GATEHOUSE_SERVE_MANIFEST`, else `<project>/hayhooks.yml`."""
-    return Path(os.environ.get("GATEHOUSE_SERVE_MANIFEST") or PROJECT_ROOT / "hayhooks.yml").resolve()
+    return Path(os.environ.get("GATEHOUSE_SERVE_MANIFEST") or project_path("hayhooks.yml")).resolve()
 
 
 def _require(condition: bool, path: Path, message: str) -> None:
@@ -138,6 +139,8 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         cors_allow_origins=tuple(cors.get("allow_origins") or ()),
         max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),
         max_query_chars=int(limits.get("max_query_chars", 4000)),
+        request_timeout_s=float(limits.get("request_timeout_s", 300.0)),
     )
-    _require(manifest.max_body_bytes > 0 and manifest.max_query_chars > 0, path, "limits must be positive.")
+    _require(manifest.max_body_bytes > 0 and manifest.max_query_chars > 0 and manifest.request_timeout_s > 0, path,
+             "limits must be positive.")
     return manifest

@@ -12,6 +12,10 @@ per-component outputs. These wrappers give each kind of pipeline a typed request
 One generic `pipeline_wrapper.py` (in this package) picks the class from the `gatehouse.yml` deployed beside
 it, which `gatehouse serve` writes from `hayhooks.yml`.
 
+Requests run concurrently: the document stores serialise their own writes and let reads run beside them, so no lock
+is held here. An ask has a time budget (`limits.request_timeout_s`): when it runs out, the request is answered with
+`status: partial` and a warning instead of waiting for a hanging LLM endpoint.
+
 Usage:
 ```python
 from gatehouse.serving.wrappers import wrapper_class
@@ -20,11 +24,13 @@ PipelineWrapper = wrapper_class("data/serve/pipelines/ask/gatehouse.yml")   # wh
 ```
 """
 
+import contextvars
 import re
 import threading
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,23 +39,25 @@ from fastapi import HTTPException, UploadFile
 from fastapi_openai_compat import ChatCompletion
 from fastapi_openai_compat.chat_completions.models import Choice, Message
 from hayhooks import BasePipelineWrapper
+from haystack import Pipeline
 from haystack.core.serialization import allow_deserialization_module
 from haystack.dataclasses import ByteStream
 from starlette.datastructures import Headers
 from typing_extensions import TypedDict
 
 from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
-from gatehouse.components.retrievers.retrieval_stage import run_retrieval
+from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse import runtime
 from gatehouse.ask import run_ask
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
 from gatehouse.serving.manifest import Manifest, load_manifest
 
-# Local Qdrant and the SQLite BM25 store are single-writer: requests touching the stores run one at a time.
-STORE_LOCK = threading.RLock()
 NAME_PATTERN = re.compile(KB_NAME_PATTERN)
 STREAM_PIECE = re.compile(r"\S+\s*|\s+")
+# Ask pipelines run at most this many at a time, each in a thread of its own (see `_in_background`).
+ASK_SLOTS = threading.BoundedSemaphore(32)
+OUT_OF_TIME_ANSWER = "I could not finish an answer in time. Please try again in a moment."
 
 
 class Turn(TypedDict):
@@ -172,8 +180,12 @@ class GatehouseWrapper(BasePipelineWrapper):
         self.keyring = KeyRing.from_manifest(self.manifest)
         for pattern in self.manifest.allowed_modules:  # process-wide, so pipelines nested in YAML see them too
             allow_deserialization_module(pattern)
-        self.pipeline = load_pipeline(self.pipeline_file)
+        self.pipeline = self.load()
         self.pipeline.warm_up()
+
+    def load(self) -> Pipeline:
+        """The pipeline this deployment serves, loaded from its YAML."""
+        return load_pipeline(self.pipeline_file)
 
     def _tenant(self, requested: str | None, headers: Headers | None) -> str:
         check_name(requested, field="tenant", kind="tenant")
@@ -198,9 +210,15 @@ class AskWrapper(GatehouseWrapper):
     def _ask(self, query: str, *, kb: str | None, tenant: str, mode: str | None, context: str | None,
              history: list[dict[str, Any]] | None) -> dict[str, Any]:
         check_name(kb, field="kb", kind="knowledge base")
-        with STORE_LOCK:
-            response = run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode, context=context,
-                               history=history or [])
+        started = time.perf_counter()
+        budget = self.manifest.request_timeout_s
+        run = _in_background(lambda: run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode, context=context,
+                                             history=history or []))
+        try:
+            response = run.result(timeout=budget)
+        except TimeoutError:
+            run.cancel()
+            return _out_of_time(budget, started, kb=kb, tenant=tenant, mode=mode)
         if response["status"] == "error":
             llm_failed = "generate_llm_failed" in response["path"]
             raise HTTPException(status_code=502 if llm_failed else 422, detail=response["error_message"])
@@ -279,6 +297,50 @@ def _text_of(content: Any, message: str) -> str:
     return " ".join(part["text"] for part in content).strip()
 
 
+def _in_background(function: Callable[[], Any]) -> Future:
+    """
+    Run `function` in a daemon thread with the caller's context variables, so the caller can stop waiting for it.
+
+    A thread cannot be stopped: a run whose caller gave up finishes in the background, bounded by its LLM client's own
+    timeout, and being a daemon it never holds up the server's shutdown. At most `ASK_SLOTS` runs at a time; a run
+    still waiting for a slot when its caller gives up (cancels the future) never starts.
+
+    :param function: What to run.
+    :returns: Its future.
+    """
+    future: Future = Future()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        with ASK_SLOTS:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(context.run(function))
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting caller, as an executor does
+                future.set_exception(error)
+
+    threading.Thread(target=work, name="gatehouse-ask", daemon=True).start()
+    return future
+
+
+def _out_of_time(budget: float, started: float, *, kb: str | None, tenant: str, mode: str | None) -> dict[str, Any]:
+    """The response contract of an ask whose time budget ran out before the pipeline answered."""
+    return {
+        "answer": OUT_OF_TIME_ANSWER,
+        "citations": [],
+        "metadata": {"mode": mode, "intent": None, "route": None, "kb": kb, "tenant": tenant, "chunks_retrieved": 0,
+                     "chunks_used": 0, "attempts": 0, "quality_score": None, "generator": None,
+                     "latency_ms": {"total": round((time.perf_counter() - started) * 1000.0, 1)}},
+        "validation": {"boundary_violations": [], "guardrail_actions": [], "unsupported_sentences": [],
+                       "confidence_warnings": [f"No answer was ready within the time budget of {budget:g} s "
+                                               "(limits.request_timeout_s)."]},
+        "status": "partial",
+        "error_message": None,
+        "path": ["start", "time_budget_exhausted"],
+    }
+
+
 def _gatehouse_extras(response: dict[str, Any]) -> dict[str, Any]:
     return {key: response[key] for key in ("status", "error_message", "metadata", "validation", "path")}
 
@@ -303,6 +365,11 @@ def _stream(completion_id: str, model: str, response: dict[str, Any],
 class RetrieveWrapper(GatehouseWrapper):
     """Serves `retrieve.yml`: hybrid search only, as REST and as an MCP tool."""
 
+    def load(self) -> Pipeline:
+        """The retrieval pipeline, also wrapped as one component (query, tenant, kbs, top_k in; documents out)."""
+        self.retrieval = RetrievalPipeline(pipeline_file=str(self.pipeline_file))
+        return self.retrieval.pipeline
+
     def run_api(
         self,
         query: str,
@@ -326,8 +393,7 @@ class RetrieveWrapper(GatehouseWrapper):
         for kb in kbs or []:
             check_name(kb, field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
-        with STORE_LOCK:
-            documents = run_retrieval(self.pipeline, text, tenant_name, kbs or None, top_k)
+        documents = self.retrieval.run(query=text, tenant=tenant_name, kbs=kbs or None, top_k=top_k)["documents"]
         return {
             "documents": [{"id": d.id, "content": d.content or "", "score": d.score, "meta": d.meta} for d in documents],
             "tenant": tenant_name,
@@ -376,10 +442,8 @@ class IndexWrapper(GatehouseWrapper):
             names = ", ".join(s.meta["file_name"] or "(unnamed)" for s in streams)
             raise HTTPException(status_code=415, detail=f"unsupported file type: {names}; accepted: "
                                                         f"{', '.join(sorted(supported))}")
-        with STORE_LOCK:
-            report = self.pipeline.run({"planner": {"sources": streams, "kb": kb,
-                                                    "tenant": tenant_name,
-                                                    "force": force}})["writer"]["report"]
+        report = self.pipeline.run({"planner": {"sources": streams, "kb": kb, "tenant": tenant_name,
+                                                "force": force}})["writer"]["report"]
         return {
             "kb": kb,
             "tenant": tenant_name,

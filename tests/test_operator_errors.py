@@ -1,0 +1,100 @@
+"""
+Operator errors of the data directory: read-only or full is one line naming the cause and the fix, exit status 2, no
+traceback. (A data directory held by a running server: `test_serve_concurrency.py`.)
+"""
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gatehouse.document_stores.errors import DataDirError, data_dir_errors, find_data_dir_error
+
+QUESTION = "How do I rotate an API key?"
+
+
+def _gatehouse(*args: str, data: Path, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GATEHOUSE_DATA_DIR": str(data)}
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "gatehouse.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _assert_one_line(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("gatehouse: ")
+    assert "Traceback" not in done.stderr
+    for fragment in fragments:
+        assert fragment in done.stderr
+
+
+def _without_root_override() -> list[str]:
+    """Root writes anywhere: run the command without the capabilities that bypass file permissions."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: a read-only folder cannot be simulated")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--"]
+
+
+def test_a_read_only_data_dir_is_one_line_and_status_2(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o555)
+    try:
+        done = _gatehouse("ask", QUESTION, data=data, prefix=_without_root_override())
+    finally:
+        data.chmod(0o755)
+    _assert_one_line(done, f"the data directory {data}", "is read-only", "make it writable",
+                     "GATEHOUSE_DATA_DIR")
+    assert done.stdout == ""
+
+
+def test_a_full_disk_is_one_line_and_status_2(tmp_path):
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-r", "-m", "true"], check=False).returncode:
+        pytest.skip("no user namespaces here to mount a small tmpfs as a full disk")
+    data = tmp_path / "data"
+    data.mkdir()
+    mount = ["unshare", "-r", "-m", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$0" && exec "$@"', str(data)]
+    done = _gatehouse("kb", "list", data=data, prefix=mount)
+    _assert_one_line(done, f"the disk holding the data directory {data}", "is full", "free some space")
+
+
+def test_sqlite_errors_of_a_read_only_or_full_store_are_data_dir_errors(tmp_path):
+    path = tmp_path / "store.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE t (body BLOB)")
+    read_only = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    with pytest.raises(DataDirError, match=f"the data directory {tmp_path} is read-only"), data_dir_errors(tmp_path):
+        read_only.execute("INSERT INTO t VALUES (x'00')")
+    full = sqlite3.connect(path)
+    full.execute(f"PRAGMA max_page_count = {full.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(DataDirError, match="is full") as raised, data_dir_errors(tmp_path):
+        full.execute("INSERT INTO t VALUES (?)", (b"x" * 100_000,))
+    assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+
+
+def test_other_errors_pass_unchanged(tmp_path):
+    with pytest.raises(sqlite3.OperationalError, match="no such table"), data_dir_errors(tmp_path):
+        sqlite3.connect(tmp_path / "x.sqlite").execute("SELECT * FROM missing")
+    with pytest.raises(FileNotFoundError), data_dir_errors(tmp_path):
+        (tmp_path / "missing.txt").read_text()
+
+
+def test_the_operator_error_is_found_behind_a_pipeline_error(tmp_path):
+    try:
+        try:
+            with data_dir_errors(tmp_path):
+                raise OSError(28, "No space left on device")
+        except DataDirError as store_error:
+            raise RuntimeError("The following component failed to run: writer") from store_error
+    except RuntimeError as pipeline_error:
+        found = find_data_dir_error(pipeline_error, tmp_path)
+    assert isinstance(found, DataDirError) and "is full (No space left on device)" in str(found)
+    elsewhere = PermissionError(13, "Permission denied", str(tmp_path.parent / "my-notes.txt"))
+    assert find_data_dir_error(elsewhere, tmp_path) is None  # a user's own file is not the data directory
+    inside = PermissionError(13, "Permission denied", str(tmp_path / "embedding_cache" / "cache.sqlite"))
+    assert "is read-only" in str(find_data_dir_error(inside, tmp_path))
