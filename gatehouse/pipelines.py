@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 from haystack import Pipeline
+from haystack.marshal import YamlMarshaller
 
 from gatehouse.settings import project_path
 
@@ -91,35 +92,33 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
     path = pipeline_path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(f"No pipeline YAML at {path}.")
-    text = path.read_text(encoding="utf-8")
+    spec = YamlMarshaller().unmarshal(path.read_text(encoding="utf-8"))
     if generator is not None:
-        text = _with_generator_profile(path, text, generator)
-    outdated = sorted(set(_outdated_types(yaml.safe_load(text))))
+        _use_generator_profile(path, spec, generator)
+    outdated = sorted(set(_outdated_types(spec)))
     if outdated:
         fixes = "; ".join(f"{old} -> {new}" for old, new in outdated)
         raise PipelineYAMLError(
             f"{path} names components by their old module paths; Gatehouse's components live in "
             f"gatehouse.components.<family> now. Change the `type:` strings: {fixes}."
         )
-    return Pipeline.loads(text, allowed_modules=ALLOWED_MODULES)
+    return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
 
 
-def _with_generator_profile(path: Path, text: str, generator: str) -> str:
-    """The pipeline YAML with its `generator` component replaced by the profile's component spec."""
+def _use_generator_profile(path: Path, spec: dict[str, Any], generator: str) -> None:
+    """Replace the pipeline spec's `generator` component by the profile's component spec."""
     profile_path = generator_profile_path(generator)
     if not profile_path.is_file():
         available = sorted(p.stem for p in profile_path.parent.glob("*.yml"))
         raise FileNotFoundError(
             f"No generator profile '{generator}' at {profile_path} (available: {', '.join(available) or 'none'})."
         )
-    spec = yaml.safe_load(text)
     if "generator" not in (spec.get("components") or {}):
         raise PipelineYAMLError(f"{path} has no `generator` component for the profile '{generator}' to replace.")
     profile = yaml.safe_load(profile_path.read_text(encoding="utf-8"))
     if not isinstance(profile, dict) or not isinstance(profile.get("type"), str):
         raise PipelineYAMLError(f"{profile_path} must hold one component: its `type` and `init_parameters`.")
     spec["components"]["generator"] = profile
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
 
 
 def _outdated_types(node: Any):

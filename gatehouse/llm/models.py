@@ -123,12 +123,9 @@ def model_file(name: str) -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    """The SHA-256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
+    """The SHA-256 of a file."""
     with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def install_model(

@@ -46,7 +46,9 @@ from starlette.datastructures import Headers
 from typing_extensions import TypedDict
 
 from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
+from gatehouse.components.builders.response_builder import ResponseBuilder
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
+from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
 from gatehouse.pipelines import load_pipeline
@@ -326,19 +328,12 @@ def _in_background(function: Callable[[], Any]) -> Future:
 
 def _out_of_time(budget: float, started: float, *, kb: str | None, tenant: str, mode: str | None) -> dict[str, Any]:
     """The response contract of an ask whose time budget ran out before the pipeline answered."""
-    return {
-        "answer": OUT_OF_TIME_ANSWER,
-        "citations": [],
-        "metadata": {"mode": mode, "intent": None, "route": None, "kb": kb, "tenant": tenant, "chunks_retrieved": 0,
-                     "chunks_used": 0, "attempts": 0, "quality_score": None, "generator": None,
-                     "latency_ms": {"total": round((time.perf_counter() - started) * 1000.0, 1)}},
-        "validation": {"boundary_violations": [], "guardrail_actions": [], "unsupported_sentences": [],
-                       "confidence_warnings": [f"No answer was ready within the time budget of {budget:g} s "
-                                               "(limits.request_timeout_s)."]},
-        "status": "partial",
-        "error_message": None,
-        "path": ["start", "time_budget_exhausted"],
-    }
+    state = new_state("", kb=kb, tenant=tenant, mode=mode, started=started, answer=OUT_OF_TIME_ANSWER,
+                      status="partial")
+    state = advance(state, steps=["time_budget_exhausted"])
+    state = with_validation(state, "confidence_warnings",
+                            f"No answer was ready within the time budget of {budget:g} s (limits.request_timeout_s).")
+    return ResponseBuilder().run(state=state)["response"]
 
 
 def _gatehouse_extras(response: dict[str, Any]) -> dict[str, Any]:
