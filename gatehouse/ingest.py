@@ -1,18 +1,35 @@
-"""Ingesting files into knowledge bases through `pipelines/index.yml`."""
+"""
+Ingesting files into knowledge bases through `pipelines/index.yml`, one file per pipeline run, so progress advances
+file by file and a file whose conversion, splitting or embedding raises fails alone.
 
+Usage:
+```python
+from gatehouse.ingest import FileOutcome, ingest, ingest_file, path_groups
+
+summary = ingest(path_groups(["docs/"], kb="handbook", tenant=None))      # "[3/12] docs/leave.md written (4 chunks)"
+report = ingest_file(pipeline, "docs/leave.md", kb="handbook")             # one file's writer report
+FileOutcome.of(report).describe()                                          # "written (4 chunks)"
+```
+"""
+
+import logging
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from tqdm import tqdm
+from haystack import Pipeline
+from haystack.core.errors import PipelineRuntimeError
+from haystack.dataclasses import ByteStream
 
-from gatehouse.settings import project_path
+from gatehouse.settings import data_dir, project_path
 from gatehouse.components.state import PUBLIC_TENANT
+from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, StoredDocument
 from gatehouse.pipelines import load_pipeline
 
-BATCH_SIZE = 16
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -122,38 +139,126 @@ def prune(groups: list[IngestGroup], *, catalogue: KnowledgeBaseCatalogue) -> li
     return gone
 
 
+@dataclass(frozen=True)
+class FileOutcome:
+    """What ingesting one file did: `written` (with its chunks), `skipped` (unchanged) or `failed` (with a reason)."""
+
+    source: str
+    status: Literal["written", "skipped", "failed"]
+    chunks: int = 0
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> "FileOutcome":
+        """
+        The outcome of the one file of a report of `ingest_file`.
+
+        :param report: The writer's report of a run over one file.
+        :returns: Its outcome.
+        """
+        for item in report.get("written", []):
+            return cls(source=item["source"], status="written", chunks=item["chunks"])
+        for item in report.get("skipped", []):
+            return cls(source=item["source"], status="skipped", reason="unchanged")
+        item = report["failed"][0]
+        return cls(source=item["source"], status="failed", reason=item.get("reason"))
+
+    def describe(self) -> str:
+        """`written (14 chunks)`, `skipped (unchanged)` or `failed: <reason>`."""
+        if self.status == "written":
+            return f"written ({self.chunks} chunk{'' if self.chunks == 1 else 's'})"
+        if self.status == "skipped":
+            return f"skipped ({self.reason})"
+        return f"failed: {self.reason}"
+
+
+def _source_name(source: str | Path | ByteStream, root: Path | None) -> str:
+    """A file's name as `IngestPlanner` stores it: an upload's file name, a path relative to `root` or its name."""
+    if isinstance(source, ByteStream):
+        return Path(str(source.meta.get("file_name") or "upload")).name
+    path = Path(source).resolve()
+    return path.relative_to(root).as_posix() if root and path.is_relative_to(root) else path.name
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def ingest_file(
+    pipeline: Pipeline,
+    source: str | Path | ByteStream,
+    *,
+    kb: str,
+    tenant: str | None = None,
+    root: str | Path | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """
+    Run the index pipeline over one file. A component that raises on it fails this file alone, with a one-line
+    reason (the traceback goes to the log).
+
+    :param pipeline: The index pipeline (`planner` in, `writer.report` out).
+    :param source: The file: a path or an upload (a ByteStream with `meta["file_name"]`).
+    :param kb: The knowledge base.
+    :param tenant: The owning tenant; None is the public tenant.
+    :param root: Folder that a path is named relative to (its file name otherwise).
+    :param force: Rewrite the file even if it did not change.
+    :returns: The writer's report (`written`, `skipped`, `failed`, `totals`) of this one file.
+    :raises PipelineRuntimeError: When the failure is not the file's: the planner refused the run (a bad knowledge
+        base or tenant name) or the data directory cannot be used (in use, read-only, full).
+    """
+    root_path = Path(root).resolve() if root is not None else None
+    try:
+        run = {"sources": [source], "kb": kb, "tenant": tenant, "root": None if root_path is None else str(root_path),
+               "force": force}
+        return pipeline.run({"planner": run})["writer"]["report"]
+    except PipelineRuntimeError as error:
+        if error.component_name == "planner" or find_data_dir_error(error, data_dir()) is not None:
+            raise
+        name = _source_name(source, root_path)
+        logger.exception("indexing %s into %s failed in the %s component", name, kb, error.component_name)
+        reason = f"{error.component_name} failed: {_first_line(error.__cause__ or error)}"
+        return {
+            "kb": kb,
+            "tenant": tenant or PUBLIC_TENANT,
+            "written": [],
+            "skipped": [],
+            "failed": [{"source": name, "reason": reason}],
+            "totals": {"documents_written": 0, "chunks_written": 0, "skipped": 0, "failed": 1},
+        }
+
+
+def _shown(path: Path) -> str:
+    """A path as the progress lines show it: relative to the working directory when it is under it."""
+    return path.relative_to(Path.cwd()).as_posix() if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def ingest(
     groups: list[IngestGroup], *, force: bool = False, progress: bool = True, prune_missing: bool = False
 ) -> IngestSummary:
     """
-    Run the index pipeline over the groups in batches, with a progress bar over files.
+    Run the index pipeline over the groups' files one at a time, printing a line per file on stderr.
 
     :param groups: What to ingest.
     :param force: Rewrite unchanged files too.
-    :param progress: Show a progress bar (on stderr).
+    :param progress: Print `[3/12] kb/product/pricing.md written (14 chunks)` on stderr after each file.
     :param prune_missing: Afterwards delete the groups' documents whose source file is gone (see `prune`).
     :returns: The summary.
+    :raises PipelineRuntimeError: When the run cannot go on (see `ingest_file`).
     """
     pipeline = load_pipeline("index")
     summary = IngestSummary()
     total = sum(len(group.files) for group in groups)
-    with tqdm(total=total, unit="file", desc="ingest", disable=not progress) as bar:
-        for group in groups:
-            for start in range(0, len(group.files), BATCH_SIZE):
-                batch = group.files[start : start + BATCH_SIZE]
-                result = pipeline.run(
-                    {
-                        "planner": {
-                            "sources": [str(p) for p in batch],
-                            "kb": group.kb,
-                            "tenant": group.tenant,
-                            "root": str(group.root),
-                            "force": force,
-                        }
-                    }
-                )
-                summary.add(result["writer"]["report"])
-                bar.update(len(batch))
+    done = 0
+    for group in groups:
+        for path in group.files:
+            report = ingest_file(pipeline, str(path), kb=group.kb, tenant=group.tenant, root=group.root, force=force)
+            summary.add(report)
+            done += 1
+            if progress:
+                print(f"[{done}/{total}] {_shown(Path(path).absolute())} {FileOutcome.of(report).describe()}",
+                      file=sys.stderr, flush=True)
     if prune_missing:
         summary.pruned = prune(groups, catalogue=KnowledgeBaseCatalogue.from_index_pipeline(pipeline))
     return summary

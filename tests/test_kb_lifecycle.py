@@ -167,7 +167,8 @@ def server(tmp_path_factory):
         for key, kb, files in ((ADMIN_KEY, "office", OFFICE), (ADMIN_KEY, "it", IT), (ACME_KEY, "office", OFFICE),
                                (GLOBEX_KEY, "office", OFFICE)):
             upload = [("files", (name, text.encode(), "text/markdown")) for name, text in files.items()]
-            response = httpx.post(f"{url}/index/run", files=upload, data={"kb": kb}, headers=_auth(key), timeout=120)
+            response = httpx.post(f"{url}/index/run", files=upload, data={"kb": kb, "wait": "true"},
+                                  headers=_auth(key), timeout=120)
             assert response.status_code == 200, response.text
         yield url
 

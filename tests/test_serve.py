@@ -71,7 +71,7 @@ def server(tmp_path_factory):
             for kb in ("faq", "ops", "product"):
                 paths = sorted((PROJECT_ROOT / "kb" / kb).glob("*.md"))
                 files = [("files", (p.name, p.read_bytes(), "text/markdown")) for p in paths]
-                response = client.post("/index/run", files=files, data={"kb": kb})
+                response = client.post("/index/run", files=files, data={"kb": kb, "wait": "true"})
                 assert response.status_code == 200, response.text
                 assert response.json()["result"]["written"] == len(paths)
         yield {"url": url, "tmp": tmp, "manifest": manifest}
@@ -221,7 +221,7 @@ def test_upload_stores_good_files_and_fails_bad_ones_alone(admin):
         ("files", ("broken.pdf", b"not a pdf at all", "application/pdf")),
         ("files", ("tool.exe", b"MZ\x00\x01", "application/octet-stream")),
     ]
-    response = admin.post("/index/run", files=files, data={"kb": "hr", "tenant": "initech"})
+    response = admin.post("/index/run", files=files, data={"kb": "hr", "tenant": "initech", "wait": "true"})
     assert response.status_code == 200
     result = response.json()["result"]
     assert (result["written"], result["failed"]) == (1, 2)
@@ -230,7 +230,8 @@ def test_upload_stores_good_files_and_fails_bad_ones_alone(admin):
     assert reasons["broken.pdf"]
     found = admin.post("/retrieve/run", json={"query": "paid leave", "kbs": ["hr"], "tenant": "initech"}).json()
     assert found["result"]["documents"][0]["meta"]["source"] == "holiday.md"
-    again = admin.post("/index/run", files=files[:1], data={"kb": "hr", "tenant": "initech"}).json()["result"]
+    again = admin.post("/index/run", files=files[:1],
+                       data={"kb": "hr", "tenant": "initech", "wait": "true"}).json()["result"]
     assert (again["written"], again["skipped"]) == (0, 1)
 
 
@@ -325,7 +326,7 @@ def test_mcp_calls_keep_the_key_to_its_tenants(server):
 
 def test_editing_the_yaml_and_redeploying_changes_what_is_served(server, admin):
     upload = admin.post("/index/run", files=[("files", ("holiday.md", HOLIDAY.encode(), "text/markdown"))],
-                        data={"kb": "hr", "tenant": "initech"})
+                        data={"kb": "hr", "tenant": "initech", "wait": "true"})
     assert upload.status_code == 200
     question = {"query": "How many days of paid leave do Initech employees get?", "kb": "hr", "tenant": "initech"}
     # An undeclared KB holding the caller's own documents is the caller's to ask; another tenant does not see it.

@@ -55,7 +55,7 @@ def server(tmp_path_factory, hanging_llm):
     env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp / "data")}
     with running_server(tmp / "hayhooks.yml", env=env, workdir=tmp, pipelines=3) as url:
         paths = sorted((PROJECT_ROOT / "kb" / "faq").glob("*.md"))
-        upload = httpx.post(f"{url}/index/run", data={"kb": "faq"}, timeout=600,
+        upload = httpx.post(f"{url}/index/run", data={"kb": "faq", "wait": "true"}, timeout=600,
                             files=[("files", (p.name, p.read_bytes(), "text/markdown")) for p in paths])
         assert upload.status_code == 200, upload.text
         yield {"url": url, "env": env, "data": tmp / "data"}

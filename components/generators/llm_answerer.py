@@ -1,14 +1,16 @@
 """A generator stage backed by any Haystack chat generator, answering only from the numbered passages."""
 
+import inspect
 import logging
 import re
 import time
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
 from gatehouse.components.state import State, advance, with_validation
 from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,25 @@ _PARENTHESISED_MARKER = re.compile(r"\(\s*(S\d+(?:\s*[,;]\s*S\d+)*)\s*\)", re.IG
 _ANSWER_PREFIX = re.compile(r"^\s*answer\s*:\s*", re.IGNORECASE)
 
 
+class ReplyListener(Protocol):
+    """Follows the model's reply while it is written (see `REPLY_LISTENER`)."""
+
+    def reply_started(self, state: State) -> None:
+        """The model was asked about this state (its `passages` are what the reply may cite)."""
+
+    def reply_grew(self, text: str) -> None:
+        """The reply so far, its markers written as the answer's will be (`normalize_markers`)."""
+
+    def reply_ended(self, answer: str | None) -> None:
+        """The reply is complete: the answer it became, or None when it is none (the model failed or replied
+        `not_found_reply`)."""
+
+
+#: Set by a caller that streams the answer (the chat endpoint, per request): the answerer then asks its chat
+#: generator to stream and tells the listener the reply as it grows. Unset, the reply is generated in one piece.
+REPLY_LISTENER: ContextVar[ReplyListener | None] = ContextVar("gatehouse_reply_listener", default=None)
+
+
 @component
 class LLMAnswerer:
     """
@@ -77,6 +98,9 @@ class LLMAnswerer:
     When the model fails (server down, timeout), the extractive answerer answers instead with status `partial` and a
     warning that says so (the exception goes to the log, never into the response), unless `fallback_to_extractive`
     is off, in which case the status is `error`.
+
+    When the request's `REPLY_LISTENER` is set (the chat endpoint streams), the chat generator streams (when its
+    `run` takes a `streaming_callback`) and the listener sees the reply grow; the answer is the same either way.
 
     Usage:
     ```python
@@ -175,8 +199,16 @@ class LLMAnswerer:
         :returns: `state` with `answer`, `generator` and `usage` (fallback: also `status` and `fallback`).
         """
         started = time.perf_counter()
+        listener = REPLY_LISTENER.get()
+        if listener is not None and "streaming_callback" not in inspect.signature(self.chat_generator.run).parameters:
+            listener = None
         try:
-            result = self.chat_generator.run(messages=self.messages(state))
+            if listener is None:
+                result = self.chat_generator.run(messages=self.messages(state))
+            else:
+                listener.reply_started(state)
+                result = self.chat_generator.run(messages=self.messages(state),
+                                                 streaming_callback=self._follower(listener))
             replies = (result or {}).get("replies") or []
             reply = replies[0] if replies and isinstance(replies[0], ChatMessage) else None
             text = (reply.text or "").strip() if reply is not None else ""
@@ -184,6 +216,8 @@ class LLMAnswerer:
                 raise RuntimeError("the chat generator returned no text reply")
         except Exception as error:  # noqa: BLE001 - any model failure degrades to the extractive answer
             logger.warning("The language model failed: %s: %s", type(error).__name__, error)
+            if listener is not None:
+                listener.reply_ended(None)
             if self._extractive is None:
                 failed = advance(state, stage="generation", started=started, steps=["generate_llm_failed"],
                                  status="error", error_message=LLM_FAILED_MESSAGE, answer="")
@@ -195,18 +229,34 @@ class LLMAnswerer:
                                      status=degraded)}
         usage = _add_usage(state.get("usage"), reply.meta.get("usage"))
         if self._is_not_found(text):
+            if listener is not None:
+                listener.reply_ended(None)
             return {
                 "state": advance(
                     state, stage="generation", started=started, steps=["generate_llm", "llm_not_found"],
                     answer=self.fallback_message, status="fallback", fallback=True, generator="llm", usage=usage,
                 )
             }
+        answer = self.normalize_markers(text)
+        if listener is not None:
+            listener.reply_ended(answer)
         return {
             "state": advance(
                 state, stage="generation", started=started, steps=["generate_llm"],
-                answer=self.normalize_markers(text), generator="llm", usage=usage,
+                answer=answer, generator="llm", usage=usage,
             )
         }
+
+    def _follower(self, listener: ReplyListener) -> Any:
+        """A streaming callback that hands the listener the reply so far, normalised, after each text chunk."""
+        received: list[str] = []
+
+        def follow(chunk: StreamingChunk) -> None:
+            if chunk.content:
+                received.append(chunk.content)
+                listener.reply_grew(self.normalize_markers("".join(received)))
+
+        return follow
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component (the chat generator too)."""

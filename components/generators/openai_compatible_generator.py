@@ -1,16 +1,24 @@
 """An OpenAI-compatible chat generator whose endpoint, model and key come from the environment."""
 
+import contextvars
 import os
+import time
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 from haystack.components.generators.chat.openai import OpenAIChatGenerator
+from haystack.dataclasses import ChatMessage, StreamingCallbackT
+from haystack.tools import ToolsType
 from haystack.utils import Secret, deserialize_secrets_inplace
 
 from gatehouse.llm.server import DEFAULT_URL
 
 #: What a local server gets as the key when none is configured (llama.cpp, vLLM and Ollama accept any key).
 LOCAL_SERVER_KEY = "not-needed"
+#: `time.monotonic()` by which the current request must be answered (the server sets it per ask from
+#: `limits.request_timeout_s`); None: only the generator's own `timeout`.
+REQUEST_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("gatehouse_request_deadline",
+                                                                                default=None)
 
 
 @component
@@ -22,7 +30,12 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
     deployment: `GATEHOUSE_LLM_URL` (base URL; default `http://127.0.0.1:8080/v1`, where `gatehouse llm serve`
     listens), `GATEHOUSE_LLM_MODEL` (default `local-model`; a single-model llama.cpp server accepts any name) and the
     key in `GATEHOUSE_LLM_API_KEY` (without one, local servers get a placeholder key; the environment is never
-    written). Each reply's `meta["usage"]` holds the server's `prompt_tokens` and `completion_tokens`.
+    written). Each reply's `meta["usage"]` holds the server's `prompt_tokens` and `completion_tokens`, streamed or
+    not (a streamed request asks the server for the usage chunk, `stream_options.include_usage`).
+
+    Within a request that has a deadline (`REQUEST_DEADLINE`, set by `gatehouse serve` for each ask), each try waits
+    at most the time left divided by the tries still allowed (`1 + max_retries`), so the call and its retries end
+    within the request's budget; a call made after the deadline raises `TimeoutError` at once.
 
     Usage:
     ```python
@@ -66,6 +79,39 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
             timeout=timeout,
             max_retries=max_retries,
         )
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(
+        self,
+        messages: list[ChatMessage] | str,
+        streaming_callback: StreamingCallbackT | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        *,
+        tools: ToolsType | None = None,
+        tools_strict: bool | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """
+        Generate replies; with a `streaming_callback` the server streams and each text chunk reaches the callback.
+
+        :param messages: The chat messages.
+        :param streaming_callback: Called with each `StreamingChunk` as the server sends it.
+        :param generation_kwargs: Sampling settings for this call, over the configured ones.
+        :param tools: Tools the model may call, as `OpenAIChatGenerator.run` takes them.
+        :param tools_strict: Strict tool schemas, as `OpenAIChatGenerator.run` takes them.
+        :returns: `replies`, each with `meta["usage"]`.
+        """
+        if streaming_callback is not None or self.streaming_callback is not None:
+            generation_kwargs = {"stream_options": {"include_usage": True}, **(generation_kwargs or {})}
+        deadline = REQUEST_DEADLINE.get()
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request's time budget was spent before the language model was called")
+            # the OpenAI client takes a per-request `timeout`; each of the 1 + max_retries tries gets its share
+            generation_kwargs = {**(generation_kwargs or {}),
+                                 "timeout": min(self.timeout, left / (1 + self.max_retries))}
+        return OpenAIChatGenerator.run(self, messages, streaming_callback=streaming_callback,
+                                       generation_kwargs=generation_kwargs, tools=tools, tools_strict=tools_strict)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component as configured (not as resolved from the environment)."""

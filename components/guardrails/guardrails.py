@@ -597,22 +597,36 @@ class Guardrails:
             return None
         return lambda value: bool(value.strip()) and any(" ".join(value.split()).casefold() in t for t in texts)
 
-    def _run_output(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        started = time.perf_counter()
-        answer = state.get("answer")
-        answer = answer if isinstance(answer, str) else ("" if answer is None else str(answer))
-        actions: list[str] = []
-        warnings: list[str] = []
-        updates: dict[str, Any] = {}
+    def screen(self, text: str, state: dict[str, Any]) -> tuple[str, list[str]]:
+        """
+        The output stage's decision on answer text: personal data masked (contact details quoted verbatim from a
+        passage the state cites are kept, with `allow_pii_from_sources`) and markup sanitised.
 
-        masked, kinds, kept = self._detectors.redact(answer, self._quoted_from_sources(state))
-        actions.extend(f"redacted_pii:{kind}" for kind in kinds)
-        actions.extend(f"kept_source_pii:{kind}" for kind in kept)
+        `run` applies it to the whole answer; the chat stream applies it to each verified sentence before sending
+        it, with the passages cited so far.
+
+        :param text: The answer, or one sentence of it.
+        :param state: Where the cited passages are: `passages` and `citations` (`[{"id": "S1"}, ...]`).
+        :returns: The screened text and the guardrail actions taken (`redacted_pii:<kind>`, `kept_source_pii:<kind>`,
+            `sanitized_markup`).
+        """
+        masked, kinds, kept = self._detectors.redact(text, self._quoted_from_sources(state))
+        actions = [f"redacted_pii:{kind}" for kind in kinds] + [f"kept_source_pii:{kind}" for kind in kept]
         if self.sanitize_markup:
             sanitized = self._sanitize(masked)
             if sanitized != masked:
                 actions.append("sanitized_markup")
             masked = sanitized
+        return masked, actions
+
+    def _run_output(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        started = time.perf_counter()
+        answer = state.get("answer")
+        answer = answer if isinstance(answer, str) else ("" if answer is None else str(answer))
+        warnings: list[str] = []
+        updates: dict[str, Any] = {}
+
+        masked, actions = self.screen(answer, state)
         if masked != answer:
             updates["answer"] = masked
         answer = masked

@@ -15,6 +15,7 @@ from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_CITATION_PATTERN,
+    Unit,
     content_words,
     find_markers,
     normalize_space,
@@ -294,14 +295,11 @@ class CitationVerifier:
                 )
             return {"state": new_state}
 
-        by_id: dict[str, Document] = {}
-        for index, passage in enumerate(passages):
-            by_id.setdefault(self._source_id(passage, index), passage)
+        by_id = self._by_id(passages)
         cleaned, removed = self._clean(answer, set(by_id))
 
-        sentences = self._sentences(answer, set(by_id))
+        sentences = self.sentence_verdicts(self.units(answer), passages)
         claims = [s for s in sentences if not s["connective"]]
-        self._score_claims([s for s in claims if s["ids"]], by_id)
 
         supported_count = sum(1 for s in claims if s["supported"])
         coverage = supported_count / len(sentences) if sentences else 0.0
@@ -323,18 +321,19 @@ class CitationVerifier:
             ],
         }
         failed = [s for s in claims if not s["supported"]]
+        dropped = [s for s in sentences if not self.keeps(s)]
         updates: dict[str, Any] = {"answer": cleaned}
         actions = [f"removed_invalid_citation:{i}" for i in removed]
-        if self.remove_unsupported and failed:
+        if dropped:
             actions.extend(
-                f"removed_{'contradicted' if s['cues'] else 'unsupported'}_sentence:{s['text']}" for s in failed
+                f"removed_{'contradicted' if s['cues'] else 'unsupported'}_sentence:{s['text']}" for s in dropped
             )
             if supported_count:
-                updates.update(answer=self._remove(cleaned, failed, set(by_id)), status="partial")
+                updates.update(answer=self._remove(cleaned, dropped, set(by_id)), status="partial")
             else:
                 updates.update(answer=self.fallback_message, status="fallback")
                 actions.append("fallback:no_supported_sentence")
-        kept = [s for s in claims if s["supported"]] if self.remove_unsupported else claims
+        kept = [s for s in claims if self.keeps(s)]
         citations = [] if updates.get("status") == "fallback" else self._citations(updates["answer"], by_id, kept)
         new_state = advance(
             state,
@@ -351,6 +350,67 @@ class CitationVerifier:
         if failed:
             new_state = with_validation(new_state, "unsupported_sentences", *(s["text"] for s in failed))
         return {"state": new_state}
+
+    def units(self, answer: str) -> list[Unit]:
+        """
+        The answer split as the verifier reads it: sentences, list items, code blocks, tables and headings.
+
+        :param answer: Markdown or plain text.
+        :returns: The units in reading order.
+        """
+        abbreviations = DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
+        return split_units(answer, abbreviations=abbreviations, citation_pattern=self.citation_pattern)
+
+    def sentence_verdicts(self, units: list[Unit], passages: list[Document]) -> list[dict[str, Any]]:
+        """
+        The per-sentence decision, the one `run` makes for every sentence of the whole answer; the chat stream makes
+        it for each sentence as soon as the model has finished writing it, so both keep and drop the same sentences.
+
+        Each unit (headings are skipped) becomes `{"text", "claim", "unit", "ids", "connective", "score",
+        "supported", "cues"}`: its valid source ids, whether it is connective text, its support score, the cues by
+        which it contradicts its evidence and whether it is supported. A unit's decision depends on that unit and
+        the passages only, never on the other sentences.
+
+        :param units: Units of `units(answer)`, all of them or any part.
+        :param passages: The passages the answer may cite (`meta["source_id"]`, else `S<position>`).
+        :returns: One verdict per sentence; `keeps(verdict)` says whether it stays in the answer.
+        """
+        by_id = self._by_id(passages)
+        sentences = self._sentences(units, set(by_id))
+        self._score_claims([s for s in sentences if not s["connective"] and s["ids"]], by_id)
+        return sentences
+
+    def keeps(self, verdict: dict[str, Any]) -> bool:
+        """Whether a sentence of `sentence_verdicts` stays in the answer: connective text and supported claims do;
+        unsupported and contradicted claims do only without `remove_unsupported`."""
+        return verdict["connective"] or verdict["supported"] or not self.remove_unsupported
+
+    def clean_markers(self, text: str, passages: list[Document]) -> str:
+        """
+        The text with the marker ids that point at no passage removed, as `run` removes them from the answer.
+
+        :param text: An answer or a part of it.
+        :param passages: The passages the answer may cite.
+        :returns: The cleaned text.
+        """
+        return self._clean(text, set(self._by_id(passages)))[0]
+
+    def citations_of(self, text: str, passages: list[Document], verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """
+        The structured citations of a verified text, in order of first use, as `run` builds `state["citations"]`.
+
+        :param text: Verified text with `[S#]` markers.
+        :param passages: The passages the markers point at.
+        :param verdicts: The verdicts of the text's sentences (each citation's `confidence` is their best score).
+        :returns: One citation per passage cited.
+        """
+        return self._citations(text, self._by_id(passages), [v for v in verdicts if not v["connective"]])
+
+    def _by_id(self, passages: list[Document]) -> dict[str, Document]:
+        by_id: dict[str, Document] = {}
+        for index, passage in enumerate(passages):
+            by_id.setdefault(self._source_id(passage, index), passage)
+        return by_id
 
     def _remove(self, answer: str, failed: list[dict[str, Any]], valid: set[str]) -> str:
         """The answer without the failed sentences (and their markers); emptied lines and paragraphs close up."""
@@ -382,12 +442,11 @@ class CitationVerifier:
         cleaned = rewrite_markers(answer, keep, self.citation_pattern)
         return (cleaned if removed else answer), removed
 
-    def _sentences(self, answer: str, valid: set[str]) -> list[dict[str, Any]]:
-        """The answer's sentences with their valid ids; a sentence that had any marker, even an invalid one, is
+    def _sentences(self, units: list[Unit], valid: set[str]) -> list[dict[str, Any]]:
+        """The units' sentences with their valid ids; a sentence that had any marker, even an invalid one, is
         a claim, never connective text."""
-        abbreviations = DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
         sentences: list[dict[str, Any]] = []
-        for unit in split_units(answer, abbreviations=abbreviations, citation_pattern=self.citation_pattern):
+        for unit in units:
             if unit.kind == "heading":
                 continue
             ids: list[str] = []

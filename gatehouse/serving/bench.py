@@ -8,8 +8,15 @@ It prints ratios rather than absolute numbers alone, since those depend on the m
   time to the first streamed token;
 - with `--concurrency N`: the same asks from 1 client and from N clients at once: P50/P95 of each, their ratios,
   the throughput ratio and the errors;
+- with `--stream` only the streamed chats: the extractive `ask` (its first token comes when the pipeline has
+  answered) and, with `--llm-url` (an OpenAI-compatible server such as `gatehouse llm serve`; the own server then
+  deploys `ask_llm`, ask.yml with the `llm` generator profile at that URL), the LLM answer streamed sentence by
+  sentence: time to the first token, when the first verified sentence was available on the server and how long after
+  that the client had it, and when the whole answer was ready, which is when a stream of the finished answer
+  (the post-hoc streaming) would have sent its first token;
 - without `--url` the benchmark starts `gatehouse serve` itself over the data directory (ingest the sample knowledge
-  bases first: `gatehouse ingest`), with one more deployment, `ask_hanging`: ask.yml whose generator is an LLM at a
+  bases first: `gatehouse ingest`), its ask pipelines without the answer cache (the questions repeat, and a cache
+  hit would time the cache; `python -m gatehouse.cache_bench` times hits against misses), with one more deployment, `ask_hanging`: ask.yml whose generator is an LLM at a
   loopback socket that accepts connections and never answers. It then measures asks and retrievals unloaded and
   while one `ask_hanging` request waits on that endpoint (ratios of P50/P95), and when that request is answered
   (its time budget, `--budget`); with `--upload-mb M`, retrievals unloaded and during the upload of an M MB markdown
@@ -20,6 +27,7 @@ Usage:
 python -m gatehouse.serving.bench --concurrency 16                         # its own server over GATEHOUSE_DATA_DIR
 python -m gatehouse.serving.bench --concurrency 16 --upload-mb 9           # ... and retrieval during a 9 MB upload
 python -m gatehouse.serving.bench --url http://127.0.0.1:1416 --calls 50 [--concurrency 16] [--key KEY]
+python -m gatehouse.serving.bench --stream --llm-url http://127.0.0.1:8080/v1 --streams 5   # verified streaming
 ```
 """
 
@@ -35,12 +43,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
 from openai import OpenAI
 
-from gatehouse.pipelines import pipeline_path
+from gatehouse.pipelines import generator_profile_path, pipeline_path
 from gatehouse.settings import data_dir
 from gatehouse.stats import percentile
 
@@ -119,21 +128,61 @@ def sequential(client: httpx.Client, calls: int) -> dict[str, float]:
             "pipeline_p50": percentile(pipeline_ms, 0.5)}
 
 
-def streamed(url: str, key: str | None, streams: int) -> dict[str, float]:
-    """Streamed chat completions: time to the first token and to the end of the stream (P50, ms)."""
+def streamed(url: str, key: str | None, streams: int, model: str = "ask") -> dict[str, Any]:
+    """
+    Streamed chat completions, P50s in ms: time to the first token, to the end of the stream, to when the server had
+    the whole answer (`gatehouse.stream.answer_ms`) and, for an answer streamed sentence by sentence, to when the
+    server had its first verified sentence and how long the client waited for it after that.
+    """
     chat = OpenAI(base_url=f"{url}/v1", api_key=key or "none")
-    first_ms, total_ms = [], []
+    first_ms, total_ms, answer_ms, sentence_ms, delay_ms, sent, dropped, calls = [], [], [], [], [], 0, 0, []
     for index in range(streams):
         started = time.perf_counter()
-        first = None
+        first = received_at = None
         for chunk in chat.chat.completions.create(
-            model="ask", stream=True, messages=[{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}]
+            model=model, stream=True, messages=[{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}]
         ):
             if first is None and chunk.choices and chunk.choices[0].delta.content:
-                first = (time.perf_counter() - started) * 1000
+                first, received_at = (time.perf_counter() - started) * 1000, time.time()
         total_ms.append((time.perf_counter() - started) * 1000)
         first_ms.append(first or total_ms[-1])
-    return {"ttft_p50": percentile(first_ms, 0.5), "total_p50": percentile(total_ms, 0.5)}
+        stream = chunk.model_extra["gatehouse"]["stream"]
+        answer_ms.append(stream["answer_ms"])
+        sent, dropped = sent + stream["sentences_sent"], dropped + stream["sentences_dropped"]
+        if stream["first_sentence_at"] and received_at:
+            sentence_ms.append(stream["first_sentence_ms"])
+            delay_ms.append((received_at - stream["first_sentence_at"]) * 1000)
+        available = f" (the first available at {stream['first_sentence_ms']:.0f} ms)" if stream["first_sentence_ms"] else ""
+        calls.append(f"  call {index + 1}: first token {first_ms[-1]:.0f} ms, whole answer ready {stream['answer_ms']:.0f}"
+                     f" ms; verified sentences sent while the model wrote: {stream['sentences_sent']}{available}, "
+                     f"dropped: {stream['sentences_dropped']}; final answer "
+                     f"{'replaced what was sent' if stream['answer_differs'] else 'as streamed'}")
+    return {"calls": calls, "ttft_p50": percentile(first_ms, 0.5), "total_p50": percentile(total_ms, 0.5),
+            "answer_p50": percentile(answer_ms, 0.5), "sentence_streams": len(sentence_ms),
+            "sentence_p50": percentile(sentence_ms, 0.5) if sentence_ms else 0.0,
+            "delay_p50": percentile(delay_ms, 0.5) if delay_ms else 0.0,
+            "delay_max": max(delay_ms, default=0.0), "sent": sent, "dropped": dropped}
+
+
+def stream_report(url: str, key: str | None, streams: int, llm: bool) -> list[str]:
+    """The extractive answer's streaming and, with `llm`, `ask_llm`'s sentence-by-sentence streaming."""
+    extractive = streamed(url, key, streams)
+    lines = [f"streamed chat (extractive ask), {streams} calls: time to first token P50 {extractive['ttft_p50']:.1f} "
+             f"ms; the pipeline's answer was ready at P50 {extractive['answer_p50']:.1f} ms into the stream (made at "
+             f"once, then streamed); whole stream P50 {extractive['total_p50']:.1f} ms"]
+    if llm:
+        verified = streamed(url, key, streams, model="ask_llm")
+        lines += [
+            f"streamed chat (ask_llm, sentence by sentence), {streams} calls: time to first token P50 "
+            f"{verified['ttft_p50']:.1f} ms; whole answer ready P50 {verified['answer_p50']:.1f} ms into the stream "
+            f"(the post-hoc stream's first token), whole stream P50 {verified['total_p50']:.1f} ms",
+            f"  {verified['sentence_streams']} of {streams} streams sent a verified sentence before the answer was "
+            f"complete ({verified['sent']} sentences sent, {verified['dropped']} dropped): first verified sentence "
+            f"available P50 {verified['sentence_p50']:.1f} ms into the stream, received by the client "
+            f"{verified['delay_p50']:.1f} ms later (P50; max {verified['delay_max']:.1f} ms)",
+            *verified["calls"],
+        ]
+    return lines
 
 
 def _ratio_line(name: str, alone: Calls, loaded: Calls, label: str) -> str:
@@ -200,7 +249,8 @@ def upload_report(client: httpx.Client, calls: int, megabytes: float) -> list[st
     errors = 0
     with ThreadPoolExecutor(1) as pool:
         started = time.perf_counter()
-        uploading = pool.submit(client.post, "/index/run", data={"kb": UPLOAD_KB, "tenant": UPLOAD_TENANT},
+        uploading = pool.submit(client.post, "/index/run",
+                                data={"kb": UPLOAD_KB, "tenant": UPLOAD_TENANT, "wait": "true"},
                                 files=[("files", ("bench-upload.md", _markdown(megabytes), "text/markdown"))],
                                 timeout=None)
         while not uploading.done():
@@ -220,9 +270,25 @@ def upload_report(client: httpx.Client, calls: int, megabytes: float) -> list[st
     ]
 
 
-def hanging_ask_pipeline(folder: Path, port: int, *, timeout: float = HANGING_LLM_TIMEOUT_S, max_retries: int = 0) -> Path:
-    """ask.yml with an LLM generator at `port` (which never answers), its client waiting `timeout` per try."""
+def _uncached_ask() -> dict[str, Any]:
+    """ask.yml without its answer cache: the benchmark repeats its questions, and must time the pipeline's work."""
     spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
+    for component in spec["components"].values():
+        if component["type"].endswith(".SemanticCache"):
+            component["init_parameters"] = {**component.get("init_parameters", {}), "enabled": False}
+    return spec
+
+
+def uncached_ask_pipeline(folder: Path) -> Path:
+    """ask.yml without its answer cache, written into `folder`."""
+    path = folder / "ask.yml"
+    path.write_text(yaml.safe_dump(_uncached_ask(), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def hanging_ask_pipeline(folder: Path, port: int, *, timeout: float = HANGING_LLM_TIMEOUT_S, max_retries: int = 0) -> Path:
+    """ask.yml (without its cache) with an LLM generator at `port` (which never answers), waiting `timeout` per try."""
+    spec = _uncached_ask()
     spec["components"]["generator"] = {
         "type": "gatehouse.components.generators.llm_answerer.LLMAnswerer",
         "init_parameters": {"chat_generator": {
@@ -236,20 +302,34 @@ def hanging_ask_pipeline(folder: Path, port: int, *, timeout: float = HANGING_LL
     return path
 
 
+def llm_ask_pipeline(folder: Path, llm_url: str) -> Path:
+    """ask.yml (without its cache) with the `llm` generator profile answering from the server at `llm_url`."""
+    spec = _uncached_ask()
+    spec["components"]["generator"] = yaml.safe_load(generator_profile_path("llm").read_text(encoding="utf-8"))
+    spec["components"]["generator"]["init_parameters"]["chat_generator"]["init_parameters"]["api_base_url"] = llm_url
+    path = folder / "ask_llm.yml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return path
+
+
 @contextlib.contextmanager
-def own_server(folder: Path, llm_port: int, budget: float) -> Iterator[str]:
+def own_server(folder: Path, llm_port: int, budget: float, llm_url: str | None = None) -> Iterator[str]:
     """
-    `gatehouse serve` over the data directory with ask, `ask_hanging`, retrieve and index, on a free loopback port.
+    `gatehouse serve` over the data directory with ask, `ask_hanging`, retrieve and index (and `ask_llm` answering
+    from `llm_url`), on a free loopback port.
 
     :returns: (yields) Its base URL.
     :raises RuntimeError: When it exits before it serves (its log says why: e.g. the data directory is in use).
     """
     manifest = folder / "hayhooks.yml"
+    pipelines = {"ask": {"pipeline": str(uncached_ask_pipeline(folder)), "kind": "ask"},
+                 "ask_hanging": {"pipeline": str(hanging_ask_pipeline(folder, llm_port)), "kind": "ask"},
+                 "retrieve": {"pipeline": str(pipeline_path("retrieve")), "kind": "retrieve"},
+                 "index": {"pipeline": str(pipeline_path("index")), "kind": "index"}}
+    if llm_url:
+        pipelines["ask_llm"] = {"pipeline": str(llm_ask_pipeline(folder, llm_url)), "kind": "ask"}
     manifest.write_text(yaml.safe_dump({
-        "pipelines": {"ask": {"pipeline": str(pipeline_path("ask")), "kind": "ask"},
-                      "ask_hanging": {"pipeline": str(hanging_ask_pipeline(folder, llm_port)), "kind": "ask"},
-                      "retrieve": {"pipeline": str(pipeline_path("retrieve")), "kind": "retrieve"},
-                      "index": {"pipeline": str(pipeline_path("index")), "kind": "index"}},
+        "pipelines": pipelines,
         "mcp": False,
         "limits": {"request_timeout_s": budget, "max_body_bytes": 100_000_000},
     }), encoding="utf-8")
@@ -264,7 +344,7 @@ def own_server(folder: Path, llm_port: int, budget: float) -> Iterator[str]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        while len(_deployed(url)) < 4:
+        while len(_deployed(url)) < len(pipelines):
             if process.poll() is not None:
                 raise RuntimeError(f"the benchmark's server exited; its log ({log}):\n{log.read_text()[-2000:]}")
             time.sleep(0.5)
@@ -291,6 +371,9 @@ def run(url: str, args: argparse.Namespace, listener: socket.socket | None) -> N
     the benchmark's own server (`listener`: its hanging LLM endpoint).
     """
     headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
+    if args.stream:
+        _print(stream_report(url, args.key, args.streams, llm=bool(args.llm_url)))
+        return
     with httpx.Client(base_url=url, headers=headers, timeout=HANGING_LLM_TIMEOUT_S,
                       limits=httpx.Limits(max_connections=max(args.concurrency, 1) + 2)) as client:
         for index in range(len(QUESTIONS)):  # warm-up, not counted
@@ -332,6 +415,10 @@ def main() -> None:
     parser.add_argument("--upload-mb", type=float, default=0.0,
                         help="also measure retrieval during an upload of this many MB (own server only)")
     parser.add_argument("--key", help="bearer key, when the server has keys")
+    parser.add_argument("--stream", action="store_true", help="measure only the streamed chats (see --llm-url)")
+    parser.add_argument("--llm-url", help="an OpenAI-compatible LLM server (e.g. http://127.0.0.1:8080/v1): the own "
+                                          "server deploys ask_llm answering from it; with --url, the server must "
+                                          "deploy ask_llm itself")
     args = parser.parse_args()
     if args.url:
         run(args.url, args, None)
@@ -340,7 +427,7 @@ def main() -> None:
     with (tempfile.TemporaryDirectory(prefix="gatehouse-bench-") as folder,
           socket.create_server(("127.0.0.1", 0), backlog=16) as listener):
         listener.settimeout(args.budget)
-        with own_server(Path(folder), listener.getsockname()[1], args.budget) as url:
+        with own_server(Path(folder), listener.getsockname()[1], args.budget, args.llm_url) as url:
             run(url, args, listener)
 
 

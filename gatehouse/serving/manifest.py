@@ -21,6 +21,7 @@ from gatehouse.settings import project_path
 
 KINDS = ("ask", "retrieve", "index")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "text")
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
 
 
@@ -47,6 +48,14 @@ class KeySpec:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """The `logging` section: the log line format and whether questions are logged (redacted) for debugging."""
+
+    format: str = "json"
+    log_queries: bool = False
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The parsed `hayhooks.yml`."""
 
@@ -54,6 +63,7 @@ class Manifest:
     host: str = "127.0.0.1"
     port: int = 1416
     log_level: str = "info"
+    logging: LogSettings = field(default_factory=LogSettings)
     pipelines: dict[str, DeployedPipeline] = field(default_factory=dict)
     allowed_modules: tuple[str, ...] = ()  # besides Gatehouse's own (gatehouse.pipelines.ALLOWED_MODULES)
     keys: tuple[KeySpec, ...] = ()
@@ -63,6 +73,10 @@ class Manifest:
     max_body_bytes: int = 10 * 1024 * 1024
     max_query_chars: int = 4000
     request_timeout_s: float = 300.0  # an ask's whole time budget, LLM calls and retries included
+    ingest_workers: int = 1  # upload jobs indexing at once
+    max_queued_jobs: int = 10  # upload jobs waiting for a worker; one more is refused with 429
+    ingest_job_history: int = 1000  # finished upload jobs kept in memory (and reported); older ones are forgotten
+    openwebui_sources: bool = False  # streamed chat: Open WebUI `source` events, markers written `[n]`
 
 
 def default_manifest_path() -> Path:
@@ -104,6 +118,21 @@ def _keys(raw: Any, path: Path) -> tuple[KeySpec, ...]:
     return tuple(keys)
 
 
+def _flag(raw: dict[str, Any], key: str, path: Path) -> bool:
+    value = raw.get(key, False)
+    _require(isinstance(value, bool), path, f"`{key}` must be true or false, not {value!r}.")
+    return value
+
+
+def _log_settings(raw: Any, path: Path) -> LogSettings:
+    _require(isinstance(raw, dict), path, "`logging` must be a mapping {format, log_queries}.")
+    log_format = str(raw.get("format", "json")).lower()
+    _require(log_format in LOG_FORMATS, path, f"logging.format {log_format!r}; use one of {', '.join(LOG_FORMATS)}.")
+    log_queries = raw.get("log_queries", False)
+    _require(isinstance(log_queries, bool), path, f"logging.log_queries must be true or false, not {log_queries!r}.")
+    return LogSettings(format=log_format, log_queries=log_queries)
+
+
 def load_manifest(path: str | Path | None = None) -> Manifest:
     """
     Read and validate a serving manifest.
@@ -131,6 +160,7 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         host=str(raw.get("host", "127.0.0.1")),
         port=int(raw.get("port", 1416)),
         log_level=log_level,
+        logging=_log_settings(raw.get("logging") or {}, path),
         pipelines=_pipelines(raw.get("pipelines"), path),
         allowed_modules=tuple(modules),
         keys=_keys(auth.get("keys") or [], path),
@@ -140,7 +170,14 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),
         max_query_chars=int(limits.get("max_query_chars", 4000)),
         request_timeout_s=float(limits.get("request_timeout_s", 300.0)),
+        ingest_workers=int(limits.get("ingest_workers", 1)),
+        max_queued_jobs=int(limits.get("max_queued_jobs", 10)),
+        ingest_job_history=int(limits.get("ingest_job_history", 1000)),
+        openwebui_sources=_flag(raw, "openwebui_sources", path),
     )
     _require(manifest.max_body_bytes > 0 and manifest.max_query_chars > 0 and manifest.request_timeout_s > 0, path,
              "limits must be positive.")
+    _require(manifest.ingest_workers >= 1 and manifest.ingest_job_history >= 1 and manifest.max_queued_jobs >= 0,
+             path, "limits.ingest_workers and limits.ingest_job_history must be at least 1, limits.max_queued_jobs "
+                   "at least 0.")
     return manifest

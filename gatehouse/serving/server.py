@@ -4,8 +4,8 @@
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
 and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `GuardMiddleware` (auth, tenants, body limit)
 in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing), adds the
-knowledge-base routes (`/kbs`) over the index pipeline's stores, mounts MCP at `/mcp` when enabled and runs it
-with uvicorn.
+knowledge-base routes (`/kbs`) over the index pipeline's stores and the ingest-job routes (`/index/jobs`), mounts
+MCP at `/mcp` when enabled and runs it with uvicorn.
 
 Usage:
 ```python
@@ -90,12 +90,15 @@ def check_bind(manifest: Manifest, host: str, *, allow_remote_without_keys: bool
 
 
 def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: int) -> None:
-    from hayhooks.settings import settings
+    from hayhooks.settings import StartupDeployStrategy, settings
 
     settings.pipelines_dir = str(deploy_dir)
     settings.host = host
     settings.port = port
     settings.show_tracebacks = False
+    # Hayhooks' parallel start-up deploy loads the wrapper modules in threads and intermittently fails
+    # ("dictionary changed size during iteration" in its module loader); three pipelines deploy in seconds one by one.
+    settings.startup_deploy_strategy = StartupDeployStrategy.SEQUENTIAL
     settings.cors_allow_origins = list(manifest.cors_allow_origins)
     settings.cors_allow_methods = ["GET", "POST", "DELETE", "OPTIONS"]
     settings.cors_allow_headers = ["Authorization", "Content-Type"]
@@ -205,26 +208,41 @@ def _restrict_hayhooks_routes(app: Any) -> None:
 def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, port: int | None = None) -> Any:
     """
     Hayhooks' FastAPI app over `deploy_dir`, guarded by `GuardMiddleware`, with its generic routes trimmed
-    (`_restrict_hayhooks_routes`), the `/kbs` routes when the manifest deploys an index pipeline and MCP when it
-    enables it.
+    (`_restrict_hayhooks_routes`), the `/kbs` and `/{name}/jobs` routes when the manifest deploys an index pipeline
+    and MCP when it enables it.
 
     The pipelines deploy when the app starts (its lifespan), as with `hayhooks run`; the start fails if one does not.
     """
     from hayhooks import create_app
 
+    from gatehouse.serving.jobs import ingest_job_routes
     from gatehouse.serving.knowledge_bases import knowledge_base_routes
+    from gatehouse.serving.observability import (
+        ObservabilityError,
+        ObservabilityMiddleware,
+        configure_tracing,
+        metrics_router,
+    )
 
     keyring = KeyRing.from_manifest(manifest)
     _configure_hayhooks(manifest, deploy_dir, host or manifest.host, port or manifest.port)
+    try:
+        configure_tracing()  # before Hayhooks' own set-up, which keeps a tracer that is already enabled
+    except ObservabilityError as error:
+        raise ServeError(str(error)) from error
     app = create_app()
     _restrict_hayhooks_routes(app)
     _require_deployed(app, manifest)
     index_pipeline = next((name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"), None)
     if index_pipeline is not None:
         app.include_router(knowledge_base_routes(keyring=keyring, index_pipeline=index_pipeline))
+    index_pipelines = [name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"]
+    ingest_job_routes(app, keyring=keyring, index_pipelines=index_pipelines)
     if manifest.mcp:
         _mount_mcp(app)
+    app.include_router(metrics_router())
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes)
+    app.add_middleware(ObservabilityMiddleware)  # outermost: request ids and metrics for refused requests too
     return app
 
 
@@ -238,8 +256,12 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
     """Check the bind address, write the deployments and run the server until interrupted."""
     import uvicorn
 
+    from gatehouse.serving.observability import configure_logging
+
     host = host or manifest.host
     port = port or manifest.port
     check_bind(manifest, host, allow_remote_without_keys=allow_remote_without_keys)
+    configure_logging(log_format=manifest.logging.format, level=manifest.log_level)
     app = build_app(manifest, prepare_deployments(manifest), host=host, port=port)
-    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level)
+    # uvicorn's own records go to that handler unformatted by it; ObservabilityMiddleware writes the access records
+    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level, log_config=None, access_log=False)

@@ -5,9 +5,11 @@ Hayhooks can neither chat with nor stream a YAML pipeline, and answers a YAML pi
 per-component outputs. These wrappers give each kind of pipeline a typed request and response:
 
 - ask: `POST /{name}/run` returns the Gatehouse response contract; `/v1/chat/completions` (model `{name}`)
-  answers OpenAI clients, streaming or not, with a final chunk that carries the structured citations.
+  answers OpenAI clients, streaming or not, with a final chunk that carries the structured citations; an LLM answer
+  streams sentence by sentence, each sent once verified (see `streaming.py`).
 - retrieve: `POST /{name}/run` returns the hybrid search's documents with scores and metadata.
-- index: `POST /{name}/run` takes a multipart upload of files into a knowledge base.
+- index: `POST /{name}/run` takes a multipart upload of files into a knowledge base and queues it as an ingest
+  job (202; `wait=true` answers with the report when it is done).
 
 One generic `pipeline_wrapper.py` (in this package) picks the class from the `gatehouse.yml` deployed beside
 it, which `gatehouse serve` writes from `hayhooks.yml`.
@@ -36,6 +38,7 @@ from typing import Any, Literal
 
 import yaml
 from fastapi import HTTPException, UploadFile
+from fastapi.responses import JSONResponse
 from fastapi_openai_compat import ChatCompletion
 from fastapi_openai_compat.chat_completions.models import Choice, Message
 from hayhooks import BasePipelineWrapper
@@ -47,16 +50,19 @@ from typing_extensions import TypedDict
 
 from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
 from gatehouse.components.builders.response_builder import ResponseBuilder
+from gatehouse.components.generators.openai_compatible_generator import REQUEST_DEADLINE
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
+from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
 from gatehouse.serving.manifest import Manifest, load_manifest
+from gatehouse.serving.observability import record_ask
+from gatehouse.serving.streaming import answer_checks, stream_answer
 
 NAME_PATTERN = re.compile(KB_NAME_PATTERN)
-STREAM_PIECE = re.compile(r"\S+\s*|\s+")
 # Ask pipelines run at most this many at a time, each in a thread of its own (see `_in_background`).
 ASK_SLOTS = threading.BoundedSemaphore(32)
 OUT_OF_TIME_ANSWER = "I could not finish an answer in time. Please try again in a moment."
@@ -118,25 +124,6 @@ class RetrieveResponse(TypedDict):
     documents: list[RetrievedDocument]
     tenant: str
     kbs: list[str] | None
-
-
-class FileResult(TypedDict):
-    """What happened to one uploaded file."""
-
-    file: str
-    reason: str | None
-
-
-class IndexResponse(TypedDict):
-    """Counts of an upload, with a reason for each failed file."""
-
-    kb: str
-    tenant: str
-    written: int
-    skipped: int
-    failed: int
-    chunks_written: int
-    files: dict[str, list[FileResult]]
 
 
 def denied(error: AccessDenied) -> HTTPException:
@@ -214,13 +201,19 @@ class AskWrapper(GatehouseWrapper):
         check_name(kb, field="kb", kind="knowledge base")
         started = time.perf_counter()
         budget = self.manifest.request_timeout_s
-        run = _in_background(lambda: run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode, context=context,
-                                             history=history or []))
+        # the LLM calls of the run see the deadline (their timeouts and retries fit in what is left of the budget)
+        deadline = REQUEST_DEADLINE.set(time.monotonic() + budget)
+        try:
+            run = _in_background(lambda: run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode,
+                                                 context=context, history=history or []))
+        finally:
+            REQUEST_DEADLINE.reset(deadline)
         try:
             response = run.result(timeout=budget)
         except TimeoutError:
             run.cancel()
-            return _out_of_time(budget, started, kb=kb, tenant=tenant, mode=mode)
+            response = _out_of_time(budget, started, kb=kb, tenant=tenant, mode=mode)
+        record_ask(response, query=query, log_queries=self.manifest.logging.log_queries, pipeline=self.pipeline)
         if response["status"] == "error":
             llm_failed = "generate_llm_failed" in response["path"]
             raise HTTPException(status_code=502 if llm_failed else 422, detail=response["error_message"])
@@ -256,21 +249,29 @@ class AskWrapper(GatehouseWrapper):
         OpenAI-compatible chat: the last user message is the question, earlier turns are its history.
 
         Message contents are strings or lists of text parts. Optional extra body fields: `tenant`, `kb`. With
-        `stream: true` the verified answer is streamed in pieces and a final chunk carries `citations` and
-        `gatehouse` (status, metadata, validation, path).
+        `stream: true` an LLM answer is streamed sentence by sentence, each sentence once the citation verifier and
+        the output guardrails passed it (an answer made at once, in pieces when it is complete), and a final chunk
+        carries `citations` and `gatehouse` (status, metadata, validation, path, stream); with the manifest's
+        `openwebui_sources`, Open WebUI `source` events announce the cited passages and markers read `[n]`.
         """
         turns = [{"role": m.get("role"), "content": _text_of(m.get("content"), f"messages[{index}]")}
                  for index, m in enumerate(messages)]
         turns = [t for t in turns if t["role"] in {"user", "assistant"} and t["content"]]
         if not turns or turns[-1]["role"] != "user":
             raise HTTPException(status_code=422, detail="messages must end with a non-empty user message")
-        response = self._ask(self._query(turns[-1]["content"], "the last user message"), kb=body.get("kb"),
-                             tenant=self._tenant(body.get("tenant"), headers), mode=None, context=None,
-                             history=turns[:-1])
+        query = self._query(turns[-1]["content"], "the last user message")
+        tenant = self._tenant(body.get("tenant"), headers)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        extras = {"citations": response["citations"], "gatehouse": _gatehouse_extras(response)}
+
+        def ask() -> dict[str, Any]:
+            return self._ask(query, kb=body.get("kb"), tenant=tenant, mode=None, context=None, history=turns[:-1])
+
         if body.get("stream"):
-            return _stream(completion_id, model, response, extras)
+            verifier, guard = answer_checks(self.pipeline)
+            return stream_answer(ask, verifier=verifier, guard=guard, completion_id=completion_id, model=model,
+                                 openwebui=self.manifest.openwebui_sources)
+        response = ask()
+        extras = {"citations": response["citations"], "gatehouse": _gatehouse_extras(response)}
         return ChatCompletion(
             id=completion_id, object="chat.completion", created=int(time.time()), model=model,
             choices=[Choice(index=0, message=Message(role="assistant", content=response["answer"]),
@@ -340,23 +341,6 @@ def _gatehouse_extras(response: dict[str, Any]) -> dict[str, Any]:
     return {key: response[key] for key in ("status", "error_message", "metadata", "validation", "path")}
 
 
-def _stream(completion_id: str, model: str, response: dict[str, Any],
-            extras: dict[str, Any]) -> Generator[ChatCompletion, None, None]:
-    """The verified answer in word-sized chunks, then a final chunk with the citations and status."""
-    created = int(time.time())
-
-    def chunk(content: str | None, finish_reason: str | None = None, **extra: Any) -> ChatCompletion:
-        return ChatCompletion(
-            id=completion_id, object="chat.completion.chunk", created=created, model=model,
-            choices=[Choice(index=0, delta=Message(role="assistant", content=content), finish_reason=finish_reason)],
-            **extra,
-        )
-
-    for piece in STREAM_PIECE.findall(response["answer"]):
-        yield chunk(piece)
-    yield chunk("", finish_reason="stop", **extras)
-
-
 class RetrieveWrapper(GatehouseWrapper):
     """Serves `retrieve.yml`: hybrid search only, as REST and as an MCP tool."""
 
@@ -397,9 +381,21 @@ class RetrieveWrapper(GatehouseWrapper):
 
 
 class IndexWrapper(GatehouseWrapper):
-    """Serves `index.yml`: multipart uploads (txt, md, html, pdf) into one knowledge base of one tenant."""
+    """
+    Serves `index.yml`: multipart uploads (txt, md, html, pdf) into one knowledge base of one tenant, checked at once
+    and indexed as background jobs (`gatehouse.serving.jobs`), reported at `GET /{name}/jobs/{job_id}`.
+    """
 
     skip_mcp = True
+
+    def setup(self) -> None:
+        """Load the pipeline and start the ingest workers (`limits.ingest_workers`, `limits.max_queued_jobs`)."""
+        super().setup()
+        name = next((name for name, deployed in self.manifest.pipelines.items()
+                     if deployed.kind == "index" and deployed.pipeline == self.pipeline_file), self.pipeline_file.stem)
+        self.jobs = IngestJobs(pipeline=self.pipeline, workers=self.manifest.ingest_workers,
+                               max_queued=self.manifest.max_queued_jobs, history=self.manifest.ingest_job_history,
+                               status_path=f"/{name}/jobs")
 
     def run_api(
         self,
@@ -407,18 +403,23 @@ class IndexWrapper(GatehouseWrapper):
         kb: str,
         tenant: str | None = None,
         force: bool = False,
+        wait: bool = False,
         headers: Headers | None = None,
-    ) -> IndexResponse:
+    ) -> IndexResponse:  # the 200 answer (`wait=true`); Hayhooks derives the OpenAPI model from this annotation
         """
-        Upload files into a knowledge base. A bad file fails alone with a reason; the good ones are stored.
+        Upload files into a knowledge base; they are indexed by a background job (202 with its `status_url`).
+
+        A bad file fails alone with a reason; the good ones are stored.
 
         :param files: The files (txt, md, html, pdf), as multipart form fields named `files`.
         :param kb: The knowledge base to index into (lower-case letters, digits, '-', '_').
         :param tenant: The owning tenant (only one the API key holds); default the key's first tenant.
         :param force: Re-index files whose content did not change.
-        :returns: Counts of written, skipped and failed files, with a reason per failed file.
+        :param wait: Answer when the job has finished, with its report (200), instead of at once (202).
+        :returns: With `wait=true`, counts of written, skipped and failed files, with a reason per failed file.
         :raises HTTPException: 422 for a bad `kb`, no files or two files of the same name (nothing is stored), 415
-            when no file has a supported type.
+            when no file has a supported type, 429 (with Retry-After) when the ingest queue is full, 500 when a
+            waited-for job fails.
         """
         check_name(kb or "", field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
@@ -437,26 +438,17 @@ class IndexWrapper(GatehouseWrapper):
             names = ", ".join(s.meta["file_name"] or "(unnamed)" for s in streams)
             raise HTTPException(status_code=415, detail=f"unsupported file type: {names}; accepted: "
                                                         f"{', '.join(sorted(supported))}")
-        report = self.pipeline.run({"planner": {"sources": streams, "kb": kb, "tenant": tenant_name,
-                                                "force": force}})["writer"]["report"]
-        return {
-            "kb": kb,
-            "tenant": tenant_name,
-            "written": len(report.get("written", [])),
-            "skipped": len(report.get("skipped", [])),
-            "failed": len(report.get("failed", [])),
-            "chunks_written": report["totals"]["chunks_written"],
-            "files": {
-                "written": [{"file": _source_of(item), "reason": None} for item in report.get("written", [])],
-                "skipped": [{"file": _source_of(item), "reason": "unchanged"} for item in report.get("skipped", [])],
-                "failed": [{"file": _source_of(item), "reason": item.get("reason")}
-                           for item in report.get("failed", [])],
-            },
-        }
-
-
-def _source_of(item: dict[str, Any]) -> str:
-    return str(item.get("source") or item.get("doc_id", "").rsplit("/", 1)[-1])
+        try:
+            accepted = self.jobs.submit(kb=kb, tenant=tenant_name, force=force, files=streams)
+        except QueueFull as error:
+            raise HTTPException(status_code=429, detail=str(error),
+                                headers={"Retry-After": str(error.retry_after)}) from error
+        if not wait:
+            return JSONResponse(status_code=202, content=accepted, headers={"Location": accepted["status_url"]})
+        job = self.jobs.wait(accepted["job_id"])
+        if job["status"] == "failed":
+            raise HTTPException(status_code=500, detail=f"ingest job {job['job_id']} failed: {job['error']}")
+        return job["result"]
 
 
 WRAPPERS: dict[str, type[GatehouseWrapper]] = {"ask": AskWrapper, "retrieve": RetrieveWrapper, "index": IndexWrapper}
