@@ -30,6 +30,9 @@ class State(TypedDict, total=False):
     started: float  # time.perf_counter() when the request was taken in (the response's total latency)
     # The condenser (QueryRewriter task condense).
     condensed_query: str  # the standalone question made of a follow-up
+    # The answer cache (SemanticCache before the intent gate, SemanticCacheStore after the output guardrails).
+    cache: dict[str, Any]  # status: hit | miss | skipped (with a reason); a hit adds age_s, match (exact |
+    # semantic) and similarity, and restores the stored answer's keys; cache_store adds stored (True | False)
     # The intent gate.
     intent: str  # one of the gate's intents
     intent_tier: str | None  # which tier chose the intent (keywords, patterns, embedding, llm, default, empty)
@@ -39,6 +42,10 @@ class State(TypedDict, total=False):
     route_similarity: dict[str, float]  # the embedding tier's similarity per route, when it decided
     # The context selector: caller context as documents (hybrid mode puts them before the retrieved ones).
     context_documents: list[Document]
+    # The planner (QueryPlanner, SubQueryRetrieval, PlanStep, PlanSynthesizer): a multi-part question's plan.
+    plan: dict[str, Any] | None  # strategy, question, current (the part being answered), wall_ms, slowest_ms and
+    # parts: index, query, label, status (planned | retrieved | missing | answered), score, kbs, replanned,
+    # replan_query, ms, documents; answered parts add answer, citations, passages; missing ones a reason
     # The KB router.
     kbs: list[str]  # the knowledge bases to search
     threshold: float  # their quality threshold (the strictest of them)

@@ -48,6 +48,7 @@ from gatehouse.components.routers.kb_router import KB_KEYS, KB_NAME
 from gatehouse.settings import bundled_dir
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.components.text import DEFAULT_STOPWORDS
+from gatehouse.eval.metrics import aspect_words, fact_text
 from gatehouse.ingest import files_under
 
 #: The intents a gold label may name: those of Gatehouse's intent gate.
@@ -127,6 +128,28 @@ class CorpusDocument:
 
 
 @dataclass
+class GoldPart:
+    """
+    One part of a multi-part question: what it asks about and, when a document answers it, the answer.
+
+    `gold_facts` are short strings (figures, names) that an answer of this part must contain; an unanswerable part
+    has neither answer, facts nor sources: the right behaviour is to report it missing.
+
+    ```python
+    GoldPart(aspect="Team plan price", gold_answer="$49 per member per month.", gold_facts=["$49"],
+             gold_sources=["product/pricing-plans.md"], gold_kb="product")
+    ```
+    """
+
+    aspect: str
+    gold_answer: str | None = None
+    gold_facts: list[str] = field(default_factory=list)
+    gold_sources: list[str] = field(default_factory=list)
+    gold_kb: str | None = None
+    answerable: bool = True
+
+
+@dataclass
 class EvalCase:
     """One question with its gold labels (see `eval/README.md` for what each field means)."""
 
@@ -142,6 +165,7 @@ class EvalCase:
     answerable: bool = True
     tenant: str = PUBLIC_TENANT
     tags: list[str] = field(default_factory=list)
+    gold_parts: list[GoldPart] = field(default_factory=list)
 
 
 @dataclass
@@ -355,7 +379,8 @@ def write_corpus(corpus: list[CorpusDocument], root: str | Path) -> list[Path]:
 
 _SET_KEYS = {"name", "description", "kb_root", "cases", "corpus", "knowledge_bases"}
 _CASE_KEYS = {"id", "question", "history", "gold_answer", "gold_sources", "gold_contexts", "gold_kb", "gold_intent",
-              "gold_route", "answerable", "tenant", "tags"}
+              "gold_route", "answerable", "tenant", "tags", "gold_parts"}
+_PART_KEYS = {"aspect", "gold_answer", "gold_facts", "gold_sources", "gold_kb", "answerable"}
 _CORPUS_KEYS = {"id", "kb", "text", "path", "title", "tenant", "url"}
 
 
@@ -427,7 +452,86 @@ def _source_path(kb_root: Path, tenant: str, source_key: str) -> Path:
     return base / kb / source
 
 
-def _golden_case(raw: Any, number: int, path: Path, kb_root: Path | None, corpus_keys: set[str] | None) -> EvalCase:
+def _source_list(value: Any, where: _Where, name: str) -> list[str]:
+    sources = _string_list(value, where, name)
+    for source in sources:
+        kb, _, file_name = source.partition("/")
+        if not KB_NAME.match(kb) or not file_name:
+            raise where.error(name, f"{source!r} is not of the form '<kb>/<source>'.")
+    return sources
+
+
+def _source_text(source: str, where: _Where, name: str, tenant: str, kb_root: Path | None,
+                 corpus: dict[str, str] | None) -> str | None:
+    """The text of a gold source, after checking it exists; None when the set gives neither kb_root nor corpus."""
+    if corpus is not None:
+        if source not in corpus:
+            raise where.error(name, f"{source!r} is not a document of the set's corpus.")
+        return corpus[source]
+    if kb_root is None:
+        return None
+    file = _source_path(kb_root, tenant, source)
+    if not file.is_file():
+        raise where.error(name, f"{source!r} does not exist at {file}.")
+    return file.read_text(encoding="utf-8")
+
+
+def _gold_parts(value: Any, where: _Where, tenant: str, kb_root: Path | None,
+                corpus: dict[str, str] | None) -> list[GoldPart]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) < 2:
+        raise where.error("gold_parts", f"must be a list of at least two parts, got {value!r}.")
+    parts: list[GoldPart] = []
+    for number, raw in enumerate(value, start=1):
+        name = f"gold_parts[{number}]"
+        if not isinstance(raw, dict):
+            raise where.error(name, f"must be a mapping, got {type(raw).__name__}.")
+        unknown = sorted(set(raw) - _PART_KEYS)
+        if unknown:
+            raise where.error(f"{name}.{unknown[0]}", f"unknown key; allowed: {', '.join(sorted(_PART_KEYS))}.")
+        aspect = _string(raw.get("aspect"), where, f"{name}.aspect")
+        if not aspect_words(aspect):
+            raise where.error(f"{name}.aspect", f"{aspect!r} has no content word to recognise a reported part by.")
+        if aspect.lower() in {part.aspect.lower() for part in parts}:
+            raise where.error(f"{name}.aspect", f"{aspect!r} is the aspect of an earlier part.")
+        answerable = raw.get("answerable", True)
+        if not isinstance(answerable, bool):
+            raise where.error(f"{name}.answerable", f"must be true or false, got {answerable!r}.")
+        part = GoldPart(
+            aspect=aspect,
+            gold_answer=_string(raw.get("gold_answer"), where, f"{name}.gold_answer", optional=True),
+            gold_facts=_string_list(raw.get("gold_facts"), where, f"{name}.gold_facts"),
+            gold_sources=_source_list(raw.get("gold_sources"), where, f"{name}.gold_sources"),
+            gold_kb=None if raw.get("gold_kb") is None else _kb_name(raw["gold_kb"], where, f"{name}.gold_kb"),
+            answerable=answerable,
+        )
+        for key in ("gold_answer", "gold_facts", "gold_sources"):
+            if part.answerable and not getattr(part, key):
+                raise where.error(f"{name}.{key}", "is required for an answerable part.")
+            if not part.answerable and getattr(part, key):
+                raise where.error(f"{name}.{key}", "must be empty for an unanswerable part (no document answers it).")
+        kbs = {source.split("/", 1)[0] for source in part.gold_sources}
+        if part.gold_kb is None and len(kbs) == 1:
+            part.gold_kb = next(iter(kbs))
+        if part.gold_kb is not None and kbs and part.gold_kb not in kbs:
+            raise where.error(f"{name}.gold_kb", f"{part.gold_kb!r} is not the knowledge base of any gold source.")
+        texts = [_source_text(source, where, f"{name}.gold_sources", tenant, kb_root, corpus)
+                 for source in part.gold_sources]
+        if texts and all(text is not None for text in texts):
+            searched = [fact_text(text) for text in texts]
+            for fact in part.gold_facts:
+                if not any(fact_text(fact) in text for text in searched):
+                    raise where.error(f"{name}.gold_facts",
+                                      f"{fact!r} does not occur in {', '.join(part.gold_sources)}.")
+        parts.append(part)
+    if not any(part.answerable for part in parts):
+        raise where.error("gold_parts", "needs an answerable part (when no part is answered, the case is "
+                                        "unanswerable: drop gold_parts and set answerable: false).")
+    return parts
+
+
+def _golden_case(raw: Any, number: int, path: Path, kb_root: Path | None, corpus: dict[str, str] | None) -> EvalCase:
     label = f"case #{number}"
     if isinstance(raw, dict) and isinstance(raw.get("id"), str):
         label = f"case '{raw['id']}' (#{number})"
@@ -444,25 +548,41 @@ def _golden_case(raw: Any, number: int, path: Path, kb_root: Path | None, corpus
     tenant = raw.get("tenant", PUBLIC_TENANT)
     if not isinstance(tenant, str) or not KB_NAME.match(tenant):
         raise where.error("tenant", f"must be a tenant name (letters, digits, '_', '-', '.'), got {tenant!r}.")
-    sources = _string_list(raw.get("gold_sources"), where, "gold_sources")
-    for source in sources:
-        kb, _, name = source.partition("/")
-        if not KB_NAME.match(kb) or not name:
-            raise where.error("gold_sources", f"{source!r} is not of the form '<kb>/<source>'.")
+    sources = _source_list(raw.get("gold_sources"), where, "gold_sources")
+    gold_answer = _string(raw.get("gold_answer"), where, "gold_answer", optional=True)
+    gold_kb = None if raw.get("gold_kb") is None else _kb_name(raw.get("gold_kb"), where, "gold_kb")
+    parts = _gold_parts(raw.get("gold_parts"), where, tenant, kb_root, corpus)
+    if parts:
+        union = list(dict.fromkeys(source for part in parts for source in part.gold_sources))
+        if sources and set(sources) != set(union):
+            raise where.error("gold_sources", f"must be the union of the parts' gold sources {union} (or omitted).")
+        sources = sources or union
+        gold_answer = gold_answer or " ".join(part.gold_answer for part in parts if part.gold_answer)
+        part_kbs = {part.gold_kb for part in parts}
+        if gold_kb is not None and part_kbs - {gold_kb, None}:
+            raise where.error("gold_kb", f"{gold_kb!r} is not the knowledge base of every part "
+                                         f"({', '.join(sorted(kb for kb in part_kbs if kb))}): omit it.")
+        if gold_kb is None and len(part_kbs) == 1 and None not in part_kbs:
+            gold_kb = next(iter(part_kbs))
     case = EvalCase(
         id=case_id,
         question=_string(raw.get("question"), where, "question"),
         history=_history(raw.get("history"), where),
-        gold_answer=_string(raw.get("gold_answer"), where, "gold_answer", optional=True),
+        gold_answer=gold_answer,
         gold_sources=sources,
         gold_contexts=_string_list(raw.get("gold_contexts"), where, "gold_contexts"),
-        gold_kb=None if raw.get("gold_kb") is None else _kb_name(raw.get("gold_kb"), where, "gold_kb"),
+        gold_kb=gold_kb,
         gold_intent=_choice(raw.get("gold_intent"), where, "gold_intent", INTENTS),
         gold_route=_choice(raw.get("gold_route"), where, "gold_route", ROUTES),
         answerable=answerable,
         tenant=tenant,
         tags=_string_list(raw.get("tags"), where, "tags"),
+        gold_parts=parts,
     )
+    if case.gold_parts and case.gold_route in ("direct", "refuse"):
+        raise where.error("gold_parts", f"must be empty when gold_route is {case.gold_route} (nothing is retrieved).")
+    if case.gold_parts and not case.answerable:
+        raise where.error("answerable", "must be true with gold_parts (the answerable parts are to be answered).")
     if case.gold_route in ("direct", "refuse") and (case.gold_sources or case.gold_kb):
         field_name = "gold_sources" if case.gold_sources else "gold_kb"
         raise where.error(field_name, f"must be empty when gold_route is {case.gold_route} (nothing is retrieved).")
@@ -475,12 +595,7 @@ def _golden_case(raw: Any, number: int, path: Path, kb_root: Path | None, corpus
     if case.gold_kb and case.gold_sources and case.gold_kb not in {s.split("/", 1)[0] for s in case.gold_sources}:
         raise where.error("gold_kb", f"{case.gold_kb!r} is not the knowledge base of any gold source.")
     for source in case.gold_sources:
-        if corpus_keys is not None and source not in corpus_keys:
-            raise where.error("gold_sources", f"{source!r} is not a document of the set's corpus.")
-        if kb_root is not None and corpus_keys is None and not _source_path(kb_root, tenant, source).is_file():
-            raise where.error(
-                "gold_sources", f"{source!r} does not exist at {_source_path(kb_root, tenant, source)}."
-            )
+        _source_text(source, where, "gold_sources", tenant, kb_root, corpus)
     return case
 
 
@@ -573,14 +688,14 @@ def load_golden(path: str | Path, *, limit: int | None = None) -> EvalSet:
         if not kb_root.is_dir():
             raise where.error("kb_root", f"folder {kb_root} does not exist.")
     corpus = _golden_corpus(data.get("corpus"), path)
-    corpus_keys = {doc.source_key for doc in corpus} if corpus else None
+    corpus_texts = {doc.source_key: doc.text for doc in corpus} if corpus else None
     raw_cases = data.get("cases")
     if not isinstance(raw_cases, list) or not raw_cases:
         raise where.error("cases", "must be a non-empty list of cases.")
     cases: list[EvalCase] = []
     seen: set[str] = set()
     for number, raw in enumerate(raw_cases, start=1):
-        case = _golden_case(raw, number, path, kb_root, corpus_keys)
+        case = _golden_case(raw, number, path, kb_root, corpus_texts)
         if case.id in seen:
             raise _Where(path, f"case '{case.id}' (#{number})").error("id", "is used by an earlier case.")
         seen.add(case.id)

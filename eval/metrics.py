@@ -23,7 +23,8 @@ Three kinds of numbers come out of it:
 - **Gatehouse's own metrics** per set: intent and routing accuracy with confusion matrices, abstention precision
   and recall, the retries histogram, the share of answers with invented citations (must be 0), the share of
   claim sentences supported by their citation, guardrail action counts, status counts and latency P50/P95 per
-  stage.
+  stage; over the multi-part cases (`gold.parts`), how many parts were answered or reported missing
+  (`multi_part`).
 - **Aggregates** (`aggregate`): per set and metric `{mean, sd, n, nan, not_applicable, values}` where `n` counts
   the values the mean is taken over, `nan` the failed ones and `not_applicable` the cases the metric does not
   apply to. A NaN is never averaged in as zero and never silently dropped. Judge metrics (one value per repeat)
@@ -47,7 +48,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gatehouse.components.text import find_markers, normalize_space, split_units, strip_markers
+from gatehouse.components.text import content_words, find_markers, normalize_space, split_units, strip_markers
 from gatehouse.stats import percentile
 
 RAGAS_METRICS = (
@@ -65,6 +66,9 @@ ABSTAIN_STATUSES = ("fallback", "refused")
 ANSWERED_STATUSES = ("success", "partial")
 NONE_LABEL = "(none)"
 LATENCY_PERCENTILES = (50, 95)
+#: Share of a missing part's aspect words an entry of `metadata.plan.missing` must contain to report that part.
+MISSING_ASPECT_OVERLAP = 0.5
+_DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d", "-"))
 
 
 def error_reason(error: BaseException, limit: int = 300) -> str:
@@ -105,6 +109,37 @@ def _ragas_metrics() -> dict[str, Any]:
 def clean_answer(answer: str | None) -> str:
     """The answer as compared with a gold answer: citation markers removed, whitespace collapsed."""
     return normalize_space(strip_markers(answer or ""))
+
+
+def fact_text(text: str | None) -> str:
+    """
+    A text as gold facts are looked up in it: lower-cased, unicode dashes as "-", backticks (markdown code) removed,
+    whitespace collapsed. A fact occurs in a text when `fact_text(fact) in fact_text(text)`.
+
+    ```python
+    fact_text("Costs $49 \u2013 billed `monthly`")   # 'costs $49 - billed monthly'
+    ```
+    """
+    return normalize_space((text or "").translate(_DASHES).replace("`", "").lower())
+
+
+def aspect_words(text: str | None) -> set[str]:
+    """
+    The content words of a part's aspect (or of a sub-query): lower-cased tokens without Gatehouse's stopwords,
+    plurals reduced to the singular by a simple suffix rule (`policies` -> `policy`, `hours` -> `hour`).
+
+    ```python
+    aspect_words("Enterprise support hours")   # {'enterprise', 'support', 'hour'}
+    ```
+    """
+    words = set()
+    for word in content_words(text or "", stemmed=False):
+        if len(word) > 4 and word.endswith("ies"):
+            word = word[:-3] + "y"
+        elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+            word = word[:-1]
+        words.add(word)
+    return words
 
 
 def _gold(record: dict[str, Any]) -> dict[str, Any]:
@@ -491,6 +526,83 @@ def supported_sentences(records: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def part_outcomes(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """
+    How each gold part of a multi-part case (`gold.parts`) fared.
+
+    An answerable part is handled (answered) when every one of its facts occurs in the answer (`fact_text`, citation
+    markers removed) and a citation of the response is a passage of one of its sources (`<kb>/<source>`). An
+    unanswerable part is handled (reported missing) when the status is not `success` and an entry of
+    `metadata.plan.missing` contains at least `MISSING_ASPECT_OVERLAP` of the part's `aspect_words`.
+
+    ```python
+    part_outcomes({"gold": {"parts": [{"aspect": "Team price", "facts": ["$49"], "sources": ["product/pricing.md"],
+                                       "answerable": True}]},
+                   "response": {"answer": "$49 a month. [S1]", "status": "success",
+                                "citations": [{"id": "S1", "kb": "product", "source": "pricing.md"}]}})
+    # [{'aspect': 'Team price', 'answerable': True, 'handled': True, 'reason': None}]
+    ```
+
+    :returns: One `{aspect, answerable, handled, reason}` per part; `reason` says why an unhandled part failed.
+    """
+    response = _response(record)
+    answer = fact_text(clean_answer(response.get("answer")))
+    cited = {f"{c.get('kb')}/{c.get('source')}" for c in response.get("citations") or []}
+    plan = _metadata(record).get("plan") or {}
+    reported = [aspect_words(str(entry)) for entry in plan.get("missing") or []]
+    outcomes = []
+    for part in _gold(record).get("parts") or []:
+        reasons = []
+        if part.get("answerable", True):
+            absent = [fact for fact in part.get("facts") or [] if fact_text(fact) not in answer]
+            if absent:
+                reasons.append("facts not in the answer: " + ", ".join(absent))
+            if not cited & set(part.get("sources") or []):
+                reasons.append("no citation of " + ", ".join(part.get("sources") or []))
+        else:
+            if response.get("status") == "success":
+                reasons.append("status success")
+            words = aspect_words(part.get("aspect"))
+            if not any(words and len(words & entry) / len(words) >= MISSING_ASPECT_OVERLAP for entry in reported):
+                reasons.append("not in metadata.plan.missing")
+        outcomes.append({"aspect": part.get("aspect"), "answerable": part.get("answerable", True),
+                         "handled": not reasons, "reason": "; ".join(reasons) or None})
+    return outcomes
+
+
+def multi_part(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """
+    The multi-part metrics over the cases with gold parts (`part_outcomes`); other cases are not applicable.
+
+    :returns: `parts_answered` (`summarize()` of 1/0 per answerable part), `parts_reported_missing` (per
+        unanswerable part), `parts_handled_cases` (per case: every part answered or reported missing),
+        `false_success_with_missing_part` (cases with an unanswerable part and status `success`), `cases` (cases
+        with parts) and `unhandled` (`{case id: ["<aspect>: <reason>", ...]}`).
+    """
+    answered, missing, handled = [], [], []
+    false_success, unhandled = 0, {}
+    for record in records:
+        outcomes = part_outcomes(record)
+        if not outcomes:
+            continue
+        answered += [1.0 if o["handled"] else 0.0 for o in outcomes if o["answerable"]]
+        missing += [1.0 if o["handled"] else 0.0 for o in outcomes if not o["answerable"]]
+        handled.append(1.0 if all(o["handled"] for o in outcomes) else 0.0)
+        if any(not o["answerable"] for o in outcomes) and _response(record).get("status") == "success":
+            false_success += 1
+        failed = [f"{o['aspect']}: {o['reason']}" for o in outcomes if not o["handled"]]
+        if failed:
+            unhandled[str(record.get("id"))] = failed
+    return {
+        "parts_answered": summarize(answered),
+        "parts_reported_missing": summarize(missing),
+        "parts_handled_cases": summarize(handled, len(records) - len(handled)),
+        "false_success_with_missing_part": false_success,
+        "cases": len(handled),
+        "unhandled": unhandled,
+    }
+
+
 def retries_histogram(records: list[dict[str, Any]]) -> dict[str, int]:
     """Cases per number of retrieval attempts (`metadata.attempts`; 0 = no retrieval), keys as strings."""
     counts = Counter(int(_metadata(record).get("attempts") or 0) for record in records)
@@ -538,7 +650,7 @@ def gatehouse_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
 
     :returns: `intent_accuracy`, `intent_confusion`, `routing_accuracy`, `routing_confusion`, `abstention`,
         `answer_quality`, `retries`, `invented_citation_share`, `invented_citations` (offending cases), `supported_sentence_share`,
-        `guardrail_actions`, `status_counts`, `latency_ms`.
+        `guardrail_actions`, `status_counts`, `latency_ms`, `multi_part`.
     """
     intent, intent_matrix = intent_accuracy(records)
     routing, routing_matrix = routing_accuracy(records)
@@ -557,6 +669,7 @@ def gatehouse_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
         "guardrail_actions": guardrail_actions(records),
         "status_counts": status_counts(records),
         "latency_ms": latency(records),
+        "multi_part": multi_part(records),
     }
 
 
@@ -607,8 +720,9 @@ def scalars(set_aggregate: dict[str, Any]) -> dict[str, float | None]:
     Ragas and judge metrics by their name (the mean) plus `nan_share.<name>` (failed / applicable judgements);
     `intent_accuracy`, `routing_accuracy`, `abstention_precision`, `abstention_recall`, `false_abstention_rate`,
     `first_sentence_hit`, `answer_words_p50`, `invented_citation_share`,
-    `supported_sentence_share`, `mean_attempts` (over the cases that retrieved), and `latency_p50_ms.<stage>` /
-    `latency_p95_ms.<stage>`.
+    `supported_sentence_share`, `mean_attempts` (over the cases that retrieved), `latency_p50_ms.<stage>` /
+    `latency_p95_ms.<stage>`, and over the multi-part cases `parts_answered`, `parts_reported_missing`,
+    `parts_handled_cases` and `false_success_with_missing_part` (None without such cases).
     None means not measurable in this run (no applicable case).
     """
     result: dict[str, float | None] = {}
@@ -634,4 +748,11 @@ def scalars(set_aggregate: dict[str, Any]) -> dict[str, float | None]:
     for stage, stats in (gatehouse.get("latency_ms") or {}).items():
         for p in LATENCY_PERCENTILES:
             result[f"latency_p{p}_ms.{stage}"] = stats[f"p{p}"]
+    parts = gatehouse.get("multi_part")
+    if parts:
+        for name in ("parts_answered", "parts_reported_missing", "parts_handled_cases"):
+            result[name] = parts[name]["mean"]
+        result["false_success_with_missing_part"] = (
+            parts["false_success_with_missing_part"] if parts["cases"] else None
+        )
     return result

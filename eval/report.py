@@ -36,6 +36,7 @@ from typing import Any
 from gatehouse.eval.metrics import (
     abstained,
     citation_problems,
+    part_outcomes,
     predicted_route_label,
     refused_before_routing,
     route_label,
@@ -51,6 +52,7 @@ HEADLINE = (
     ("abstention_recall", "abstention recall"),
     ("invented_citation_share", "invented citations"),
     ("supported_sentence_share", "supported sentences"),
+    ("parts_handled_cases", "multi-part handled"),
     ("id_based_context_recall", "context recall (ID)"),
     ("non_llm_context_recall", "context recall (text)"),
     ("rouge_score", "ROUGE-L"),
@@ -184,6 +186,16 @@ def _nan_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _parts_line(parts: dict[str, Any]) -> str:
+    """The multi-part metrics of a set in one line (`gatehouse.eval.metrics.multi_part`)."""
+    shares = [
+        f"{label} {_fmt(parts[key]['mean'])} (n={parts[key]['n']})"
+        for key, label in (("parts_answered", "parts answered"), ("parts_reported_missing", "missing parts reported"),
+                           ("parts_handled_cases", "cases fully handled"))
+    ]
+    return "; ".join(shares + [f"false success with a missing part {parts['false_success_with_missing_part']}"])
+
+
 def render_summary(results: dict[str, Any]) -> str:
     """`summary.md`: headline numbers per set, NaN counts and the verdict."""
     metadata, aggregates = results["metadata"], results["aggregates"]
@@ -210,6 +222,11 @@ def render_summary(results: dict[str, Any]) -> str:
             f"| {name} | {set_aggregate['cases']} | " + " | ".join(_fmt(values.get(key)) for key, _ in columns) + " |"
         )
     lines.append("")
+    for name, set_aggregate in aggregates.items():
+        parts = (set_aggregate.get("gatehouse") or {}).get("multi_part")
+        if parts and parts["cases"]:
+            lines.append(f"Multi-part ({name}, {parts['cases']} cases): " + _parts_line(parts))
+            lines.append("")
     nan_rows = _nan_rows(results)
     if nan_rows:
         lines.append(
@@ -381,6 +398,7 @@ def _case_issues(record: dict[str, Any]) -> list[str]:
     if not abstained(response) and not gold.get("answerable", True):
         issues.append("answered an unanswerable question")
     issues.extend(citation_problems(record))
+    issues.extend(f"part '{o['aspect']}': {o['reason']}" for o in part_outcomes(record) if not o["handled"])
     nan = sorted(record.get("metric_errors") or {})
     nan += sorted(m for m, values in (record.get("judge") or {}).items() if any(v is None for v in values))
     if nan:
@@ -501,6 +519,23 @@ def _set_section(name: str, set_aggregate: dict[str, Any], results: dict[str, An
     if gatehouse["guardrail_actions"]:
         parts.append(
             _table(["guardrail action", "count"], [[k, v] for k, v in gatehouse["guardrail_actions"].items()], {1})
+        )
+    multi = gatehouse.get("multi_part")
+    if multi and multi["cases"]:
+        parts.append(f"<h3>Multi-part questions ({multi['cases']} cases)</h3>")
+        parts.append(
+            '<p class="muted">An answerable part is answered when its gold facts are in the answer and a passage of '
+            "its gold sources is cited; a part no document answers is reported missing when the status is not "
+            "success and metadata.plan.missing names it.</p>"
+        )
+        parts.append(
+            _table(
+                ["metric", "value", "n"],
+                [[key, multi[key]["mean"], multi[key]["n"]]
+                 for key in ("parts_answered", "parts_reported_missing", "parts_handled_cases")]
+                + [["false_success_with_missing_part", multi["false_success_with_missing_part"], multi["cases"]]],
+                {1, 2},
+            )
         )
     if gatehouse["invented_citations"]:
         parts.append('<p class="fail">Invented citations:</p>')

@@ -12,11 +12,12 @@ Usage:
 from gatehouse.eval.runner import EvalOptions, run_eval
 
 exit_code = run_eval(EvalOptions(sets=["golden"], quick=True))   # 0, or 1 when a metric regressed
+run_eval(EvalOptions(sets=["golden"], tags=["multi-part"]))        # only the cases with one of these tags
 ```
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import yaml
 from tqdm import tqdm
 
 from gatehouse.settings import data_dir
-from gatehouse.eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, write_corpus
+from gatehouse.eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, stratified_slice, write_corpus
 from gatehouse.pipelines import pipeline_path
 
 DEFAULT_SETS = ("golden", "mtrag_un", "squad2")
@@ -50,6 +51,7 @@ class EvalOptions:
     squad_sample: int | None = None
     squad_articles: str = "all"
     seed: int = 0
+    tags: list[str] = field(default_factory=list)
 
     def set_options(self, name: str) -> dict[str, Any]:
         """Loader options of one set (only squad2 has any)."""
@@ -60,23 +62,42 @@ class EvalOptions:
     def slice_label(self, name: str) -> str:
         """How the set was sliced, appended to its dataset version so that runs are compared like with like."""
         options = self.set_options(name)
+        tags = f"-tags-{'+'.join(sorted(self.tags))}" if self.tags else ""
         if options:
-            return f"-sample{options['sample']}-{options['articles']}-seed{options['seed']}"
+            return f"-sample{options['sample']}-{options['articles']}-seed{options['seed']}{tags}"
         limit = _limit(self, name)
-        return f"-first{limit}" if limit else ""
+        return (f"-first{limit}" if limit else "") + tags
+
+
+def tagged_set(eval_set: EvalSet, tags: list[str], limit: int | None) -> EvalSet:
+    """
+    The cases of a set that carry at least one of `tags`, then a slice of `limit` of them stratified by first tag.
+
+    ```python
+    tagged_set(load_set("golden"), ["multi-part"], limit=None).cases   # the multi-part cases
+    ```
+    """
+    wanted = set(tags)
+    cases = [case for case in eval_set.cases if wanted & set(case.tags)]
+    cases = stratified_slice(cases, limit=limit, stratum=lambda c: c.tags[0] if c.tags else "", key=lambda c: c.id)
+    return replace(eval_set, cases=cases)
 
 
 def set_pipeline(eval_set: EvalSet, pipeline: Path, work_dir: Path) -> Path:
     """
-    The ask pipeline for a set: `pipeline` itself, or a copy whose router knows the set's own knowledge bases.
+    The ask pipeline for a set: a copy of `pipeline` without its answer cache (every case runs every gate, also when
+    a condensed follow-up repeats an earlier question), whose router knows the set's own knowledge bases if it has
+    any.
 
     :returns: The YAML file to load.
     """
-    if not eval_set.knowledge_bases:
-        return pipeline
     spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
-    router = spec["components"]["router"]["init_parameters"]
-    router["knowledge_bases"] = [dict(kb) for kb in eval_set.knowledge_bases]
+    for component in spec["components"].values():
+        if component["type"].endswith(".SemanticCache"):
+            component["init_parameters"] = {**component.get("init_parameters", {}), "enabled": False}
+    if eval_set.knowledge_bases:
+        router = spec["components"]["router"]["init_parameters"]
+        router["knowledge_bases"] = [dict(kb) for kb in eval_set.knowledge_bases]
     copy = work_dir / f"ask-{eval_set.name}.yml"
     copy.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return copy
@@ -96,16 +117,20 @@ def ingest_set(eval_set: EvalSet, work_dir: Path) -> dict[str, Any]:
 
 
 def _retrieved(result: dict[str, Any]) -> list[dict[str, str]]:
-    state = (result.get("assembler") or {}).get("passages") or {}
-    return [{"source": f"{d.meta.get('kb')}/{d.meta.get('source')}", "text": d.content or ""}
-            for d in state.get("passages") or []]
+    """The passages the answer was built from: of every part when a plan was synthesized, else the assembler's."""
+    parts = (((result.get("synthesizer") or {}).get("state") or {}).get("plan") or {}).get("parts") or []
+    if parts:  # the assembler ran once per part; its last output holds the last part's passages only
+        documents = [document for part in parts for document in part.get("passages") or []]
+    else:
+        documents = ((result.get("assembler") or {}).get("passages") or {}).get("passages") or []
+    return [{"source": f"{d.meta.get('kb')}/{d.meta.get('source')}", "text": d.content or ""} for d in documents]
 
 
 def ask_case(pipeline: Any, eval_set: EvalSet, case: EvalCase) -> dict[str, Any]:
     """Run one case through the ask pipeline and return its record (see `gatehouse.eval.metrics`)."""
     result = pipeline.run(
         {"intake": {"query": case.question, "tenant": case.tenant, "history": case.history}},
-        include_outputs_from={"assembler"},
+        include_outputs_from={"assembler", "synthesizer"},
     )
     return {
         "set": eval_set.name,
@@ -114,7 +139,10 @@ def ask_case(pipeline: Any, eval_set: EvalSet, case: EvalCase) -> dict[str, Any]
         "tags": list(case.tags),
         "gold": {"answer": case.gold_answer, "sources": list(case.gold_sources), "contexts": list(case.gold_contexts),
                  "kb": case.gold_kb, "intent": case.gold_intent, "route": case.gold_route,
-                 "answerable": case.answerable},
+                 "answerable": case.answerable,
+                 "parts": [{"aspect": part.aspect, "answer": part.gold_answer, "facts": list(part.gold_facts),
+                            "sources": list(part.gold_sources), "kb": part.gold_kb, "answerable": part.answerable}
+                           for part in case.gold_parts]},
         "response": result["response"]["response"],
         "retrieved": _retrieved(result),
     }
@@ -172,10 +200,17 @@ def run_eval(options: EvalOptions) -> int:
     skipped: dict[str, str] = {}
     for name in options.sets:
         try:
-            eval_set = load_set(name, limit=_limit(options, name), **options.set_options(name))
+            if options.tags:  # the whole set, filtered, then sliced (a loader's limit would slice before filtering)
+                eval_set = tagged_set(load_set(name, **options.set_options(name)), options.tags, _limit(options, name))
+            else:
+                eval_set = load_set(name, limit=_limit(options, name), **options.set_options(name))
         except DatasetNotPresent as missing:
             skipped[name] = missing.reason
             print(f"skipping {name}: {missing.reason}")
+            continue
+        if not eval_set.cases:
+            skipped[name] = f"no case tagged {', '.join(options.tags)}"
+            print(f"skipping {name}: {skipped[name]}")
             continue
         versions[name] = eval_set.version + options.slice_label(name)
         records += run_set(eval_set, options.pipeline, progress=options.progress)
@@ -198,7 +233,7 @@ def run_eval(options: EvalOptions) -> int:
     metadata = run_metadata(
         datasets=versions, duration_s=time.perf_counter() - clock, started=started,
         judge_model=judge_config.model if judge_config else None, pipelines_directory=options.pipeline.parent,
-        extra={"quick": options.quick, "skipped_sets": skipped},
+        extra={"quick": options.quick, "tags": list(options.tags), "skipped_sets": skipped},
     )
     history = previous_runs(options.reports_root)  # read once: the verdict's baseline and the report's trends
     verdict = decide({"metadata": metadata, "aggregates": aggregates}, reports_root=options.reports_root,

@@ -242,6 +242,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         sets=args.sets.split(",") if args.sets else list(DEFAULT_SETS), quick=args.quick, limit=args.limit,
         judge_repeats=args.judge_repeats, dry_run=args.dry_run, baseline=args.baseline, thresholds=args.thresholds,
         squad_sample=args.squad_sample, squad_articles=args.squad_articles, seed=args.seed,
+        tags=[tag.strip() for tag in args.tags.split(",") if tag.strip()] if args.tags else [],
     )
     if args.reports:
         options.reports_root = Path(args.reports)
@@ -298,6 +299,11 @@ def cmd_bench_answerability(args: argparse.Namespace) -> int:
 def cmd_bench_latency(args: argparse.Namespace) -> int:
     """`gatehouse bench latency`: warm ask P50/P95 with and without the answer checks, in one run."""
     return _bench("latency_bench", args, pipeline=args.pipeline, repeats=args.repeats, limit=args.limit)
+
+
+def cmd_bench_planner(args: argparse.Namespace) -> int:
+    """`gatehouse bench planner`: the planner's parallel sub-retrieval beside its parts searched one by one."""
+    return _bench("planner_bench", args, pipeline=args.pipeline, repeats=args.repeats, limit=args.limit)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -382,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--sets", help="comma-separated sets (default: golden,mtrag_un,squad2; missing ones skip)")
     evaluate.add_argument("--quick", action="store_true", help="a small deterministic slice of each set (CI)")
     evaluate.add_argument("--limit", type=int, help="cases per set (overrides --quick's slice sizes)")
+    evaluate.add_argument("--tags", help="comma-separated: only the cases with one of these tags (e.g. multi-part)")
     evaluate.add_argument("--judge-repeats", type=int, help="LLM-judge repetitions (default 3; needs GATEHOUSE_JUDGE_*)")
     evaluate.add_argument("--dry-run", action="store_true", help="print the judge's token and cost estimate only")
     evaluate.add_argument("--baseline", help="results.json to compare with instead of the previous run")
@@ -449,6 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
     latency.add_argument("--repeats", type=int, default=1, help="times each question is asked (default 1)")
     latency.add_argument("--limit", type=int, help="at most this many golden questions")
     latency.set_defaults(handler=cmd_bench_latency)
+    planner = benches.add_parser(
+        "planner", help="parallel sub-retrieval of the golden multi-part questions beside one part at a time")
+    planner.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")
+    planner.add_argument("--repeats", type=int, default=1, help="times each question is retrieved each way (default 1)")
+    planner.add_argument("--limit", type=int, help="at most this many questions")
+    planner.add_argument("--output", help="write the report as JSON to this file")
+    planner.set_defaults(handler=cmd_bench_planner)
     return parser
 
 

@@ -327,9 +327,9 @@ def test_real_golden_set_counts_and_sources():
     assert len(cases) >= 60
     assert categories["single-turn"] >= 36 and categories["follow-up"] >= 6 and categories["direct"] >= 6
     assert categories["out-of-scope"] >= 5 and categories["code"] >= 5 and categories["no-kb-answers"] >= 6
-    assert categories["tenant"] >= 2
+    assert categories["tenant"] >= 2 and categories["multi-part"] >= 18
     assert set(categories) == {"single-turn", "follow-up", "direct", "out-of-scope", "code", "no-kb-answers",
-                               "tenant"}
+                               "tenant", "multi-part"}
     for case in cases:
         for source in case.gold_sources:
             kb, name = source.split("/", 1)
@@ -348,6 +348,7 @@ def test_real_golden_set_counts_and_sources():
             assert case.gold_route == "refuse" and not case.answerable and case.gold_intent == "out_of_scope"
         if category == "no-kb-answers":
             assert case.gold_route == "retrieve" and not case.answerable and not case.gold_sources
+        assert bool(case.gold_parts) == (category == "multi-part"), case.id
     single = [c for c in cases if c.tags[0] == "single-turn"]
     assert {c.gold_kb for c in single} == {"faq", "product", "ops"}
     assert {c.gold_intent for c in single} >= {"procedural", "factual", "comparison", "explanation", "aggregation",

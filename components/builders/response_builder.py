@@ -18,10 +18,14 @@ class ResponseBuilder:
 
     `answer`, `citations[]` (`id`, `text`, `url`, `chunk_id`, `source`, `kb`, `confidence`, `snippet`),
     `metadata` (`mode`, `intent`, `kb`, `chunks_retrieved`, `chunks_used`, `attempts`, `quality_score`,
-    `generator`, `usage` (the language model's `prompt_tokens`, `completion_tokens` and `total_tokens` for the
-    request, None when no model ran), `latency_ms` per stage and `total`), `validation` (`boundary_violations`, `confidence_warnings`,
+    `generator`, `plan` (only for a question the planner split: `strategy`, `subqueries` each with `query`, `label`,
+    `kbs`, `score`, `status` answered | missing, `replanned` and the `citations` of its paragraph, `missing` (the
+    sub-queries not found), `wall_ms` and `slowest_ms` of their parallel retrieval), `usage` (the language model's
+    `prompt_tokens`, `completion_tokens` and `total_tokens` for the request, None when no model ran), `latency_ms`
+    per stage and `total`), `validation` (`boundary_violations`, `confidence_warnings`,
     `guardrail_actions`, `unsupported_sentences`), `status` (`success` | `partial` | `fallback` | `refused` |
-    `error`), `error_message` and `path`.
+    `error`), `error_message` and `path`. With the answer cache on, `metadata.cache` tells what it did (`status` hit,
+    with `age_s`, `match` and `similarity`; miss, with `stored`; or skipped, with a `reason`).
 
     Usage:
     ```python
@@ -92,6 +96,10 @@ class ResponseBuilder:
             "error_message": state.get("error_message") if status == "error" else None,
             "path": list(state.get("path") or []),
         }
+        if state.get("plan"):
+            response["metadata"]["plan"] = _plan_summary(state["plan"], citations)
+        if state.get("cache"):
+            response["metadata"]["cache"] = dict(state["cache"])
         return {"response": response}
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,3 +110,28 @@ class ResponseBuilder:
     def from_dict(cls, data: dict[str, Any]) -> "ResponseBuilder":
         """Deserialise the component."""
         return default_from_dict(cls, data)
+
+
+def _plan_summary(plan: dict[str, Any], citations: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the response tells of a plan (no documents: they are in `citations`)."""
+    numbers = {str(c.get("chunk_id") or c.get("text")): c["id"] for c in citations}
+    parts = plan.get("parts") or []
+    return {
+        "strategy": plan.get("strategy"),
+        "subqueries": [
+            {
+                "query": part["query"],
+                "label": part.get("label"),
+                "kbs": list(part.get("kbs") or []),
+                "score": part.get("score"),
+                "status": "answered" if part.get("status") == "answered" else "missing",
+                "replanned": bool(part.get("replanned")),
+                "citations": [numbers[key] for key in (str(c.get("chunk_id") or c.get("text"))
+                                                      for c in part.get("citations") or []) if key in numbers],
+            }
+            for part in parts
+        ],
+        "missing": [part["query"] for part in parts if part.get("status") != "answered"],
+        "wall_ms": plan.get("wall_ms"),
+        "slowest_ms": plan.get("slowest_ms"),
+    }

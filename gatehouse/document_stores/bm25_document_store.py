@@ -139,6 +139,16 @@ class _Corpus:
         return _Corpus(generation, by_id, ids_by_doc_id)
 
 
+# Per (tenant, kb) write counter: a row inserted into or deleted from `documents` bumps the pair it belongs to, in
+# the same transaction (a missing tenant or kb counts as "").
+_KB_GENERATION_TRIGGER = """
+CREATE TRIGGER IF NOT EXISTS kb_generation_after_{event} AFTER {event} ON documents BEGIN
+  INSERT INTO kb_generations (tenant, kb, value)
+  VALUES (COALESCE(json_extract({row}.body, '$.meta.tenant'), ''), COALESCE(json_extract({row}.body, '$.meta.kb'), ''), 1)
+  ON CONFLICT (tenant, kb) DO UPDATE SET value = value + 1;
+END"""
+
+
 class _Database:
     """
     One SQLite file of documents, shared by every store of this process that uses it: the write lock, a writer
@@ -171,6 +181,7 @@ class _Database:
         self._readers = threading.local()
         self._corpus = _Corpus.of(-1, [])
         self._counts: dict[tuple[str, ...], tuple[int, dict[tuple[Any, ...], int]]] = {}
+        self._kb_generations: tuple[int, dict[tuple[str, str], int]] = (-1, {})
         require_writable(self.folder)
         with data_dir_errors(self.folder):
             self._writer = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
@@ -178,6 +189,12 @@ class _Database:
             self._writer.execute("CREATE TABLE IF NOT EXISTS documents (id TEXT PRIMARY KEY, body TEXT NOT NULL)")
             self._writer.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             self._writer.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('generation', 0)")
+            self._writer.execute(
+                "CREATE TABLE IF NOT EXISTS kb_generations "
+                "(tenant TEXT NOT NULL, kb TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY (tenant, kb))"
+            )
+            for event, row in (("INSERT", "NEW"), ("DELETE", "OLD")):  # every row written or deleted bumps its KB
+                self._writer.execute(_KB_GENERATION_TRIGGER.format(event=event, row=row))
 
     def _reader(self) -> sqlite3.Connection:
         connection = getattr(self._readers, "connection", None)
@@ -242,6 +259,16 @@ class _Database:
         counts = {tuple(row[:-1]): int(row[-1]) for row in rows}
         self._counts[fields] = (generation, counts)
         return dict(counts)
+
+    def kb_generations(self) -> dict[tuple[str, str], int]:
+        """The write counter of every (tenant, kb) ever written, read again only when some process wrote since."""
+        cached = self._kb_generations
+        if cached[0] == self.generation():
+            return dict(cached[1])
+        generation, rows = self._read(lambda c: c.execute("SELECT tenant, kb, value FROM kb_generations").fetchall())
+        counters = {(tenant, kb): int(value) for tenant, kb, value in rows}
+        self._kb_generations = (generation, counters)
+        return dict(counters)
 
     def write(
         self, apply: Callable[[sqlite3.Connection], tuple[list[Document], list[str]]]
@@ -400,6 +427,16 @@ class BM25DocumentStore:
         :returns: Document count per tuple of values (None where a document lacks the key).
         """
         return self._database.metadata_counts(tuple(fields))
+
+    def kb_generations(self) -> dict[tuple[str, str], int]:
+        """
+        A write counter per (tenant, kb): every document written to or deleted from a knowledge base of a tenant, by any
+        process, bumps it (ingest, `kb delete`, pruning). Whoever keeps something derived from a KB's documents (the
+        answer cache) compares the counters of the KBs it used instead of the store-wide generation.
+
+        :returns: Counter per `(tenant, kb)` ever written (`""` for a document without that key); absent pairs are 0.
+        """
+        return self._database.kb_generations()
 
     def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
         """

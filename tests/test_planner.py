@@ -1,0 +1,331 @@
+"""The planner: QueryPlanner, SubQueryRetrieval, PlanStep, PlanSynthesizer, and multi-part questions through ask.yml."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from haystack import Document
+
+from gatehouse.ask import ask
+from gatehouse.components.builders.plan_synthesizer import PlanSynthesizer
+from gatehouse.components.query.query_planner import QueryPlanner
+from gatehouse.components.query.query_rewriter import QueryRewriter
+from gatehouse.components.retrievers.subquery_retrieval import SubQueryRetrieval
+from gatehouse.components.routers.plan_step import PlanStep
+from gatehouse.components.routers.quality_gate import QualityGate
+from gatehouse.components.state import new_state
+from gatehouse.ingest import ingest, sample_groups
+
+GOLDEN = Path(__file__).resolve().parents[1] / "eval" / "sets" / "golden.yml"
+COMPARISON = "Compare the Team and Enterprise plans on price, SSO and support hours"
+THREE_QUESTIONS = "What is the SLA and which certifications does Corvio have, and how do I back up the gateway?"
+
+
+@pytest.fixture(scope="module")
+def ingested():
+    summary = ingest(sample_groups(), progress=False)
+    assert summary.failed == []
+    return summary
+
+
+def _plan(*queries: str, status: str = "planned") -> dict:
+    return {"strategy": "questions", "question": " and ".join(queries),
+            "parts": [{"index": i, "query": q, "label": q, "status": status} for i, q in enumerate(queries)]}
+
+
+# --- QueryPlanner ---------------------------------------------------------------------------------------------------
+
+def test_planner_init():
+    planner = QueryPlanner(max_subqueries=4, min_aspect_list=2)
+    assert planner.max_subqueries == 4 and planner.min_aspect_list == 2 and planner.enabled is True
+    with pytest.raises(ValueError, match="max_subqueries"):
+        QueryPlanner(max_subqueries=1)
+    with pytest.raises(ValueError, match="groups"):
+        QueryPlanner(comparison_patterns=[r"^compare (?P<things>.+)$"])
+
+
+def test_planner_to_dict():
+    data = QueryPlanner(max_subqueries=5).to_dict()
+    assert data["type"] == "gatehouse.components.query.query_planner.QueryPlanner"
+    assert data["init_parameters"]["max_subqueries"] == 5
+    assert data["init_parameters"]["subquery_template"] == "{entity} {aspect}"
+    assert data["init_parameters"]["comparison_patterns"] is None
+
+
+def test_planner_from_dict():
+    planner = QueryPlanner.from_dict(QueryPlanner(min_part_terms=3, enabled=False).to_dict())
+    assert planner.min_part_terms == 3 and planner.enabled is False
+
+
+def test_run_comparison_is_one_subquery_per_entity_and_aspect():
+    out = QueryPlanner().run(state=new_state(COMPARISON, condensed_query=COMPARISON))
+    plan = out["plan"]["plan"]
+    assert plan["strategy"] == "comparison"
+    assert [p["query"] for p in plan["parts"]] == [
+        "Team plan price", "Enterprise plan price", "Team plan SSO", "Enterprise plan SSO",
+        "Team plan support hours", "Enterprise plan support hours"]
+    assert out["plan"]["path"][-1] == "plan_6_subqueries"
+
+
+def test_run_comparison_over_the_limit_is_one_subquery_per_aspect():
+    plan = QueryPlanner(max_subqueries=3).plan(COMPARISON)
+    assert plan == ("comparison", [
+        {"query": "Team plan and Enterprise plan price", "label": "price of Team plan and Enterprise plan"},
+        {"query": "Team plan and Enterprise plan SSO", "label": "SSO of Team plan and Enterprise plan"},
+        {"query": "Team plan and Enterprise plan support hours",
+         "label": "support hours of Team plan and Enterprise plan"}])
+
+
+def test_run_questions_joined_by_and():
+    strategy, parts = QueryPlanner().plan(THREE_QUESTIONS)
+    assert strategy == "questions"
+    assert [p["query"] for p in parts] == ["What is the SLA?", "Which certifications does Corvio have?",
+                                           "How do I back up the gateway?"]
+    assert QueryPlanner().plan("How do I reset my password? Also, can I get a refund?")[1][1]["query"] == \
+        "Can I get a refund?"
+
+
+def test_run_aspect_list_of_one_entity():
+    strategy, parts = QueryPlanner().plan("What are the price, rate limits and SSO options of the Business plan?")
+    assert strategy == "aspects"
+    assert [p["query"] for p in parts] == ["Business plan price", "Business plan rate limits",
+                                           "Business plan SSO options"]
+    template = QueryPlanner(subquery_template="What is the {aspect} of the {entity}?")
+    assert template.plan(COMPARISON)[1][0]["query"] == "What is the price of the Team plan?"
+    assert QueryPlanner().plan("What are the terms and conditions of the Team plan?") is None
+
+
+@pytest.mark.parametrize("question", [
+    "What does error CGW-3001 mean and how do I fix it?",          # the second part leans on "it"
+    "Why is my account locked after I mistyped my password, and for how long?",
+    "What is the uptime SLA and how long?",                         # too little to stand alone
+    "What is the difference between /healthz and /readyz on the gateway?",
+    "Compare the Team and Enterprise plans",                        # no aspects: one retrieval
+])
+def test_run_single_part_questions_are_not_planned(question):
+    out = QueryPlanner().run(state=new_state(question))
+    assert out == {"single": new_state(question) | {"path": out["single"]["path"]}}
+    assert "plan" not in out["single"]
+
+
+def test_run_no_golden_single_question_is_planned():
+    cases = yaml.safe_load(GOLDEN.read_text())["cases"]
+    planner = QueryPlanner()
+    planned = [c["question"] for c in cases if "multi-part" not in c.get("tags", []) and planner.plan(c["question"])]
+    assert planned == []
+
+
+def test_run_caller_context_and_disabled_are_single():
+    assert "single" in QueryPlanner().run(state=new_state(COMPARISON, mode="hybrid", context="x" * 80))
+    assert "single" in QueryPlanner(enabled=False).run(state=new_state(COMPARISON))
+
+
+# --- SubQueryRetrieval ----------------------------------------------------------------------------------------------
+
+def test_subquery_retrieval_init():
+    retrieval = SubQueryRetrieval(max_workers=2, replan=False, quality_gate=QualityGate(floor=0.3))
+    assert retrieval.max_workers == 2 and retrieval.replan is False and retrieval.quality_gate.floor == 0.3
+    assert retrieval.rewriter.task == "retry"
+    with pytest.raises(ValueError, match="max_workers"):
+        SubQueryRetrieval(max_workers=0)
+    with pytest.raises(ValueError, match="retry"):
+        SubQueryRetrieval(rewriter=QueryRewriter(task="condense"))
+
+
+def test_subquery_retrieval_to_dict():
+    data = SubQueryRetrieval(quality_gate=QualityGate(default_threshold=0.7)).to_dict()
+    parameters = data["init_parameters"]
+    assert parameters["pipeline_file"] == "retrieve"
+    assert parameters["quality_gate"]["type"].endswith("QualityGate")
+    assert parameters["quality_gate"]["init_parameters"]["default_threshold"] == 0.7
+    assert parameters["rewriter"]["init_parameters"]["task"] == "retry"
+
+
+def test_subquery_retrieval_from_dict():
+    retrieval = SubQueryRetrieval.from_dict(SubQueryRetrieval(max_workers=3, quality_gate=QualityGate(floor=0.2))
+                                            .to_dict())
+    assert retrieval.max_workers == 3 and isinstance(retrieval.quality_gate, QualityGate)
+    assert retrieval.quality_gate.floor == 0.2 and isinstance(retrieval.rewriter, QueryRewriter)
+
+
+def test_run_retrieves_parts_in_parallel_and_replans_the_failed_one(ingested):
+    retrieval = SubQueryRetrieval(rewriter=QueryRewriter(task="retry", kb_keywords={"ops": ["backups", "gateway"]}))
+    retrieval.warm_up()
+    state = new_state("q", tenant="public", plan=_plan("What is the uptime SLA?", "zxqv wobbleflarp"))
+    out = retrieval.run(state=state)["state"]
+    first, second = out["plan"]["parts"]
+    assert first["status"] == "retrieved" and first["documents"] and "product" in first["kbs"]
+    assert first["replanned"] is False
+    assert second["status"] == "missing" and second["documents"] == [] and second["replanned"] is True
+    assert second["replan_query"] != "zxqv wobbleflarp"
+    assert [s for s in out["path"] if s.startswith(("subquery_", "replan_"))][0].startswith("subquery_0_score_")
+    assert "replan_1" in out["path"]
+    assert out["plan"]["wall_ms"] >= out["plan"]["slowest_ms"] > 0
+    assert "subquery_retrieval" in out["latency_ms"]
+
+
+def test_run_subqueries_stay_with_the_callers_tenant(ingested):
+    retrieval = SubQueryRetrieval(replan=False)
+    retrieval.warm_up()
+    for tenant in ("public", "globex"):
+        out = retrieval.run(state=new_state("q", tenant=tenant, plan=_plan("What platform fee do we pay for "
+                                                                            "Project Quasar?")))["state"]
+        tenants = {d.meta.get("tenant") for d in out["plan"]["parts"][0]["documents"]}
+        assert tenants <= {tenant, "public"}, tenant
+
+
+# --- PlanStep -------------------------------------------------------------------------------------------------------
+
+def _retrieved(*queries: str) -> dict:
+    plan = _plan(*queries, status="retrieved")
+    for part in plan["parts"]:
+        part.update(documents=[Document(content=f"About {part['query']}.")], score=0.8, kbs=["faq"])
+    return plan
+
+
+def test_plan_step_init():
+    assert isinstance(PlanStep(), PlanStep)
+
+
+def test_plan_step_to_dict():
+    assert PlanStep().to_dict() == {"type": "gatehouse.components.routers.plan_step.PlanStep", "init_parameters": {}}
+
+
+def test_plan_step_from_dict():
+    assert isinstance(PlanStep.from_dict(PlanStep().to_dict()), PlanStep)
+
+
+def test_run_without_plan_is_done():
+    state = new_state("q", answer="a")
+    assert PlanStep().run(state=state) == {"done": state}
+
+
+def test_run_walks_the_parts_then_synthesizes():
+    step = PlanStep()
+    first = step.run(state=new_state("q", plan=_retrieved("A?", "B?"), status="partial"))["part"]
+    assert first["query"] == first["condensed_query"] == "A?" and first["status"] is None
+    assert first["documents"][0].content == "About A?." and first["plan"]["current"] == 0
+    passage = Document(content="A is one.", meta={"source_id": "S1"})
+    answered = {**first, "answer": "A is one. [S1]", "citations": [{"id": "S1", "chunk_id": "c1"}],
+                "passages": [passage]}
+    second = step.run(state=answered)["part"]
+    assert second["query"] == "B?" and second["answer"] is None and second["citations"] == []
+    assert second["plan"]["parts"][0]["status"] == "answered"
+    assert second["plan"]["parts"][0]["passages"] == [passage]
+    fell_back = {**second, "answer": "I couldn't ...", "status": "fallback", "fallback": True,
+                 "fallback_reason": "unanswerable"}
+    done = step.run(state=fell_back)["synthesize"]
+    assert [p["status"] for p in done["plan"]["parts"]] == ["answered", "missing"]
+    assert done["plan"]["parts"][1]["reason"] == "unanswerable" and done["plan"]["current"] is None
+
+
+def test_run_skips_missing_parts():
+    plan = _retrieved("A?", "B?")
+    plan["parts"][0].update(status="missing", documents=[])
+    assert PlanStep().run(state=new_state("q", plan=plan))["part"]["query"] == "B?"
+
+
+# --- PlanSynthesizer ------------------------------------------------------------------------------------------------
+
+def _answered(index: int, answer: str, citations: list[dict], label: str) -> dict:
+    passages = [Document(content=c["text"], meta={"source_id": c["id"]}) for c in citations]
+    return {"index": index, "query": f"{label}?", "label": label, "status": "answered", "score": 0.9,
+            "answer": answer, "citations": citations, "passages": passages}
+
+
+def test_synthesizer_init():
+    synthesizer = PlanSynthesizer(missing_template="{label}: not found.")
+    assert synthesizer.missing_template == "{label}: not found."
+
+
+def test_synthesizer_to_dict():
+    data = PlanSynthesizer(answer_template="{label} - {answer}").to_dict()
+    assert data["init_parameters"]["answer_template"] == "{label} - {answer}"
+
+
+def test_synthesizer_from_dict():
+    assert PlanSynthesizer.from_dict(PlanSynthesizer(fallback_message="none").to_dict()).fallback_message == "none"
+
+
+def test_run_renumbers_citations_across_parts():
+    parts = [
+        _answered(0, "Team costs $49. [S1] SSO is extra. [S2]",
+                  [{"id": "S1", "chunk_id": "price", "text": "Team costs $49."},
+                   {"id": "S2", "chunk_id": "sso", "text": "SSO is extra."}], "Team plan, price"),
+        _answered(1, "Business has SSO. [S1] Prices vary. [S2]",
+                  [{"id": "S1", "chunk_id": "sso", "text": "SSO is extra."},
+                   {"id": "S2", "chunk_id": "business", "text": "Prices vary."}], "Business plan, SSO"),
+    ]
+    state = PlanSynthesizer().run(state=new_state("q", plan={"question": "Q?", "parts": parts}))["state"]
+    assert state["answer"] == ("Team plan, price: Team costs $49. [S1] SSO is extra. [S2]\n\n"
+                               "Business plan, SSO: Business has SSO. [S2] Prices vary. [S3]")
+    assert [(c["id"], c["chunk_id"]) for c in state["citations"]] == [("S1", "price"), ("S2", "sso"),
+                                                                      ("S3", "business")]
+    assert [p.meta["source_id"] for p in state["passages"]] == ["S1", "S2", "S3"]
+    assert state["status"] is None and state["path"][-1] == "synthesize" and state["query"] == "Q?"
+
+
+def test_run_missing_part_is_partial_and_named():
+    parts = [_answered(0, "The SLA is 99.9%. [S1]", [{"id": "S1", "chunk_id": "sla", "text": "99.9%"}], "SLA"),
+             {"index": 1, "query": "Nomad?", "label": "Nomad deployment", "status": "missing", "score": 0.1}]
+    state = PlanSynthesizer().run(state=new_state("q", plan={"question": "Q?", "parts": parts}))["state"]
+    assert state["status"] == "partial"
+    assert "Nomad deployment: I couldn't find this in the documentation." in state["answer"]
+    assert state["validation"]["confidence_warnings"] == ["Not found in the documents: Nomad deployment."]
+
+
+def test_run_nothing_found_is_the_fallback():
+    parts = [{"index": 0, "query": "x?", "label": "x", "status": "missing", "score": 0.1}]
+    state = PlanSynthesizer(fallback_message="none").run(state=new_state("q", plan={"question": "Q?",
+                                                                                   "parts": parts}))["state"]
+    assert (state["answer"], state["status"], state["citations"]) == ("none", "fallback", [])
+
+
+# --- through ask.yml ------------------------------------------------------------------------------------------------
+
+def test_comparison_is_answered_part_by_part(ingested):
+    response = ask(COMPARISON)
+    json.dumps(response)
+    plan = response["metadata"]["plan"]
+    assert plan["strategy"] == "comparison" and len(plan["subqueries"]) == 6
+    assert response["path"][response["path"].index("plan_6_subqueries") + 1].startswith("subquery_0_score_")
+    assert response["path"][-2:] == ["synthesize", "output_guardrails"]
+    ids = {c["id"] for c in response["citations"]}
+    for part in plan["subqueries"]:
+        assert part["status"] == "answered" and part["citations"] and set(part["citations"]) <= ids
+        assert f"{part['label']}: " in response["answer"]
+    assert "$49" in response["answer"]                                      # the Team plan's price
+    assert plan["wall_ms"] >= plan["slowest_ms"] > 0
+
+
+def test_a_part_the_documents_do_not_answer_is_reported_missing(ingested):
+    response = ask("What is the uptime SLA and how do I deploy Corvio Gateway on HashiCorp Nomad?")
+    plan = response["metadata"]["plan"]
+    assert [p["status"] for p in plan["subqueries"]] == ["answered", "missing"]
+    assert response["status"] == "partial"
+    assert plan["missing"] == ["How do I deploy Corvio Gateway on HashiCorp Nomad?"]
+    assert "I couldn't find this in the documentation." in response["answer"]
+    assert any("Not found in the documents" in w for w in response["validation"]["confidence_warnings"])
+
+
+def test_a_tenants_private_part_is_answered_only_for_that_tenant(ingested):
+    question = "What platform fee do we pay for Project Quasar and what is the uptime SLA?"
+    own = ask(question, tenant="globex")
+    public = ask(question)
+    assert [p["status"] for p in own["metadata"]["plan"]["subqueries"]][0] == "answered"
+    assert any(c["kb"] == "faq" for c in own["citations"])
+    assert [p["status"] for p in public["metadata"]["plan"]["subqueries"]][0] == "missing"
+    assert public["status"] == "partial"
+
+
+def test_planner_bench_times_parallel_retrieval_beside_one_part_at_a_time(ingested):
+    from gatehouse.eval.planner_bench import format_table, run_benchmark
+
+    report = run_benchmark(limit=2)
+    assert report["questions"] == 2 and report["not_planned"] == 0 and report["max_workers"] == 4
+    for row in report["rows"]:
+        assert row["parts"] >= 2 and row["wall_ms"] > 0
+        assert row["sequential_ms"] >= row["slowest_alone_ms"] > 0
+        assert row["ratio"] == round(row["wall_ms"] / row["slowest_alone_ms"], 3)
+    assert "wall / slowest part alone: P50" in format_table(report)
