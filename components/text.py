@@ -372,6 +372,16 @@ def rewrite_markers(
     return compiled.sub(replace, text or "")
 
 
+def singular(word: str) -> str:
+    """A rough English singular by suffix: "policies" -> "policy", "plans" -> "plan"; "access", "status" stay."""
+    lower = word.casefold()
+    if len(word) > 4 and lower.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and lower.endswith("s") and not lower.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
 def tokenize(text: str) -> list[str]:
     """
     Split text into case-folded word tokens (NFKC; Unicode letters and digits; underscores and punctuation split,

@@ -48,7 +48,14 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gatehouse.components.text import content_words, find_markers, normalize_space, split_units, strip_markers
+from gatehouse.components.text import (
+    content_words,
+    find_markers,
+    normalize_space,
+    singular,
+    split_units,
+    strip_markers,
+)
 from gatehouse.stats import percentile
 
 RAGAS_METRICS = (
@@ -132,14 +139,7 @@ def aspect_words(text: str | None) -> set[str]:
     aspect_words("Enterprise support hours")   # {'enterprise', 'support', 'hour'}
     ```
     """
-    words = set()
-    for word in content_words(text or "", stemmed=False):
-        if len(word) > 4 and word.endswith("ies"):
-            word = word[:-3] + "y"
-        elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-            word = word[:-1]
-        words.add(word)
-    return words
+    return {singular(word) for word in content_words(text or "", stemmed=False)}
 
 
 def _gold(record: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from gatehouse.settings import data_dir
 from gatehouse.eval.datasets import DatasetNotPresent, EvalCase, EvalSet, load_set, stratified_slice, write_corpus
-from gatehouse.pipelines import pipeline_path
+from gatehouse.pipelines import pipeline_path, without_answer_cache
 
 DEFAULT_SETS = ("golden", "mtrag_un", "squad2")
 QUICK_LIMITS = {"golden": 24, "mtrag_un": 12, "squad2": 12}
@@ -91,10 +91,7 @@ def set_pipeline(eval_set: EvalSet, pipeline: Path, work_dir: Path) -> Path:
 
     :returns: The YAML file to load.
     """
-    spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
-    for component in spec["components"].values():
-        if component["type"].endswith(".SemanticCache"):
-            component["init_parameters"] = {**component.get("init_parameters", {}), "enabled": False}
+    spec = without_answer_cache(yaml.safe_load(pipeline.read_text(encoding="utf-8")))
     if eval_set.knowledge_bases:
         router = spec["components"]["router"]["init_parameters"]
         router["knowledge_bases"] = [dict(kb) for kb in eval_set.knowledge_bases]

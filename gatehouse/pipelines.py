@@ -105,6 +105,22 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
     return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
 
 
+def without_answer_cache(spec: dict[str, Any]) -> dict[str, Any]:
+    """
+    An ask pipeline spec whose answer cache is switched off (`enabled: false`), for measurements that repeat questions
+    and must time or score every gate (the evaluation, the serving benchmark).
+
+    :param spec: A loaded pipeline YAML; it is not changed.
+    :returns: A new spec.
+    """
+    components = {
+        name: {**component, "init_parameters": {**component.get("init_parameters", {}), "enabled": False}}
+        if component["type"].endswith(".SemanticCache") else component
+        for name, component in spec["components"].items()
+    }
+    return {**spec, "components": components}
+
+
 def _use_generator_profile(path: Path, spec: dict[str, Any], generator: str) -> None:
     """Replace the pipeline spec's `generator` component by the profile's component spec."""
     profile_path = generator_profile_path(generator)

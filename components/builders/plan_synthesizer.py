@@ -6,10 +6,9 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from gatehouse.components.builders.passage_assembler import DEFAULT_FALLBACK_MESSAGE
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import DEFAULT_CITATION_PATTERN, rewrite_markers
-
-DEFAULT_FALLBACK_MESSAGE = "I couldn't locate specific documentation for this. Please verify the query or contact support."
 
 
 @component

@@ -7,7 +7,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 
 from gatehouse.components.state import State, advance
-from gatehouse.components.text import DEFAULT_STOPWORDS, tokenize
+from gatehouse.components.text import DEFAULT_STOPWORDS, singular, tokenize
 
 DEFAULT_QUESTION_WORDS = ["what", "which", "how", "where", "when", "who", "why", "is", "are", "can", "could", "do",
                           "does", "did", "should", "will", "would"]
@@ -36,14 +36,6 @@ def _items(text: str) -> list[str]:
             if item and item.strip()]
 
 
-def _singular(word: str) -> str:
-    if word.lower().endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.lower().endswith("s") and not word.lower().endswith("ss") and len(word) > 3:
-        return word[:-1]
-    return word
-
-
 def _share_head(entities: list[str]) -> list[str]:
     """
     "Team", "Enterprise plans" -> "Team plan", "Enterprise plan": a head noun written once after the last item of a
@@ -53,7 +45,7 @@ def _share_head(entities: list[str]) -> list[str]:
     words = last.split()
     if len(words) < 2 or not rest or any(len(item.split()) >= len(words) for item in rest):
         return entities
-    head = _singular(words[-1])
+    head = singular(words[-1])
     return [f"{item} {head}" for item in rest] + [" ".join([*words[:-1], head])]
 
 

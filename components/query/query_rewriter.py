@@ -17,7 +17,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import TermNormaliser, tokenize
+from gatehouse.components.text import TermNormaliser, singular, tokenize
 
 TASKS = ("retry", "condense")
 STRATEGIES = ("keywords", "feedback")
@@ -104,16 +104,6 @@ def _tokens(text: str) -> list[_Token]:
         )
         previous_end = match.end()
     return tokens
-
-
-def _singular(word: str) -> str:
-    """A rough English singular, for "the last one" -> "the last region"."""
-    lower = word.casefold()
-    if len(word) > 4 and lower.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and lower.endswith("s") and not lower.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
 
 
 def _same_query(a: str, b: str) -> bool:
@@ -599,7 +589,7 @@ class QueryRewriter:
                     or (before is not None and before.lower in self._determiners)
                 )
                 if modified:  # "the last one", "which one": only the noun is replaced
-                    replacement = _singular(topic.text.split()[-1])
+                    replacement = singular(topic.text.split()[-1])
             elif token.lower in self._determiners and following is not None and self._terms.is_content(following.lower):
                 if self._terms.stem(following.lower) == topic.head:
                     end = following.end  # "that plan" -> "the Team plan"

@@ -49,7 +49,7 @@ import httpx
 import yaml
 from openai import OpenAI
 
-from gatehouse.pipelines import generator_profile_path, pipeline_path
+from gatehouse.pipelines import generator_profile_path, pipeline_path, without_answer_cache
 from gatehouse.settings import data_dir
 from gatehouse.stats import percentile
 
@@ -272,11 +272,7 @@ def upload_report(client: httpx.Client, calls: int, megabytes: float) -> list[st
 
 def _uncached_ask() -> dict[str, Any]:
     """ask.yml without its answer cache: the benchmark repeats its questions, and must time the pipeline's work."""
-    spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
-    for component in spec["components"].values():
-        if component["type"].endswith(".SemanticCache"):
-            component["init_parameters"] = {**component.get("init_parameters", {}), "enabled": False}
-    return spec
+    return without_answer_cache(yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8")))
 
 
 def uncached_ask_pipeline(folder: Path) -> Path:
