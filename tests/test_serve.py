@@ -176,6 +176,8 @@ def test_bad_ask_input_is_a_4xx_naming_the_problem(admin, payload, status, messa
             {"type": "text", "text": QUESTION},
             {"type": "image_url", "image_url": {"url": "https://example.com/key.png"}}]}]},
          "messages[0].content[1] is not a text part"),
+        ({"messages": [{"role": ["user"], "content": QUESTION}], "stream": True},
+         "messages[0].role must be a string"),
     ],
 )
 def test_bad_chat_input_is_a_422_naming_the_field(admin, extra, message):

@@ -49,6 +49,28 @@ def _share_head(entities: list[str]) -> list[str]:
     return [f"{item} {head}" for item in rest] + [" ".join([*words[:-1], head])]
 
 
+_SHARED_PREPOSITION = re.compile(r"^(?P<preposition>with|without|using|via|through|on|in|for|from|to)\s+\S", re.IGNORECASE)
+
+
+def _share_prefix(entities: list[str]) -> list[str]:
+    """
+    "upgrading the gateway with Helm", "with Docker Compose" -> "upgrading the gateway with Helm", "upgrading the
+    gateway with Docker Compose": items that open with the preposition that follows the first item's lead words share
+    those words.
+    """
+    first, *rest = entities
+    openings = [_SHARED_PREPOSITION.match(item) for item in rest]
+    if not rest or not all(openings):
+        return entities
+    prepositions = {m["preposition"].casefold() for m in openings if m}
+    if len(prepositions) != 1:
+        return entities
+    lead = re.split(rf"\s+{re.escape(prepositions.pop())}\s+", first, maxsplit=1, flags=re.IGNORECASE)
+    if len(lead) != 2 or not lead[0].strip():
+        return entities
+    return [first] + [f"{lead[0].strip()} {item}" for item in rest]
+
+
 @component
 class QueryPlanner:
     """
@@ -56,7 +78,8 @@ class QueryPlanner:
 
     - **comparison** ("Compare the Team and Enterprise plans on price, SSO and support hours", "differences between
       X and Y in A and B"): one sub-query per entity and aspect ("Team plan price", "Enterprise plan SSO", ...);
-      a head noun written once is shared ("Team and Enterprise plans" -> "Team plan", "Enterprise plan"); when
+      a head noun written once is shared ("Team and Enterprise plans" -> "Team plan", "Enterprise plan"), and so are
+      lead words written once ("upgrading the gateway with Helm and with Docker Compose"); when
       entities x aspects exceed `max_subqueries`, one sub-query per aspect covering all entities;
     - **aspects** of one entity ("What are the price, rate limits and SSO options of the Business plan?"): one
       sub-query per aspect, only for lists of at least `min_aspect_list` items (two nouns joined by "and" are
@@ -67,6 +90,7 @@ class QueryPlanner:
       part with fewer than `min_part_terms` content words.
 
     A plan goes out on `plan` with `state["plan"]` (`strategy`, `question`, `parts`: `index`, `query`, `label`,
+    `entity` and `aspect` of a comparison or aspect-list part (else None), `siblings` (the other entities compared),
     `status` "planned") and path `plan_{N}_subqueries`; anything else (one part, caller context modes, more than
     `max_subqueries` parts) goes on `single` unchanged.
 
@@ -150,17 +174,19 @@ class QueryPlanner:
             match = pattern.match(question)
             if not match:
                 continue
-            entities = _share_head(_items(match["entities"]))
+            entities = _share_prefix(_share_head(_items(match["entities"])))
             aspects = _items(match["aspects"])
             if len(entities) < 2 or not aspects:
                 continue
             if len(entities) * len(aspects) <= self.max_subqueries:
                 return [{"query": self.subquery_template.format(entity=entity, aspect=aspect),
-                         "label": f"{entity}, {aspect}"}
+                         "label": f"{entity}, {aspect}", "entity": entity, "aspect": aspect,
+                         "siblings": [other for other in entities if other != entity]}
                         for aspect in aspects for entity in entities]
             together = " and ".join(entities)
             return [{"query": self.subquery_template.format(entity=together, aspect=aspect),
-                     "label": f"{aspect} of {together}"} for aspect in aspects]
+                     "label": f"{aspect} of {together}", "entity": None, "aspect": aspect, "siblings": []}
+                    for aspect in aspects]
         return None
 
     def _aspect_list(self, question: str) -> list[dict[str, str]] | None:
@@ -172,7 +198,8 @@ class QueryPlanner:
             entity = _ARTICLE.sub("", match["entities"].strip())
             if len(aspects) >= self.min_aspect_list and len(_items(match["entities"])) == 1:
                 return [{"query": self.subquery_template.format(entity=entity, aspect=aspect),
-                         "label": f"{entity}, {aspect}"} for aspect in aspects]
+                         "label": f"{entity}, {aspect}", "entity": entity, "aspect": aspect, "siblings": []}
+                        for aspect in aspects]
         return None
 
     def _questions(self, question: str) -> list[dict[str, str]] | None:
@@ -201,14 +228,16 @@ class QueryPlanner:
             parts[-1] = f"{parts[-1]} {context.strip()}"
         if len(parts) < 2:
             return None
-        return [{"query": f"{part[0].upper()}{part[1:]}?", "label": f"{part[0].upper()}{part[1:]}"} for part in parts]
+        return [{"query": f"{part[0].upper()}{part[1:]}?", "label": f"{part[0].upper()}{part[1:]}", "entity": None,
+                 "aspect": None, "siblings": []} for part in parts]
 
     def plan(self, question: str) -> tuple[str, list[dict[str, str]]] | None:
         """
         The plan of a question.
 
         :param question: The (standalone) question.
-        :returns: `(strategy, parts)` with each part's `query` and `label`, or None for a single-part question.
+        :returns: `(strategy, parts)` with each part's `query`, `label`, `entity`, `aspect` and `siblings`, or None
+            for a single-part question.
         """
         text = " ".join(question.split())
         for strategy, planner, given in (("comparison", self._comparison, _TRAILING.sub("", text)),
@@ -236,7 +265,8 @@ class QueryPlanner:
         plan = {
             "strategy": strategy,
             "question": question,
-            "parts": [{"index": i, "query": p["query"], "label": p["label"], "status": "planned"}
+            "parts": [{"index": i, "query": p["query"], "label": p["label"], "entity": p["entity"],
+                       "aspect": p["aspect"], "siblings": p["siblings"], "status": "planned"}
                       for i, p in enumerate(parts)],
         }
         return {"plan": advance(state, stage="planner", started=started, steps=[f"plan_{len(parts)}_subqueries"],

@@ -100,6 +100,14 @@ DEFAULT_UNITS: list[str] = ["per", "percent", "%", "days", "day", "hours", "hour
                             "tb", "kb", "users", "user", "seats", "requests", "tokens", "dollars", "euros", "people",
                             "km", "miles", "metres", "meters", "feet", "kg", "tons", "tonnes"]  # fmt: skip
 
+#: Aspect words whose answer is a figure ("price", "uptime", "rate limits"): within a plan part, a sentence with a
+#: number, amount or percentage answers such an aspect before one without.
+DEFAULT_QUANTITY_TERMS: list[str] = [
+    "price", "pricing", "cost", "fee", "charge", "uptime", "sla", "limit", "quota", "retention", "window", "rate",
+    "rpm", "tpm", "time", "hour", "minute", "second", "day", "downtime", "duration", "size", "memory",
+    "storage", "latency", "capacity", "throughput", "discount", "port", "version", "minimum", "maximum",
+]  # fmt: skip
+
 #: Words that negate a statement.
 DEFAULT_NEGATIONS: list[str] = ["not", "no", "never", "none", "nor", "neither", "without", "cannot", "nothing", "nobody",
                                 "n't", "unable", "lack", "lacks", "lacked", "fail", "fails", "failed"]  # fmt: skip
@@ -154,6 +162,9 @@ DEFAULT_LLM_PROMPT = (
 )
 
 _CAPITALISED = re.compile(r"(?<![.!?:]\s)(?<!^)\b([A-Z][\w'’-]*)")
+#: A product, model or error identifier: a word with a hyphen and a digit ("atlas-3", "swift-1", "CGW-3001").
+_IDENTIFIER = re.compile(r"(?<![\w/-])[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*-[A-Za-z]*\d[A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*")
+_HOW_MANY = re.compile(r"\bhow many\s+(?P<phrase>[\w' -]+)", re.IGNORECASE)
 
 
 @dataclass
@@ -201,6 +212,8 @@ class AnswerabilityGate:
         llm_weight: float = 0.5,
         llm_prompt: str = DEFAULT_LLM_PROMPT,
         llm_candidates: int = 1,
+        focus_plan_parts: bool = True,
+        quantity_terms: list[str] | None = None,
     ) -> None:
         """
         Create the gate.
@@ -232,7 +245,14 @@ class AnswerabilityGate:
             the question; None (default) disables the LLM tier.
         :param llm_weight: Share of the LLM's verdict (yes 1, no 0) in the best candidate's score.
         :param llm_prompt: The LLM tier's prompt; `{question}` and `{passage}` are replaced.
-        :param llm_candidates: How many of the best candidates the LLM rates.
+        :param llm_candidates: How many of the best candidates the LLM rates; once it has rated any, only those are
+            ranked, so a "no" on all of them can refuse the question.
+        :param focus_plan_parts: In a part of a plan (`state["plan"]`), rank the candidates by what the part asks
+            (see `focus`): a sentence naming the part's entity and its aspect leads; with none that covers the aspect,
+            that names the identifier the part asks about ("atlas-3") or that counts what "how many" asks, the part
+            is not answered.
+        :param quantity_terms: Aspect words whose answer is a figure (a sentence with a number answers them first);
+            None uses the built-in English list.
         :raises ValueError: On an unknown signal, mode, or a value out of range.
         """
         unknown = set(weights or {}) - set(SIGNALS)
@@ -268,6 +288,8 @@ class AnswerabilityGate:
         self.llm_weight = llm_weight
         self.llm_prompt = llm_prompt
         self.llm_candidates = llm_candidates
+        self.focus_plan_parts = focus_plan_parts
+        self.quantity_terms = quantity_terms
 
         self._weights = {name: float((DEFAULT_WEIGHTS if weights is None else weights).get(name, 0.0))
                          for name in SIGNALS}
@@ -288,6 +310,9 @@ class AnswerabilityGate:
             w.lower() for w in (DEFAULT_QUESTION_WORDS if question_words is None else question_words)
         )
         self._units = frozenset(w.lower() for w in (DEFAULT_UNITS if units is None else units))
+        self._quantities = frozenset(
+            stem(w.lower()) for w in (DEFAULT_QUANTITY_TERMS if quantity_terms is None else quantity_terms)
+        )
         self._backend: Any = None
 
     def warm_up(self) -> None:
@@ -329,6 +354,8 @@ class AnswerabilityGate:
             llm_weight=self.llm_weight,
             llm_prompt=self.llm_prompt,
             llm_candidates=self.llm_candidates,
+            focus_plan_parts=self.focus_plan_parts,
+            quantity_terms=self.quantity_terms,
         )
 
     @classmethod
@@ -548,6 +575,108 @@ class AnswerabilityGate:
         z = self.bias + sum(self._weights[name] * float(signals.get(name, 0.0)) for name in SIGNALS)
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
+    # -- the focus of a plan part -----------------------------------------------------------------------------------
+    def focus(
+        self, question: str, part: dict[str, Any], ranked: list[_Candidate], passages: list[Document]
+    ) -> tuple[list[_Candidate], dict[str, Any]]:
+        """
+        Rank the candidates of one part of a plan by what the part asks.
+
+        The part's *entity* is what it is about: a comparison's "Enterprise plan", told apart from the other compared
+        entities by its own words ("Enterprise"), or, in a part that is a question of its own, the names it writes
+        with a capital. Its *aspect* is what it asks about the entity ("price"; in a question, its other content
+        terms). A candidate can answer the part only when it names every identifier the part names together with an
+        aspect term (sentence or section heading: a sentence about "atlas-2-mini" does not answer "atlas-3", nor does
+        one that names "atlas-3" without its context window) and, for "how many X", states a number of X ("five
+        built-in roles" does not count custom roles). Those come first; among them the candidates naming the entity
+        (sentence or section heading, unless the heading names another compared entity instead), then, for an aspect answered by a figure (`quantity_terms`, or a
+        "how much"/"when" question), those holding one; then the score decides.
+
+        ```python
+        gate = AnswerabilityGate()
+        part = {"entity": "Enterprise plan", "aspect": "price", "siblings": ["Team plan"]}
+        ranked, record = gate.focus("Enterprise plan price", part, gate.candidates("Enterprise plan price", passages),
+                                    passages)
+        ranked[0].text   # "Enterprise pricing is negotiated and starts at $4,500 per month ..."
+        ```
+
+        :param question: The part's question.
+        :param part: The plan part (`entity`, `aspect`, `siblings`; no entity for a question of its own).
+        :param ranked: The scored candidates (`candidates`).
+        :param passages: The passages the candidates come from.
+        :returns: The candidates in focus order and `{"entity", "aspect", "identifiers", "focused"}`; `focused` is
+            False when no candidate can answer the part.
+        """
+        entity = str(part.get("entity") or "")
+        if entity:
+            sibling_words = {w.lower() for other in part.get("siblings") or [] for w in re.findall(r"[\w'’-]+", other)}
+            words = [w for w in re.findall(r"[\w'’-]+", entity) if w.lower() not in self._stop
+                     and not _IDENTIFIER.fullmatch(w)]
+            names = [w for w in words if w.lower() not in sibling_words] or words
+            others = sorted(sibling_words - {w.lower() for w in words} - self._stop)
+            identifiers = {m.group(0).lower() for m in _IDENTIFIER.finditer(entity)}
+            aspect = self.question_terms(str(part.get("aspect") or ""))
+        else:
+            identifiers = {m.group(0).lower() for m in _IDENTIFIER.finditer(question)}
+            others = []
+            names = [m.group(1) for m in _CAPITALISED.finditer(question.strip()) if len(m.group(1)) > 1
+                     and m.group(1).lower() not in self._stop and m.group(1).lower() not in self._question_words
+                     and not _IDENTIFIER.fullmatch(m.group(1))]
+            named = {stem(t) for name in [*names, *identifiers] for t in tokens(name)}
+            aspect = [t for t in self.question_terms(question) if t not in named]
+        quantity = bool(set(aspect) & self._quantities) or (
+            not entity and self.expected_type(question) in ("number", "date"))
+        counted = self._counted(question)
+
+        def keyed(candidate: _Candidate) -> tuple[float, float, float, float]:
+            heading = str((passages[candidate.passage].meta or {}).get("section") or "")
+            text = f"{candidate.text} {heading}"
+            lowered = text.lower()
+            covers = not aspect or bool(set(aspect) & {stem(w) for w in tokens(text)})
+            answers = (not identifiers or covers) and all(
+                re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", lowered) for i in identifiers
+            ) and (counted is None or self._counts(candidate.text, counted))
+            surface = set(re.findall(r"[\w'’-]+", text))
+            names_entity = all(n in surface if n[:1].isupper() else n.lower() in lowered.split() for n in names)
+            heading_words = {w.lower() for w in re.findall(r"[\w'’-]+", heading)}
+            if heading_words & set(others) and not heading_words & {n.lower() for n in names}:
+                names_entity = False  # a section about another compared entity ("Enterprise" for "Business")
+            value = quantity and self._has_type("number", candidate.text, set(aspect))
+            return float(answers), float(names_entity), float(value), candidate.score
+
+        keys = {id(c): keyed(c) for c in ranked}
+        ordered = sorted(ranked, key=lambda c: tuple(-k for k in keys[id(c)]) + (c.passage, c.unit))
+        record = {"entity": names, "aspect": aspect, "identifiers": sorted(identifiers),
+                  "focused": bool(ordered) and keys[id(ordered[0])][0] > 0}
+        return ordered, record
+
+    def _counted(self, question: str) -> list[str] | None:
+        """The stems of what "how many X" counts ("how many custom roles can ..." -> ["custom", "role"]), or None."""
+        match = _HOW_MANY.search(question)
+        if match is None:
+            return None
+        phrase: list[str] = []
+        for word in tokens(match["phrase"]):
+            if word in self._stop:
+                break
+            phrase.append(stem(word))
+        return phrase or None
+
+    def _counts(self, text: str, counted: list[str]) -> bool:
+        """Whether `text` states a number of `counted`: a number, then only its words, ending with its last word."""
+        numeric = self._type_patterns.get("number")
+        words = [w.strip(".,;:!?()[]\"'“”‘’`") for w in re.split(r"[\s-]+", text)]
+        for position, word in enumerate(words):
+            if not word or numeric is None or not numeric.search(word):
+                continue
+            for following in words[position + 1 : position + 2 + len(counted)]:
+                stemmed = stem(following.lower())
+                if stemmed == counted[-1]:
+                    return True
+                if stemmed not in counted:
+                    break
+        return False
+
     def _llm_verdict(self, question: str, passage: Document) -> tuple[float | None, str | None]:
         prompt = self.llm_prompt.replace("{question}", question).replace("{passage}", passage.content or "")
         try:
@@ -583,15 +712,23 @@ class AnswerabilityGate:
         warnings: list[str] = []
         best_score = ranked[0].score if ranked else 0.0
         if ranked and self.chat_generator is not None:
+            rated = []
             for candidate in ranked[: self.llm_candidates]:
                 verdict, warning = self._llm_verdict(question, passages[candidate.passage])
                 if warning:
                     warnings.append(warning)
                 if verdict is not None:
                     candidate.score = (1.0 - self.llm_weight) * candidate.score + self.llm_weight * verdict
-            ranked.sort(key=lambda c: (-c.score, c.passage, c.unit))
+                    rated.append(candidate)
+            # Once the LLM has rated candidates, only those are ranked: a candidate it rated "no" must not be replaced
+            # by one it never read. When every call failed, the heuristic ranking stands.
+            ranked = sorted(rated or ranked, key=lambda c: (-c.score, c.passage, c.unit))
             best_score = ranked[0].score
 
+        plan = state.get("plan") or {}
+        focus = None
+        if self.focus_plan_parts and ranked and plan.get("current") is not None:
+            ranked, focus = self.focus(question, plan["parts"][plan["current"]], ranked, passages)
         absent = self.missing_entities(question, passages) if self.require_entities else []
         all_terms = set().union(*({stem(w) for w in tokens(p.content or "")} for p in passages)) if passages else set()
         question_terms = self.question_terms(question)
@@ -601,6 +738,7 @@ class AnswerabilityGate:
             "threshold": self.threshold,
             "missing_terms": missing,
             "missing_entities": absent,
+            "focus": focus,
             "best": None if not ranked else {
                 "source_id": ranked[0].source_id,
                 "text": ranked[0].text,
@@ -613,7 +751,8 @@ class AnswerabilityGate:
              "score": round(c.score, 4), "span": self.answer_span(answer_type, c.text, term_set)}
             for c in ranked[: self.max_candidates]
         ]
-        answered = bool(ranked) and best_score >= self.threshold and not absent
+        unfocused = focus is not None and not focus["focused"]
+        answered = bool(ranked) and best_score >= self.threshold and not absent and not unfocused
         step = f"{'answerable' if answered else 'not_answerable'}_{best_score:.2f}"
         base = with_validation(state, "confidence_warnings", *warnings) if warnings else state
         if answered:
@@ -624,6 +763,7 @@ class AnswerabilityGate:
         reason = "answerability: no passage answers the question" + (
             f" (not found: {', '.join(missing)})" if missing else ""
         ) + (f"; no passage names {', '.join(absent)}" if absent else
+             "; no sentence answers this part's " + " ".join(focus["aspect"] + focus["identifiers"]) if unfocused else
              f"; best score {best_score:.2f} < {self.threshold:.2f}")
         if self.on_unanswerable == "partial" and ranked:
             new = advance(base, stage="answerability", started=started, steps=[step], answerability=record,

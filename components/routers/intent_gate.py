@@ -240,6 +240,8 @@ DEFAULT_INTENT_EXAMPLES = {
     "temporal": ["When was version 2.0 released?", "What changed in the latest release?"],
 }
 
+# The reply format without concrete values: given {"route": "retrieve", "intent": "procedural"} as an example, a
+# 0.5B model (qwen0.5b) replied exactly that to every message (`gatehouse bench tiers`).
 DEFAULT_LLM_PROMPT = """You classify messages sent to the support assistant of Corvio, a managed AI inference \
 platform with a self-hosted "Corvio Gateway".
 
@@ -253,7 +255,7 @@ out-of-scope requests.
 
 intent: one of {intents}.
 
-Reply with JSON only, for example {"route": "retrieve", "intent": "procedural"}.
+Reply with JSON only, in the form {"route": "...", "intent": "..."}.
 
 Message: {query}"""
 

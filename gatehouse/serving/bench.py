@@ -329,20 +329,36 @@ def own_server(folder: Path, llm_port: int, budget: float, llm_url: str | None =
         "mcp": False,
         "limits": {"request_timeout_s": budget, "max_body_bytes": 100_000_000},
     }), encoding="utf-8")
+    with serve_process(manifest, folder / "server.log", deployments=len(pipelines), what="the benchmark") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(manifest: Path, log: Path, *, deployments: int, what: str, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> Iterator[str]:
+    """
+    `gatehouse serve --manifest manifest` on a free loopback port, its output in `log`, stopped afterwards.
+
+    :param deployments: Pipelines the manifest deploys: the URL is yielded once `/status` lists that many.
+    :param what: Who runs it, for the error message.
+    :param env: The server's environment (default: this process's).
+    :param cwd: The server's working directory (default: this one).
+    :returns: (yields) Its base URL.
+    :raises RuntimeError: When it exits before it serves (its log says why: e.g. the data directory is in use).
+    """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    log = folder / "server.log"
     with log.open("w") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
-            stdout=output, stderr=subprocess.STDOUT,
+            stdout=output, stderr=subprocess.STDOUT, env=env, cwd=cwd,
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        while len(_deployed(url)) < len(pipelines):
+        while len(_deployed(url)) < deployments:
             if process.poll() is not None:
-                raise RuntimeError(f"the benchmark's server exited; its log ({log}):\n{log.read_text()[-2000:]}")
+                raise RuntimeError(f"{what}'s server exited; its log ({log}):\n{log.read_text()[-2000:]}")
             time.sleep(0.5)
         yield url
     finally:

@@ -31,12 +31,12 @@ import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Request
 from haystack import Pipeline
 from haystack.dataclasses import ByteStream
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, WithJsonSchema
 from typing_extensions import TypedDict
 
 from gatehouse.document_stores.errors import find_data_dir_error
@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 JobStatus = Literal["queued", "running", "done", "failed"]
 RETRY_AFTER_UNKNOWN_S = 10  # the Retry-After of a full queue before any job has finished to estimate from
 RECENT_JOBS = 20  # how many finished jobs the Retry-After estimate looks at
+NOT_DEPLOYED = {503: {"description": "The index pipeline is not deployed"}}
 
 
 class FileResult(TypedDict):
@@ -332,8 +333,10 @@ def _job_router(name: str, keyring: KeyRing) -> APIRouter:
             raise HTTPException(status_code=503, detail=f"the index pipeline {name!r} is not deployed")
         return wrapper.jobs
 
-    @router.get("", name=f"{name}_jobs")
-    def list_jobs(request: Request, limit: int = 100) -> IngestJobList:
+    @router.get("", name=f"{name}_jobs", responses=NOT_DEPLOYED)
+    def list_jobs(request: Request,
+                  limit: Annotated[int, WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1000})] = 100,
+                  ) -> IngestJobList:
         """
         List the caller's ingest jobs (of the tenants its API key holds), newest first.
 
@@ -344,7 +347,8 @@ def _job_router(name: str, keyring: KeyRing) -> APIRouter:
             raise HTTPException(status_code=422, detail=f"limit is {limit}; use 1 to 1000")
         return {"jobs": jobs().latest(_visible_tenants(keyring, request), limit)}
 
-    @router.get("/{job_id}", name=f"{name}_job")
+    @router.get("/{job_id}", name=f"{name}_job", responses={
+        404: {"description": "No such job, or a job of a tenant the API key does not hold"}, **NOT_DEPLOYED})
     def get_job(request: Request, job_id: str) -> IngestJob:
         """
         An ingest job: status (queued, running, done, failed), progress, per-file results and times.

@@ -23,7 +23,10 @@ from typing_extensions import TypedDict
 
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, KnowledgeBaseNotFoundError
 from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
-from gatehouse.serving.wrappers import check_name, denied
+from gatehouse.serving.jobs import NOT_DEPLOYED
+from gatehouse.serving.wrappers import Name, check_name, denied
+
+NOT_MANAGED = {403: {"description": "The API key may not manage the tenant"}}
 
 
 class KnowledgeBaseInfo(TypedDict):
@@ -65,8 +68,8 @@ def knowledge_base_routes(*, keyring: KeyRing, index_pipeline: str) -> APIRouter
             raise HTTPException(status_code=503, detail=f"the index pipeline {index_pipeline!r} is not deployed")
         return KnowledgeBaseCatalogue.from_index_pipeline(wrapper.pipeline)
 
-    @router.get("")
-    def list_knowledge_bases(request: Request, tenant: str | None = None) -> KnowledgeBaseList:
+    @router.get("", responses={**NOT_MANAGED, **NOT_DEPLOYED})
+    def list_knowledge_bases(request: Request, tenant: Name | None = None) -> KnowledgeBaseList:
         """
         List the knowledge bases with their document and chunk counts.
 
@@ -83,8 +86,9 @@ def knowledge_base_routes(*, keyring: KeyRing, index_pipeline: str) -> APIRouter
         held = catalogue().knowledge_bases(tenants=tenants)
         return {"knowledge_bases": [KnowledgeBaseInfo(**asdict(kb)) for kb in held]}
 
-    @router.delete("/{kb}")
-    def delete_knowledge_base(request: Request, kb: str, tenant: str | None = None) -> DeletedKnowledgeBase:
+    @router.delete("/{kb}", responses={
+        **NOT_MANAGED, 404: {"description": "The tenant holds no such knowledge base"}, **NOT_DEPLOYED})
+    def delete_knowledge_base(request: Request, kb: Name, tenant: Name | None = None) -> DeletedKnowledgeBase:
         """
         Delete a knowledge base of one tenant from the dense and the lexical store; other tenants' stay.
 

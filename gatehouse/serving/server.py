@@ -27,11 +27,31 @@ from typing import Any
 import yaml
 
 from gatehouse.settings import data_dir
-from gatehouse.serving.auth import GuardMiddleware, KeyRing
+from gatehouse.serving.auth import OPEN_PATHS, GuardMiddleware, KeyRing
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 
 GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
 UNADVERTISED_PATHS = ("/draw/{pipeline_name}", "/v1/responses", "/responses")
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+# What the pipeline routes answer beyond Hayhooks' 200 and 422, by kind (`POST /{name}/run`; chat for `ask`). An index
+# pipeline's 202 and 429 are documented with its jobs (`gatehouse.serving.jobs`).
+NOT_THE_TENANT = "The API key does not hold the tenant"
+LLM_FAILED = "The LLM endpoint failed and no fallback answer could be made"
+PIPELINE_ANSWERS = {
+    "ask": {"403": NOT_THE_TENANT, "502": LLM_FAILED},
+    "retrieve": {"403": NOT_THE_TENANT},
+    "index": {"403": NOT_THE_TENANT, "415": "No uploaded file has a supported type",
+              "500": "With `wait=true`: the ingest job failed"},
+}
+CHAT_ANSWERS = {"403": NOT_THE_TENANT, "404": "No pipeline of that name is deployed (`GET /v1/models` lists them)",
+                "501": "The model is a pipeline that does not chat (retrieve, index)", "502": LLM_FAILED}
+CHAT_MESSAGE = {"type": "object", "required": ["role", "content"], "properties": {
+    "role": {"enum": ["system", "user", "assistant"]},
+    "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+        "type": "object", "required": ["type", "text"],
+        "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}
+ERROR_DETAIL = {"title": "ErrorDetail", "type": "object", "properties": {"detail": {"type": "string"}},
+                "required": ["detail"]}
 
 
 class ServeError(RuntimeError):
@@ -169,10 +189,14 @@ def _restrict_hayhooks_routes(app: Any) -> None:
     `/v1/models` (and `/models`) list only the pipelines that answer chat (`ask`; the others answer it with 501);
     `/draw/{name}`, which renders through an internet service, is disabled (404, no outbound connection); neither
     drawing nor `/v1/responses` (no Gatehouse pipeline implements it: 501) is in the OpenAPI document. The
-    replacements are put in front of Hayhooks' routes, which match in order.
+    replacements are put in front of Hayhooks' routes, which match in order. The document states chat's `model` (one
+    of the chat pipelines), message shape (`CHAT_MESSAGE`) and streamed answer (server-sent events), and chat with an
+    unknown model is a 404 naming `/v1/models` rather than Hayhooks' wrappers.
     """
     from fastapi import HTTPException
+    from fastapi.exception_handlers import http_exception_handler
     from fastapi_openai_compat.models_router import create_models_router
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     registry = app.state.pipeline_registry
 
@@ -200,6 +224,62 @@ def _restrict_hayhooks_routes(app: Any) -> None:
         schema = hayhooks_openapi()
         for path in UNADVERTISED_PATHS:
             schema["paths"].pop(path, None)
+        chat = schema.get("components", {}).get("schemas", {}).get("ChatRequest")
+        if chat is not None:
+            chat["properties"]["model"]["enum"] = chat_models()
+            chat["properties"]["messages"].update(items=CHAT_MESSAGE, minItems=1)
+        for path in CHAT_PATHS:
+            answer = schema["paths"].get(path, {}).get("post", {}).get("responses", {}).get("200")
+            if answer is not None:
+                answer.setdefault("content", {})["text/event-stream"] = {"schema": {"description": (
+                    "With `stream: true`: chat.completion.chunk events, the last with `citations` and `gatehouse` "
+                    "(with openwebui_sources, Open WebUI source events too), then [DONE]")}}
+        return schema
+
+    async def unknown_model(request: Any, error: StarletteHTTPException) -> Any:
+        if error.status_code == 404 and request.url.path in CHAT_PATHS:
+            error = HTTPException(status_code=404, detail="no such model: GET /v1/models lists the models")
+        return await http_exception_handler(request, error)
+
+    app.openapi = openapi
+    app.add_exception_handler(StarletteHTTPException, unknown_model)
+
+
+def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> None:
+    """
+    State in the OpenAPI document the answers the routes give beyond what FastAPI and Hayhooks derive.
+
+    The guard's 401 (with keys, every route but `/status`) and 413 (a route with a body), 400 for a body that cannot be
+    parsed, each pipeline's own (`PIPELINE_ANSWERS`, `CHAT_ANSWERS`), and the body of every error answer:
+    `{"detail": <message>}`, for a 422 also FastAPI's list of validation errors.
+    """
+    previous_openapi = app.openapi
+    by_path = {f"/{name}/run": PIPELINE_ANSWERS[deployed.kind] for name, deployed in manifest.pipelines.items()}
+    if any(deployed.kind == "ask" for deployed in manifest.pipelines.values()):
+        by_path.update(dict.fromkeys(CHAT_PATHS, CHAT_ANSWERS))
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+    invalid = {"application/json": {"schema": {"anyOf": [{"$ref": "#/components/schemas/HTTPValidationError"},
+                                                         {"$ref": "#/components/schemas/ErrorDetail"}]}}}
+
+    def openapi() -> dict[str, Any]:
+        schema = previous_openapi()
+        schema.setdefault("components", {}).setdefault("schemas", {})["ErrorDetail"] = ERROR_DETAIL
+        for path, operations in schema["paths"].items():
+            for method, operation in operations.items():
+                answers = operation["responses"]
+                for status, description in by_path.get(path, {}).items():
+                    answers.setdefault(status, {"description": description})
+                if keyring.enabled and (method.upper(), path) not in OPEN_PATHS:
+                    answers.setdefault("401", {"description": "Missing or invalid API key"})
+                if "requestBody" in operation:
+                    answers.setdefault("400", {"description": "The body cannot be parsed"})
+                    answers.setdefault("413", {"description": "The body exceeds limits.max_body_bytes"})
+                for status, answer in answers.items():
+                    documented = answer.get("content", {}).get("application/json", {}).get("schema")
+                    if status == "422":
+                        answer["content"] = invalid
+                    elif status.startswith(("4", "5")) and not documented:
+                        answer["content"] = error
         return schema
 
     app.openapi = openapi
@@ -238,6 +318,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
         app.include_router(knowledge_base_routes(keyring=keyring, index_pipeline=index_pipeline))
     index_pipelines = [name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"]
     ingest_job_routes(app, keyring=keyring, index_pipelines=index_pipelines)
+    _document_error_answers(app, manifest, keyring)
     if manifest.mcp:
         _mount_mcp(app)
     app.include_router(metrics_router())

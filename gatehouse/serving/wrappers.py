@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from fastapi import HTTPException, UploadFile
@@ -45,6 +45,7 @@ from hayhooks import BasePipelineWrapper
 from haystack import Pipeline
 from haystack.core.serialization import allow_deserialization_module
 from haystack.dataclasses import ByteStream
+from pydantic import WithJsonSchema
 from starlette.datastructures import Headers
 from typing_extensions import TypedDict
 
@@ -66,6 +67,12 @@ NAME_PATTERN = re.compile(KB_NAME_PATTERN)
 # Ask pipelines run at most this many at a time, each in a thread of its own (see `_in_background`).
 ASK_SLOTS = threading.BoundedSemaphore(32)
 OUT_OF_TIME_ANSWER = "I could not finish an answer in time. Please try again in a moment."
+
+# The rules of the request fields as the OpenAPI document (and the MCP tool schemas) state them. Only documented: the
+# wrappers check them themselves, so a bad value is a 422 whose detail names the field and the rule.
+QueryText = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1, "pattern": r"\S"})]
+Name = Annotated[str, WithJsonSchema({"type": "string", "pattern": f"^(?:{KB_NAME_PATTERN})$"})]
+TopK = Annotated[int, WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 100})]
 
 
 class Turn(TypedDict):
@@ -221,9 +228,9 @@ class AskWrapper(GatehouseWrapper):
 
     def run_api(
         self,
-        query: str,
-        kb: str | None = None,
-        tenant: str | None = None,
+        query: QueryText,
+        kb: Name | None = None,
+        tenant: Name | None = None,
         mode: Literal["full-corpus", "constrained-context", "hybrid"] | None = None,
         context: str | None = None,
         history: list[Turn] | None = None,
@@ -254,7 +261,10 @@ class AskWrapper(GatehouseWrapper):
         carries `citations` and `gatehouse` (status, metadata, validation, path, stream); with the manifest's
         `openwebui_sources`, Open WebUI `source` events announce the cited passages and markers read `[n]`.
         """
-        turns = [{"role": m.get("role"), "content": _text_of(m.get("content"), f"messages[{index}]")}
+        for index, m in enumerate(messages):
+            if not isinstance(m.get("role"), str):
+                raise HTTPException(status_code=422, detail=f"messages[{index}].role must be a string")
+        turns = [{"role": m["role"], "content": _text_of(m.get("content"), f"messages[{index}]")}
                  for index, m in enumerate(messages)]
         turns = [t for t in turns if t["role"] in {"user", "assistant"} and t["content"]]
         if not turns or turns[-1]["role"] != "user":
@@ -351,10 +361,10 @@ class RetrieveWrapper(GatehouseWrapper):
 
     def run_api(
         self,
-        query: str,
-        kbs: list[str] | None = None,
-        tenant: str | None = None,
-        top_k: int = 10,
+        query: QueryText,
+        kbs: list[Name] | None = None,
+        tenant: Name | None = None,
+        top_k: TopK = 10,
         headers: Headers | None = None,
     ) -> RetrieveResponse:
         """
@@ -400,8 +410,8 @@ class IndexWrapper(GatehouseWrapper):
     def run_api(
         self,
         files: list[UploadFile],
-        kb: str,
-        tenant: str | None = None,
+        kb: Name,
+        tenant: Name | None = None,
         force: bool = False,
         wait: bool = False,
         headers: Headers | None = None,
