@@ -514,15 +514,23 @@ def supported_sentences(records: list[dict[str, Any]]) -> dict[str, Any]:
     """
     The share of claim sentences supported by their citation (`sentence_support()`).
 
-    :returns: `summarize()` of the per-answer shares, plus `supported` and `claims` summed over the answers and
-        `micro` = supported / claims over all sentences.
+    :returns: `summarize()` of the per-answer shares, plus `supported` and `claims` summed over the answers,
+        `micro` = supported / claims over all sentences, `reattributed` (supported sentences whose citation the
+        verifier pointed at another passage, `reattributed_citation:` actions) and `micro_as_cited` = the share
+        supported by the passage the generator itself cited.
     """
     supports = [sentence_support(record) for record in records]
     counted = [s for s in supports if s is not None]
     result = summarize([supported / claims for supported, claims in counted], len(records) - len(counted))
     supported_total = sum(s for s, _ in counted)
     claims_total = sum(c for _, c in counted)
-    result.update(supported=supported_total, claims=claims_total, micro=_ratio(supported_total, claims_total))
+    reattributed = sum(
+        1 for record, support in zip(records, supports) if support is not None
+        for action in (_response(record).get("validation") or {}).get("guardrail_actions") or []
+        if str(action).startswith("reattributed_citation:")
+    )
+    result.update(supported=supported_total, claims=claims_total, micro=_ratio(supported_total, claims_total),
+                  reattributed=reattributed, micro_as_cited=_ratio(supported_total - reattributed, claims_total))
     return result
 
 

@@ -13,6 +13,7 @@ from gatehouse.eval.runner import EvalOptions, run_eval
 
 exit_code = run_eval(EvalOptions(sets=["golden"], quick=True))   # 0, or 1 when a metric regressed
 run_eval(EvalOptions(sets=["golden"], tags=["multi-part"]))        # only the cases with one of these tags
+run_eval(EvalOptions(sets=["golden"], generator="llm"))            # pipelines/generators/llm.yml answers
 ```
 """
 
@@ -52,6 +53,7 @@ class EvalOptions:
     squad_articles: str = "all"
     seed: int = 0
     tags: list[str] = field(default_factory=list)
+    generator: str | None = None
 
     def set_options(self, name: str) -> dict[str, Any]:
         """Loader options of one set (only squad2 has any)."""
@@ -63,6 +65,7 @@ class EvalOptions:
         """How the set was sliced, appended to its dataset version so that runs are compared like with like."""
         options = self.set_options(name)
         tags = f"-tags-{'+'.join(sorted(self.tags))}" if self.tags else ""
+        tags += f"-generator-{self.generator}" if self.generator else ""
         if options:
             return f"-sample{options['sample']}-{options['articles']}-seed{options['seed']}{tags}"
         limit = _limit(self, name)
@@ -152,20 +155,21 @@ def work_dir() -> Path:
     return folder
 
 
-def prepare_set(eval_set: EvalSet, pipeline_file: Path) -> Any:
-    """Ingest the set and return its warmed-up ask pipeline."""
+def prepare_set(eval_set: EvalSet, pipeline_file: Path, *, generator: str | None = None) -> Any:
+    """Ingest the set and return its warmed-up ask pipeline (with the generator profile `generator`, if given)."""
     from gatehouse.pipelines import load_pipeline
 
     folder = work_dir()
     ingest_set(eval_set, folder)
-    pipeline = load_pipeline(set_pipeline(eval_set, pipeline_file, folder))
+    pipeline = load_pipeline(set_pipeline(eval_set, pipeline_file, folder), generator=generator)
     pipeline.warm_up()
     return pipeline
 
 
-def run_set(eval_set: EvalSet, pipeline_file: Path, *, progress: bool) -> list[dict[str, Any]]:
+def run_set(eval_set: EvalSet, pipeline_file: Path, *, progress: bool,
+            generator: str | None = None) -> list[dict[str, Any]]:
     """Ingest, then ask every case of one set."""
-    pipeline = prepare_set(eval_set, pipeline_file)
+    pipeline = prepare_set(eval_set, pipeline_file, generator=generator)
     return [ask_case(pipeline, eval_set, case)
             for case in tqdm(eval_set.cases, desc=f"ask {eval_set.name}", unit="q", disable=not progress)]
 
@@ -210,7 +214,7 @@ def run_eval(options: EvalOptions) -> int:
             print(f"skipping {name}: {skipped[name]}")
             continue
         versions[name] = eval_set.version + options.slice_label(name)
-        records += run_set(eval_set, options.pipeline, progress=options.progress)
+        records += run_set(eval_set, options.pipeline, progress=options.progress, generator=options.generator)
     if not records:
         print("nothing to evaluate: no set is present")
         return 2
@@ -230,7 +234,8 @@ def run_eval(options: EvalOptions) -> int:
     metadata = run_metadata(
         datasets=versions, duration_s=time.perf_counter() - clock, started=started,
         judge_model=judge_config.model if judge_config else None, pipelines_directory=options.pipeline.parent,
-        extra={"quick": options.quick, "tags": list(options.tags), "skipped_sets": skipped},
+        extra={"quick": options.quick, "tags": list(options.tags), "generator": options.generator,
+               "skipped_sets": skipped},
     )
     history = previous_runs(options.reports_root)  # read once: the verdict's baseline and the report's trends
     verdict = decide({"metadata": metadata, "aggregates": aggregates}, reports_root=options.reports_root,

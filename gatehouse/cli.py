@@ -243,6 +243,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         judge_repeats=args.judge_repeats, dry_run=args.dry_run, baseline=args.baseline, thresholds=args.thresholds,
         squad_sample=args.squad_sample, squad_articles=args.squad_articles, seed=args.seed,
         tags=[tag.strip() for tag in args.tags.split(",") if tag.strip()] if args.tags else [],
+        generator=args.generator,
     )
     if args.reports:
         options.reports_root = Path(args.reports)
@@ -409,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--squad-articles", choices=["all", "tune", "report"], default="all",
                           help="with --squad-sample: tune = 1st, 3rd, ... article; report = 2nd, 4th, ... (default all)")
     evaluate.add_argument("--seed", type=int, default=0, help="with --squad-sample: the sampling seed (default 0)")
+    evaluate.add_argument("--generator", help="a generator profile of pipelines/generators/ in place of ask.yml's "
+                          "generator (e.g. llm: answers by the model at GATEHOUSE_LLM_URL)")
     evaluate.set_defaults(handler=cmd_eval)
 
     calibrate = commands.add_parser("calibrate", help="propose per-KB quality-gate thresholds from labelled data")

@@ -423,3 +423,52 @@ def test_run_supported_paraphrase_kept(verifier):
     assert out["status"] == "success"
     assert out["support"]["scores"][0]["supported"] and not out["support"]["scores"][0]["contradicted"]
     assert [c["id"] for c in out["citations"]] == ["S1"]
+
+
+def test_init_reattribute_is_off_by_default():
+    assert CitationVerifier().reattribute is False
+    assert CitationVerifier(reattribute=True).to_dict()["init_parameters"]["reattribute"] is True
+    restored = CitationVerifier.from_dict(CitationVerifier(reattribute=True, reattribute_threshold=0.8).to_dict())
+    assert (restored.reattribute, restored.reattribute_threshold) == (True, 0.8)
+
+
+def test_run_wrong_citation_is_removed_without_reattribution(verifier):
+    out = verify(verifier, f"{VERBATIM_1} [S1] {VERBATIM_2} [S1]")
+    assert out["answer"] == f"{VERBATIM_1} [S1]"
+    assert out["status"] == "partial"
+
+
+def test_run_reattributes_a_sentence_to_the_passage_that_says_it():
+    component = CitationVerifier(cache_dir="off", reattribute=True)
+    out = verify(component, f"{VERBATIM_1} [S1] {VERBATIM_2} [S1]")
+    assert out["answer"] == f"{VERBATIM_1} [S1] {VERBATIM_2} [S2]"
+    assert out["status"] == "success"
+    assert [c["id"] for c in out["citations"]] == ["S1", "S2"]
+    assert out["validation"]["guardrail_actions"] == [f"reattributed_citation:S1->S2:{VERBATIM_2}"]
+    assert out["validation"]["unsupported_sentences"] == []
+    assert out["support"]["supported_ratio"] == 1.0
+    assert [s.get("reattributed_from") for s in out["support"]["scores"]] == [None, ["S1"]]
+
+
+def test_run_reattributes_an_unmarked_claim_and_list_item():
+    component = CitationVerifier(cache_dir="off", reattribute=True)
+    step = "Click **Rotate** next to the key you want to replace."
+    answer = f"To rotate an API key:\n\n1. {step}\n2. {VERBATIM_2}"
+    out = verify(component, answer)
+    assert out["answer"] == f"To rotate an API key:\n\n1. {step} [S1]\n2. {VERBATIM_2} [S2]"
+    assert out["validation"]["guardrail_actions"] == [
+        f"reattributed_citation:none->S1:1. {step}",
+        f"reattributed_citation:none->S2:2. {VERBATIM_2}",
+    ]
+
+
+def test_run_never_reattributes_an_invented_or_negated_claim():
+    # "never expire" negates its passage S3 and scores 0.59 against S1, the invented sentence 0.46 against S1: both are
+    # above support_threshold there, below reattribute_threshold, so neither moves to S1
+    component = CitationVerifier(cache_dir="off", reattribute=True)
+    out = verify(component, f"{VERBATIM_1} [S1] API keys never expire. [S3] {FABRICATED} [S2]",
+                 passages=PASSAGES + [EXPIRY])
+    assert out["answer"] == f"{VERBATIM_1} [S1]"
+    assert out["validation"]["guardrail_actions"] == ["removed_contradicted_sentence:API keys never expire.",
+                                                     f"removed_unsupported_sentence:{FABRICATED}"]
+    assert verify(component, f"{VERBATIM_1} [S1] {FABRICATED}")["answer"] == f"{VERBATIM_1} [S1]"

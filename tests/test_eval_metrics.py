@@ -14,6 +14,7 @@ from gatehouse.eval.metrics import (
     scalars,
     score_records,
     sentence_support,
+    supported_sentences,
     summarize,
     summarize_repeats,
 )
@@ -161,6 +162,16 @@ def test_supported_sentences(scored, handmade):
     assert support["mean"] == pytest.approx((1 / 2 + 1) / 2)
     assert support["sd"] == pytest.approx(math.sqrt(((0.5 - 0.75) ** 2 + (1 - 0.75) ** 2) / 1))
     assert (support["supported"], support["claims"], support["micro"]) == (2, 3, pytest.approx(2 / 3))
+
+
+def test_supported_sentences_count_reattributed_citations(handmade):
+    assert (handmade["gatehouse"]["supported_sentence_share"]["reattributed"],
+            handmade["gatehouse"]["supported_sentence_share"]["micro_as_cited"]) == (0, pytest.approx(2 / 3))
+    record = {"response": {"answer": "Keys expire after 90 days. [S2] Rotate them in Settings. [S1]", "validation": {
+        "guardrail_actions": ["reattributed_citation:S1->S2:Keys expire after 90 days."], "unsupported_sentences": []}}}
+    support = supported_sentences([record])
+    assert (support["supported"], support["claims"], support["reattributed"]) == (2, 2, 1)
+    assert (support["micro"], support["micro_as_cited"]) == (1.0, 0.5)
 
 
 def test_unsupported_sentence_of_a_replaced_answer_still_counts():

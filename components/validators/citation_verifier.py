@@ -88,6 +88,13 @@ class CitationVerifier:
       `partial`, or `fallback` with `fallback_message` when no supported claim remains. Removed sentences are
       listed in `validation.unsupported_sentences`; a contradicted one is also recorded as a `guardrail_actions`
       entry "removed_contradicted_sentence:<sentence>" (an unsupported one as "removed_unsupported_sentence:...").
+    - With `reattribute`, a claim its own citation does not support (a low score, or a number the cited passage
+      does not give), or a claim with no valid marker, is scored against every other passage; when one scores at
+      least `reattribute_threshold` and does not contradict it, the sentence keeps its words and its marker is
+      rewritten to that passage (`[S1]` -> `[S3]`, or `[S3]` added), recorded as a `guardrail_actions` entry
+      "reattributed_citation:S1->S3:<sentence>" and in the verdict's `reattributed_from`. A claim that negates or
+      opposes its cited passage is never re-attributed. The citations then point at what says the sentence, not
+      at what the model named.
     - A sentence without a valid marker is unsupported, unless it is connective text: no marker at all (not even
       an invalid one), at most `connective_max_words` words and no digits ("Here are the steps:", "In short:").
       Connective sentences are neither supported nor unsupported claims: they are left out of `supported_ratio`
@@ -145,6 +152,8 @@ class CitationVerifier:
         cue_window: int = 5,
         alignment_top_k: int = 1,
         remove_unsupported: bool = True,
+        reattribute: bool = False,
+        reattribute_threshold: float = 0.7,
         fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
         connective_max_words: int = 6,
         snippet_chars: int = 200,
@@ -176,6 +185,10 @@ class CitationVerifier:
         :param alignment_top_k: Evidence sentences (the best-matching ones) a claim is checked against.
         :param remove_unsupported: Remove unsupported and contradicted sentences (with their citations) from the
             answer; the answer becomes `fallback_message` when no supported claim remains.
+        :param reattribute: Point an unsupported or unmarked claim at another passage that supports it instead of
+            removing it.
+        :param reattribute_threshold: Lowest support score of the passage a claim is re-attributed to (above
+            `support_threshold`: the claim's words were not written for that passage).
         :param fallback_message: The answer when every claim was removed.
         :param connective_max_words: Unmarked sentences of at most this many words and no digits are connective text.
         :param snippet_chars: Length of a citation's snippet.
@@ -201,6 +214,8 @@ class CitationVerifier:
         self.cue_window = cue_window
         self.alignment_top_k = alignment_top_k
         self.remove_unsupported = remove_unsupported
+        self.reattribute = reattribute
+        self.reattribute_threshold = reattribute_threshold
         self.fallback_message = fallback_message
         self.connective_max_words = connective_max_words
         self.snippet_chars = snippet_chars
@@ -245,6 +260,8 @@ class CitationVerifier:
             cue_window=self.cue_window,
             alignment_top_k=self.alignment_top_k,
             remove_unsupported=self.remove_unsupported,
+            reattribute=self.reattribute,
+            reattribute_threshold=self.reattribute_threshold,
             fallback_message=self.fallback_message,
             connective_max_words=self.connective_max_words,
             snippet_chars=self.snippet_chars,
@@ -316,14 +333,19 @@ class CitationVerifier:
                     "connective": s["connective"],
                     "contradicted": bool(s["cues"]),
                     "cues": s["cues"],
+                    **({"reattributed_from": s["reattributed_from"]} if "reattributed_from" in s else {}),
                 }
                 for s in sentences
             ],
         }
         failed = [s for s in claims if not s["supported"]]
         dropped = [s for s in sentences if not self.keeps(s)]
+        reattributed = [s for s in claims if "reattributed_from" in s]
+        cleaned = self._reattributed(cleaned, reattributed, set(by_id))
         updates: dict[str, Any] = {"answer": cleaned}
         actions = [f"removed_invalid_citation:{i}" for i in removed]
+        actions += [f"reattributed_citation:{','.join(s['reattributed_from']) or 'none'}->{s['ids'][0]}:{s['text']}"
+                    for s in reattributed]
         if dropped:
             actions.extend(
                 f"removed_{'contradicted' if s['cues'] else 'unsupported'}_sentence:{s['text']}" for s in dropped
@@ -378,7 +400,26 @@ class CitationVerifier:
         by_id = self._by_id(passages)
         sentences = self._sentences(units, set(by_id))
         self._score_claims([s for s in sentences if not s["connective"] and s["ids"]], by_id)
+        if self.reattribute:
+            self._reattribute([s for s in sentences if not s["connective"] and not s["supported"]
+                               and all(cue.startswith("number:") for cue in s["cues"])], by_id)
         return sentences
+
+    def _reattribute(self, claims: list[dict[str, Any]], by_id: dict[str, Document]) -> None:
+        """Point each claim at the passage that supports it best, when one does (see the class docstring)."""
+        candidates = [{**claim, "ids": [source_id], "cues": []}
+                      for claim in claims for source_id in by_id if source_id not in claim["ids"]]
+        self._score_claims(candidates, by_id)
+        for claim in claims:
+            supporting = [c for c in candidates if c["claim"] == claim["claim"] and c["unit"] == claim["unit"]
+                          and not c["cues"] and c["score"] >= self.reattribute_threshold]
+            if not supporting:
+                continue
+            best = max(supporting, key=lambda c: c["score"])
+            marker = f"[{best['ids'][0]}]"
+            unit = rewrite_markers(claim["unit"], lambda _ids: [], self.citation_pattern).rstrip()
+            claim.update(reattributed_from=claim["ids"], ids=best["ids"], score=best["score"], supported=True, cues=[],
+                         original_unit=claim["unit"], unit=f"{unit} {marker}")
 
     def keeps(self, verdict: dict[str, Any]) -> bool:
         """Whether a sentence of `sentence_verdicts` stays in the answer: connective text and supported claims do;
@@ -411,6 +452,14 @@ class CitationVerifier:
         for index, passage in enumerate(passages):
             by_id.setdefault(self._source_id(passage, index), passage)
         return by_id
+
+    def _reattributed(self, answer: str, sentences: list[dict[str, Any]], valid: set[str]) -> str:
+        """The answer with each re-attributed sentence's markers rewritten (its `unit` in place of the original)."""
+        for sentence in sentences:
+            unit, _ = self._clean(sentence["original_unit"], valid)
+            pattern = r"\s*".join(re.escape(word) for word in unit.split())
+            answer = re.sub(pattern, lambda _match, new=sentence["unit"]: new, answer, count=1)
+        return answer
 
     def _remove(self, answer: str, failed: list[dict[str, Any]], valid: set[str]) -> str:
         """The answer without the failed sentences (and their markers); emptied lines and paragraphs close up."""

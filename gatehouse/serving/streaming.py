@@ -200,6 +200,8 @@ class SentenceGate:
             self.dropped += 1
             self._gaps.append(gap)
             return
+        if verdicts and "reattributed_from" in verdicts[0]:  # the marker of the passage that says it
+            body = verdicts[0]["unit"]
         cleaned = self.verifier.clean_markers(body, self._passages)
         citations = self.verifier.citations_of(cleaned, self._passages, verdicts) if self._verify else []
         self._cited += [c["id"] for c in citations if c["id"] not in self._cited]
