@@ -12,6 +12,10 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
 - judge (`answerability`, and `quality_gate` with `--tiers quality`): the decision against the case's answerable
   label as abstention precision/recall, on the cases whose passages reach the gate in ask.yml as shipped;
   `llm_only` sets `llm_weight` to 1.
+- planner (`planner`): whether a question is planned exactly when it has gold parts (`accuracy`), and the share of
+  the multi-part cases planned into as many parts as they have gold parts (`parts_accuracy`), over the slice plus
+  every multi-part golden case; the LLM is asked only when the rules found no plan and a cue matches (no `llm_only`:
+  the rules cannot be emptied).
 - rewriter (`rewriter`, task retry) and condenser (`condenser`): whether the LLM's query is used (`method: llm`, not
   the rules' fallback) and the context recall (gold sources among the documents retrieved with the query, through
   the routed KBs) of the original question, the rules' query and the LLM's. The retry is the first one
@@ -19,7 +23,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
 
 Every LLM call is timed and its token usage (the server's `usage`) recorded by `RecordingChatGenerator`, an
 `OpenAICompatibleChatGenerator` that keeps a record per call. The slice is stratified by the cases' first tag
-(`stratified_slice`), single-part cases only.
+(`stratified_slice`), single-part cases only; the planner tier also asks the multi-part cases.
 
 Usage:
 ```python
@@ -48,12 +52,14 @@ from gatehouse.llm.server import DEFAULT_URL
 from gatehouse.pipelines import ALLOWED_MODULES, pipeline_path, without_answer_cache
 from gatehouse.stats import percentile
 
-TIERS = ("intent", "router", "judge", "quality", "rewriter", "condenser")
-DEFAULT_TIERS = ("intent", "router", "judge", "rewriter", "condenser")
+TIERS = ("intent", "router", "judge", "quality", "rewriter", "condenser", "planner")
+DEFAULT_TIERS = ("intent", "router", "judge", "rewriter", "condenser", "planner")
 VARIANTS = ("off", "llm", "llm_only")
+#: The tiers whose LLM cannot be made to decide everything: `off` and `llm` only.
+WITHOUT_LLM_ONLY = ("rewriter", "condenser", "planner")
 #: The ask.yml component each tier measures.
 COMPONENTS = {"intent": "intent", "router": "router", "judge": "answerability", "quality": "quality_gate",
-              "rewriter": "rewriter", "condenser": "condenser"}
+              "rewriter": "rewriter", "condenser": "condenser", "planner": "planner"}
 
 
 @component
@@ -148,7 +154,7 @@ def variant_spec(component_spec: dict[str, Any], tier: str, variant: str,
     elif tier in ("judge", "quality"):
         params["llm_weight"] = 1.0
     else:
-        raise ValueError(f"the {tier} tier has no llm_only variant: its LLM is asked every time it runs")
+        raise ValueError(f"the {tier} tier has no llm_only variant")
     return spec
 
 
@@ -213,7 +219,8 @@ def score_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     calls = [call for row in rows for call in row.get("calls") or []]
     times = [call["ms"] for call in calls if not call.get("error")]
     figures: dict[str, Any] = {"n": len(rows)}
-    for key, name in (("correct", "accuracy"), ("route_correct", "route_accuracy")):
+    for key, name in (("correct", "accuracy"), ("route_correct", "route_accuracy"),
+                      ("parts_correct", "parts_accuracy")):
         values = [bool(row[key]) for row in rows if row.get(key) is not None]
         figures[name] = round(sum(values) / len(values), 4) if values else None
     labelled = [(bool(row["abstain"]), bool(row["gold_abstain"])) for row in rows
@@ -302,9 +309,10 @@ def run_benchmark(
     retrieval = RetrievalPipeline(pipeline_file=components["retrieval"]["init_parameters"]["pipeline_file"])
     retrieval.warm_up()
     cases = golden_slice(limit)
+    if "planner" in tiers:
+        cases += [case for case in load_golden(GOLDEN_SET).cases if case.gold_parts]
     router_off = build(variant_spec(components["router"], "router", "off", generator), "router")
-    gates = {tier: variants(tier, VARIANTS if tier not in ("rewriter", "condenser") else ("off", "llm"))
-             for tier in tiers}
+    gates = {tier: variants(tier, ("off", "llm") if tier in WITHOUT_LLM_ONLY else VARIANTS) for tier in tiers}
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {tier: {v: [] for v in gates[tier]} for tier in tiers}
 
     # The gates' inputs from ask.yml as shipped: the condensed state, the passages reaching the answerability gate,
@@ -326,7 +334,16 @@ def run_benchmark(
         for variant, gate in by_variant.items():
             for case, condensed, passages, routed, first in inputs:
                 row: dict[str, Any] = {"id": case.id}
-                if tier == "intent":
+                if case.gold_parts and tier != "planner":
+                    continue
+                if tier == "planner":
+                    name, out, row["calls"] = run_gate(gate, condensed)
+                    parts = (out.get("plan") or {}).get("parts") or [] if name == "plan" else []
+                    row.update(correct=bool(parts) == bool(case.gold_parts), predicted=len(parts),
+                               llm_decided=bool(parts) and out["plan"]["strategy"] == "llm")
+                    if case.gold_parts:
+                        row["parts_correct"] = len(parts) == len(case.gold_parts)
+                elif tier == "intent":
                     _, out, row["calls"] = run_gate(gate, condensed)
                     if case.gold_intent:
                         row["correct"] = out["intent"] == case.gold_intent
@@ -396,11 +413,11 @@ def _cell(value: Any) -> str:
 def format_table(report: dict[str, Any]) -> str:
     """The report as a markdown table: one line per tier and variant."""
     guarded = report.get("guarded") or []
-    title = (f"LLM tiers on {report['cases']} single-part golden cases ({Path(report['pipeline']).name}, "
+    title = (f"LLM tiers on {report['cases']} golden cases ({Path(report['pipeline']).name}, "
              f"server {report['llm_url']}); {len(guarded)} refused by the input guardrails before any gate "
              f"are left out{': ' + ', '.join(guarded) if guarded else ''}")
-    header = ("| tier | variant | n | accuracy | route acc. | abst. P | abst. R | ctx recall | reached LLM | LLM used "
-              "| calls (err) | LLM ms P50 | P95 | prompt tok (cached) | compl. tok |")
+    header = ("| tier | variant | n | accuracy | route / parts acc. | abst. P | abst. R | ctx recall | reached LLM "
+              "| LLM used | calls (err) | LLM ms P50 | P95 | prompt tok (cached) | compl. tok |")
     lines = [title, "", header,
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for tier, by_variant in report["figures"].items():
@@ -408,7 +425,8 @@ def format_table(report: dict[str, Any]) -> str:
             if not isinstance(f, dict):
                 continue
             lines.append(
-                f"| {tier} | {variant} | {f['n']} | {_cell(f['accuracy'])} | {_cell(f['route_accuracy'])} "
+                f"| {tier} | {variant} | {f['n']} | {_cell(f['accuracy'])} "
+                f"| {_cell(f['route_accuracy'] if f['route_accuracy'] is not None else f['parts_accuracy'])} "
                 f"| {_cell(f.get('abstention_precision'))} | {_cell(f.get('abstention_recall'))} "
                 f"| {_cell(f.get('context_recall'))} | {f['reached_llm']} | {f['llm_decided']} "
                 f"| {f['llm_calls']} ({f['llm_errors']}) | {_cell(f['llm_ms_p50'])} | {_cell(f['llm_ms_p95'])} "

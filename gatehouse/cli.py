@@ -477,16 +477,16 @@ def build_parser() -> argparse.ArgumentParser:
     planner.add_argument("--output", help="write the report as JSON to this file")
     planner.set_defaults(handler=cmd_bench_planner)
     tiers = benches.add_parser(
-        "tiers", help="each gate's LLM tier (intent, router, judge, rewriter, condenser) off, as configured and "
-                      "alone, on the golden set against a running OpenAI-compatible server")
+        "tiers", help="each gate's LLM tier (intent, router, judge, rewriter, condenser, planner) off, as configured "
+                      "and alone, on the golden set against a running OpenAI-compatible server")
     tiers.add_argument("--llm-url", default=DEFAULT_URL,
                        help=f"OpenAI-compatible base URL (default {DEFAULT_URL}, where `gatehouse llm serve` listens)")
     tiers.add_argument("--model", help="model name sent to the server (default $GATEHOUSE_LLM_MODEL or local-model)")
     tiers.add_argument("--limit", type=int, default=30,
                        help="single-part golden cases, stratified by category (default 30; 0: all 105)")
-    tiers.add_argument("--tiers", default="intent,router,judge,rewriter,condenser",
-                       help="comma-separated, of intent, router, judge, quality, rewriter, condenser "
-                            "(default all but quality)")
+    tiers.add_argument("--tiers", default="intent,router,judge,rewriter,condenser,planner",
+                       help="comma-separated, of intent, router, judge, quality, rewriter, condenser, planner "
+                            "(default all but quality; planner also asks the multi-part cases)")
     tiers.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")
     tiers.add_argument("--timeout", type=float, default=300.0, help="seconds per LLM call (default 300)")
     tiers.add_argument("--max-tokens", type=int, default=48, help="most tokens per LLM reply (default 48)")

@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 from haystack import Document
+from haystack.components.generators.chat import MockChatGenerator
+
+from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
 
 from gatehouse.ask import ask
 from gatehouse.components.builders.plan_synthesizer import PlanSynthesizer
@@ -140,6 +143,85 @@ def test_run_no_golden_single_question_is_planned():
 def test_run_caller_context_and_disabled_are_single():
     assert "single" in QueryPlanner().run(state=new_state(COMPARISON, mode="hybrid", context="x" * 80))
     assert "single" in QueryPlanner(enabled=False).run(state=new_state(COMPARISON))
+
+
+# --- QueryPlanner's LLM tier ---------------------------------------------------------------------------------------
+
+LEANING = "Does the Team plan include SSO and what does it cost per seat?"  # the rules keep "... does it ..." whole
+
+
+def scripted(reply: str, asked: list[str]) -> MockChatGenerator:
+    def answer(messages):
+        asked.append(messages[-1].text)
+        return reply
+    return MockChatGenerator(response_fn=answer)
+
+
+def test_planner_llm_tier_serialises():
+    planner = QueryPlanner(chat_generator=MockChatGenerator(responses="SINGLE"), llm_min_grounding=0.5,
+                           llm_cues=[r"\band\b"])
+    data = planner.to_dict()["init_parameters"]
+    assert data["chat_generator"]["type"].endswith("MockChatGenerator")
+    assert (data["llm_min_grounding"], data["llm_cues"]) == (0.5, [r"\band\b"])
+    restored = QueryPlanner.from_dict(planner.to_dict())
+    assert isinstance(restored.chat_generator, MockChatGenerator) and restored.llm_min_grounding == 0.5
+    assert QueryPlanner().to_dict()["init_parameters"]["chat_generator"] is None
+    with pytest.raises(ValueError, match="llm_min_grounding"):
+        QueryPlanner(llm_min_grounding=1.5)
+
+
+def test_run_llm_tier_plans_what_the_rules_left_whole():
+    asked: list[str] = []
+    planner = QueryPlanner(chat_generator=scripted(
+        "1. Does the Team plan include SSO?\n2. What does the Team plan cost per seat?", asked))
+    out = planner.run(state=new_state(LEANING))
+    assert len(asked) == 1 and LEANING in asked[0]
+    plan = out["plan"]["plan"]
+    assert plan["strategy"] == "llm"
+    assert [p["query"] for p in plan["parts"]] == ["Does the Team plan include SSO?",
+                                                  "What does the Team plan cost per seat?"]
+    assert out["plan"]["path"][-1] == "plan_2_subqueries"
+
+
+def test_run_llm_tier_is_not_asked_when_rules_decide_or_no_cue():
+    asked: list[str] = []
+    planner = QueryPlanner(chat_generator=scripted("Team plan price\nEnterprise plan price", asked))
+    assert planner.run(state=new_state(COMPARISON))["plan"]["plan"]["strategy"] == "comparison"
+    assert "single" in planner.run(state=new_state("How do I rotate an API key?"))  # no joining word: not asked
+    assert asked == []
+
+
+@pytest.mark.parametrize("reply", [
+    "SINGLE",
+    "Does the Team plan include SSO?",                                   # one question
+    "The Team plan costs $49 per seat.\nSSO is on Business and Enterprise.",  # an answer, not questions
+    "Does the Team plan include SSO?\nHow do I rotate an API key quickly?",   # a question the user did not ask
+    "Does the Team plan include SSO?\nDoes the Team plan include SSO",        # the same question twice
+])
+def test_run_llm_tier_keeps_the_question_single_unless_the_split_is_grounded(reply):
+    out = QueryPlanner(chat_generator=MockChatGenerator(responses=reply)).run(state=new_state(LEANING))
+    assert "single" in out and "plan" not in out["single"]
+    assert not out["single"]["validation"]["confidence_warnings"]
+
+
+def test_run_llm_tier_failure_answers_as_one_question():
+    unreachable = OpenAICompatibleChatGenerator(api_base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0)
+    out = QueryPlanner(chat_generator=unreachable).run(state=new_state(LEANING))
+    assert "single" in out
+    warnings = out["single"]["validation"]["confidence_warnings"]
+    assert [w.split(" (")[0] for w in warnings] == ["planner: LLM tier failed"]
+
+
+def test_run_llm_tier_with_a_real_model(smollm2_url):
+    """One real call through xllamacpp: the reply is whatever SmolLM2 writes; a plan only if it is grounded."""
+    generator = OpenAICompatibleChatGenerator(api_base_url=smollm2_url, model="smollm2", timeout=120,
+                                              generation_kwargs={"max_tokens": 60, "temperature": 0})
+    planner = QueryPlanner(chat_generator=generator)
+    out = planner.run(state=new_state(LEANING))
+    state = out.get("plan") or out["single"]
+    assert not state["validation"]["confidence_warnings"]  # the server answered
+    if "plan" in out:
+        assert state["plan"]["strategy"] == "llm" and 2 <= len(state["plan"]["parts"]) <= planner.max_subqueries
 
 
 # --- SubQueryRetrieval ----------------------------------------------------------------------------------------------

@@ -97,6 +97,13 @@ def test_variant_specs_patch_a_copy():
         variant_spec(ASK["rewriter"], "rewriter", "llm_only", GENERATOR)
 
 
+def test_score_rows_parts_accuracy():
+    rows = [{"correct": True, "parts_correct": True}, {"correct": True, "parts_correct": False}, {"correct": False}]
+    figures = score_rows(rows)
+    assert (figures["accuracy"], figures["parts_accuracy"]) == (round(2 / 3, 4), 0.5)
+    assert score_rows([{"correct": True}])["parts_accuracy"] is None
+
+
 def test_forced_intent_gate_asks_the_llm_every_time():
     """The llm_only patch leaves no cheaper tier confident: even a greeting reaches the (here unreachable) LLM."""
     gate = build(variant_spec(ASK["intent"], "intent", "llm_only", GENERATOR), "intent")
@@ -188,3 +195,12 @@ def test_condenser_tier_real_server(smollm2_url):
     out = built.run(state=new_state("and how do I revoke it?", history=history))["state"]
     assert_one_answered_call(built)
     assert out["query"].strip() and out["condensed_query"] == out["query"]
+
+
+def test_planner_tier_real_server(smollm2_url):
+    built = gate("planner", "llm", smollm2_url)
+    name, state = next(iter(built.run(state=new_state(
+        "Does the Team plan include SSO and what does it cost per seat?")).items()))
+    assert_one_answered_call(built)
+    assert name in ("plan", "single")
+    assert name == "single" or state["plan"]["strategy"] == "llm"

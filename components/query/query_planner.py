@@ -6,7 +6,8 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import State, advance
+from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import DEFAULT_STOPWORDS, singular, tokenize
 
 DEFAULT_QUESTION_WORDS = ["what", "which", "how", "where", "when", "who", "why", "is", "are", "can", "could", "do",
@@ -22,6 +23,17 @@ DEFAULT_COMPARISON_PATTERNS = [
 DEFAULT_ASPECT_PATTERNS = [
     r"^(?:what|tell me)\s+(?:is|are|about)\s+(?P<aspects>.+?)\s+(?:of|for|on|in)\s+(?P<entities>.+)$",
 ]
+#: What makes a question the rules did not split worth asking the LLM tier about: a joining word, a comparison word,
+#: a comma, or two question marks.
+DEFAULT_LLM_CUES = [r"\band\b", r"\balso\b", r"\bplus\b", r",", r"\?.*\?", r"\b(?:vs\.?|versus|compar\w*|differ\w*)\b"]
+DEFAULT_LLM_PROMPT = (
+    "Split the user's question into the separate questions it asks, if it asks more than one.\n"
+    "Write each separate question on its own line, as a complete question that makes sense alone, using the user's "
+    "own words. Do not answer. Do not add anything the user did not ask.\n"
+    "If the user asks only one thing, reply with exactly: SINGLE\n\n"
+    "Question: {question}"
+)
+_LLM_LINE_MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)]|q\d+[:.)])\s*", re.IGNORECASE)
 _LIST_SEPARATOR = re.compile(r"\s*(?:,\s*(?:and|or)?|\band\b|\bvs\.?|\bversus\b|\bor\b|&)\s*", re.IGNORECASE)
 _PREPOSITION = re.compile(r"^(?:on|in|by|for|regarding)\s+", re.IGNORECASE)
 _ARTICLE = re.compile(r"^(?:the|a|an|our|my|your)\s+", re.IGNORECASE)
@@ -89,6 +101,14 @@ class QueryPlanner:
       that refers back with a pronoun ("... and how do I fix it?") stays with the question before it, as does a
       part with fewer than `min_part_terms` content words.
 
+    **LLM tier** (optional, `chat_generator`): when the rules find no plan but the question carries one of `llm_cues`
+    (a joining word, a comparison word, a comma, two question marks), the model is asked to list the separate
+    questions (`llm_prompt`). Its list becomes a plan (strategy `llm`) only when every line is grounded in the
+    question: at least `llm_min_grounding` of its content words occur in the question and it states no number the
+    question does not (a model that answers or invents a question fails this), with `min_part_terms` content words,
+    two to `max_subqueries` lines, no two alike. Anything else (a reply of `SINGLE`, an ungrounded line, a failed
+    call: a warning says so) leaves the question single.
+
     A plan goes out on `plan` with `state["plan"]` (`strategy`, `question`, `parts`: `index`, `query`, `label`,
     `entity` and `aspect` of a comparison or aspect-list part (else None), `siblings` (the other entities compared),
     `status` "planned") and path `plan_{N}_subqueries`; anything else (one part, caller context modes, more than
@@ -118,6 +138,10 @@ class QueryPlanner:
         question_words: list[str] | None = None,
         back_references: list[str] | None = None,
         stopwords: list[str] | None = None,
+        chat_generator: Any | None = None,
+        llm_prompt: str = DEFAULT_LLM_PROMPT,
+        llm_cues: list[str] | None = None,
+        llm_min_grounding: float = 0.75,
     ) -> None:
         """
         :param enabled: False sends every question on `single`.
@@ -134,12 +158,19 @@ class QueryPlanner:
         :param question_words: Words that open a new question after "and"/"also".
         :param back_references: Pronouns that tie a part to the question before it.
         :param stopwords: Words that are not content words; None uses Gatehouse's list.
+        :param chat_generator: A Haystack chat generator for the optional LLM tier; None: rules only.
+        :param llm_prompt: The LLM tier's prompt; `{question}` is filled in.
+        :param llm_cues: Regexes (case-insensitive) of which one must match before the LLM is asked; None uses
+            `DEFAULT_LLM_CUES`.
+        :param llm_min_grounding: Share of a listed question's content words that must occur in the user's question.
         :raises ValueError: On limits out of range or a pattern without its groups.
         """
         if max_subqueries < 2:
             raise ValueError("max_subqueries must be at least 2.")
         if min_part_terms < 1 or min_aspect_list < 2:
             raise ValueError("min_part_terms must be >= 1 and min_aspect_list >= 2.")
+        if not 0.0 <= llm_min_grounding <= 1.0:
+            raise ValueError("llm_min_grounding must be between 0 and 1.")
         self.enabled = enabled
         self.max_subqueries = max_subqueries
         self.subquery_template = subquery_template
@@ -150,6 +181,11 @@ class QueryPlanner:
         self.question_words = question_words
         self.back_references = back_references
         self.stopwords = stopwords
+        self.chat_generator = chat_generator
+        self.llm_prompt = llm_prompt
+        self.llm_cues = llm_cues
+        self.llm_min_grounding = llm_min_grounding
+        self._llm_cues = [re.compile(p, re.IGNORECASE) for p in (DEFAULT_LLM_CUES if llm_cues is None else llm_cues)]
         self._comparisons = [re.compile(p, re.IGNORECASE) for p in comparison_patterns or DEFAULT_COMPARISON_PATTERNS]
         self._aspects = [re.compile(p, re.IGNORECASE) for p in aspect_patterns or DEFAULT_ASPECT_PATTERNS]
         for pattern in [*self._comparisons, *self._aspects]:
@@ -248,19 +284,67 @@ class QueryPlanner:
                 return strategy, parts
         return None
 
+    def warm_up(self) -> None:
+        """Warm up the LLM tier's chat generator, when it has a warm-up step."""
+        if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
+
+    def llm_parts(self, question: str, reply: str) -> list[dict[str, Any]] | None:
+        """
+        The plan parts of an LLM tier reply, or None when it is no acceptable plan (see the class docstring).
+
+        :param question: The user's question.
+        :param reply: The model's reply: one question per line, or `SINGLE`.
+        :returns: The parts, or None.
+        """
+        asked = {singular(t) for t in self._content_terms(question)}
+        parts: list[str] = []
+        for line in reply.splitlines():
+            text = _TRAILING.sub("", _LLM_LINE_MARKER.sub("", line.strip().strip('"'))).strip()
+            if not text or text.upper() == "SINGLE":
+                continue
+            terms = {singular(t) for t in self._content_terms(text)}
+            if len(terms) < self.min_part_terms or len(terms & asked) < self.llm_min_grounding * len(terms):
+                return None
+            if any(any(ch.isdigit() for ch in term) for term in terms - asked):  # a figure the user did not write
+                return None
+            if any(set(tokenize(text)) == set(tokenize(other)) for other in parts):
+                return None
+            parts.append(text)
+        if not 2 <= len(parts) <= self.max_subqueries:
+            return None
+        return [{"query": f"{part[0].upper()}{part[1:]}?", "label": f"{part[0].upper()}{part[1:]}", "entity": None,
+                 "aspect": None, "siblings": []} for part in parts]
+
+    def _ask_llm(self, question: str) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """The LLM tier's parts (None: single) and a warning when the call failed."""
+        if self.chat_generator is None or not any(cue.search(question) for cue in self._llm_cues):
+            return None, None
+        try:
+            reply = ask_chat_generator(self.chat_generator, self.llm_prompt.replace("{question}", question))
+        except Exception as error:  # noqa: BLE001 - any generator failure leaves the question single
+            return None, f"planner: LLM tier failed ({type(error).__name__}); the question was answered as one"
+        return self.llm_parts(question, reply), None
+
     @component.output_types(single=State, plan=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Plan the question.
 
         :param state: The request state; reads `condensed_query` (or `query`) and `mode`.
-        :returns: `plan` with `state["plan"]`, or `single` with the state unchanged.
+        :returns: `plan` with `state["plan"]`, or `single` with the state unchanged (but for a warning when the LLM
+            tier failed).
         """
         started = time.perf_counter()
         question = str(state.get("condensed_query") or state.get("query") or "")
-        planned = self.plan(question) if self.enabled and state.get("mode", "full-corpus") == "full-corpus" else None
-        if planned is None:
+        if not self.enabled or state.get("mode", "full-corpus") != "full-corpus":
             return {"single": state}
+        planned = self.plan(question)
+        if planned is None:
+            parts, warning = self._ask_llm(" ".join(question.split()))
+            if parts is None:
+                return {"single": with_validation(state, "confidence_warnings", warning) if warning else state}
+            planned = ("llm", parts)
         strategy, parts = planned
         plan = {
             "strategy": strategy,
@@ -286,9 +370,13 @@ class QueryPlanner:
             question_words=self.question_words,
             back_references=self.back_references,
             stopwords=self.stopwords,
+            chat_generator=chat_generator_to_dict(self.chat_generator),
+            llm_prompt=self.llm_prompt,
+            llm_cues=self.llm_cues,
+            llm_min_grounding=self.llm_min_grounding,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "QueryPlanner":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)
+        """Deserialise the component (the LLM tier's chat generator too)."""
+        return default_from_dict(cls, chat_generator_from_init_parameters(data))
