@@ -26,12 +26,18 @@ DEFAULT_ASPECT_PATTERNS = [
 #: What makes a question the rules did not split worth asking the LLM tier about: a joining word, a comparison word,
 #: a comma, or two question marks.
 DEFAULT_LLM_CUES = [r"\band\b", r"\balso\b", r"\bplus\b", r",", r"\?.*\?", r"\b(?:vs\.?|versus|compar\w*|differ\w*)\b"]
+#: Few-shot: a 1.5B model given a "reply SINGLE" option replied SINGLE to every question; listing always (one line
+#: for one question) lets it split.
 DEFAULT_LLM_PROMPT = (
-    "Split the user's question into the separate questions it asks, if it asks more than one.\n"
-    "Write each separate question on its own line, as a complete question that makes sense alone, using the user's "
-    "own words. Do not answer. Do not add anything the user did not ask.\n"
-    "If the user asks only one thing, reply with exactly: SINGLE\n\n"
-    "Question: {question}"
+    "List the separate questions in the user's message, one per line. Each question must stand alone (repeat the "
+    "subject instead of \"it\"). Use the user's own words. Do not answer.\n\n"
+    "Message: How much does the Pro plan cost and can I pay by invoice?\n"
+    "1. How much does the Pro plan cost?\n2. Can I pay for the Pro plan by invoice?\n\n"
+    "Message: What are the storage limits of the Basic and Premium tiers?\n"
+    "1. What are the storage limits of the Basic tier?\n2. What are the storage limits of the Premium tier?\n\n"
+    "Message: Why does my upload fail with error 413 and how do I fix the upload?\n"
+    "1. Why does my upload fail with error 413 and how do I fix the upload?\n\n"
+    "Message: {question}"
 )
 _LLM_LINE_MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)]|q\d+[:.)])\s*", re.IGNORECASE)
 _LIST_SEPARATOR = re.compile(r"\s*(?:,\s*(?:and|or)?|\band\b|\bvs\.?|\bversus\b|\bor\b|&)\s*", re.IGNORECASE)
@@ -102,12 +108,13 @@ class QueryPlanner:
       part with fewer than `min_part_terms` content words.
 
     **LLM tier** (optional, `chat_generator`): when the rules find no plan but the question carries one of `llm_cues`
-    (a joining word, a comparison word, a comma, two question marks), the model is asked to list the separate
-    questions (`llm_prompt`). Its list becomes a plan (strategy `llm`) only when every line is grounded in the
-    question: at least `llm_min_grounding` of its content words occur in the question and it states no number the
-    question does not (a model that answers or invents a question fails this), with `min_part_terms` content words,
-    two to `max_subqueries` lines, no two alike. Anything else (a reply of `SINGLE`, an ungrounded line, a failed
-    call: a warning says so) leaves the question single.
+    (a joining word, a comparison word, a comma, two question marks) and no back-reference (a pronoun ties its parts
+    together, as for the rules), the model is asked to list the separate questions (`llm_prompt`, one per line).
+    Its list becomes a plan (strategy `llm`) only when every line is grounded in the question: at least
+    `llm_min_grounding` of its content words occur in the question and it states no number the question does not (a
+    model that answers or invents a question fails this), with `min_part_terms` content words, two to
+    `max_subqueries` lines, none asking what another asks (its content words a subset of the other's). Anything else
+    (one line, an ungrounded line, a failed call: a warning says so) leaves the question single.
 
     A plan goes out on `plan` with `state["plan"]` (`strategy`, `question`, `parts`: `index`, `query`, `label`,
     `entity` and `aspect` of a comparison or aspect-list part (else None), `siblings` (the other entities compared),
@@ -141,7 +148,7 @@ class QueryPlanner:
         chat_generator: Any | None = None,
         llm_prompt: str = DEFAULT_LLM_PROMPT,
         llm_cues: list[str] | None = None,
-        llm_min_grounding: float = 0.75,
+        llm_min_grounding: float = 1.0,
     ) -> None:
         """
         :param enabled: False sends every question on `single`.
@@ -162,7 +169,8 @@ class QueryPlanner:
         :param llm_prompt: The LLM tier's prompt; `{question}` is filled in.
         :param llm_cues: Regexes (case-insensitive) of which one must match before the LLM is asked; None uses
             `DEFAULT_LLM_CUES`.
-        :param llm_min_grounding: Share of a listed question's content words that must occur in the user's question.
+        :param llm_min_grounding: Share of a listed question's content words that must occur in the user's question
+            (compared in the singular).
         :raises ValueError: On limits out of range or a pattern without its groups.
         """
         if max_subqueries < 2:
@@ -299,6 +307,7 @@ class QueryPlanner:
         """
         asked = {singular(t) for t in self._content_terms(question)}
         parts: list[str] = []
+        seen: list[set[str]] = []
         for line in reply.splitlines():
             text = _TRAILING.sub("", _LLM_LINE_MARKER.sub("", line.strip().strip('"'))).strip()
             if not text or text.upper() == "SINGLE":
@@ -308,8 +317,9 @@ class QueryPlanner:
                 return None
             if any(any(ch.isdigit() for ch in term) for term in terms - asked):  # a figure the user did not write
                 return None
-            if any(set(tokenize(text)) == set(tokenize(other)) for other in parts):
+            if any(terms <= other or other <= terms for other in seen):  # one question asked twice
                 return None
+            seen.append(terms)
             parts.append(text)
         if not 2 <= len(parts) <= self.max_subqueries:
             return None
@@ -319,6 +329,8 @@ class QueryPlanner:
     def _ask_llm(self, question: str) -> tuple[list[dict[str, Any]] | None, str | None]:
         """The LLM tier's parts (None: single) and a warning when the call failed."""
         if self.chat_generator is None or not any(cue.search(question) for cue in self._llm_cues):
+            return None, None
+        if set(tokenize(question)) & self._back_references:  # "... and how do I fix it?" is one question
             return None, None
         try:
             reply = ask_chat_generator(self.chat_generator, self.llm_prompt.replace("{question}", question))
