@@ -407,11 +407,11 @@ class CitationVerifier:
 
     def _reattribute(self, claims: list[dict[str, Any]], by_id: dict[str, Document]) -> None:
         """Point each claim at the passage that supports it best, when one does (see the class docstring)."""
-        candidates = [{**claim, "ids": [source_id], "cues": []}
-                      for claim in claims for source_id in by_id if source_id not in claim["ids"]]
-        self._score_claims(candidates, by_id)
+        pairs = [(claim, {**claim, "ids": [source_id], "cues": []})
+                 for claim in claims for source_id in by_id if source_id not in claim["ids"]]
+        self._score_claims([candidate for _, candidate in pairs], by_id)
         for claim in claims:
-            supporting = [c for c in candidates if c["claim"] == claim["claim"] and c["unit"] == claim["unit"]
+            supporting = [c for owner, c in pairs if owner is claim
                           and not c["cues"] and c["score"] >= self.reattribute_threshold]
             if not supporting:
                 continue
