@@ -54,6 +54,12 @@ def _items(text: str) -> list[str]:
             if item and item.strip()]
 
 
+def _question_parts(questions: list[str]) -> list[dict[str, Any]]:
+    """Plan parts of questions that stand alone: the question as query and label, no entity, aspect or siblings."""
+    return [{"query": f"{q[0].upper()}{q[1:]}?", "label": f"{q[0].upper()}{q[1:]}", "entity": None, "aspect": None,
+             "siblings": []} for q in questions]
+
+
 def _share_head(entities: list[str]) -> list[str]:
     """
     "Team", "Enterprise plans" -> "Team plan", "Enterprise plan": a head noun written once after the last item of a
@@ -272,8 +278,7 @@ class QueryPlanner:
             parts[-1] = f"{parts[-1]} {context.strip()}"
         if len(parts) < 2:
             return None
-        return [{"query": f"{part[0].upper()}{part[1:]}?", "label": f"{part[0].upper()}{part[1:]}", "entity": None,
-                 "aspect": None, "siblings": []} for part in parts]
+        return _question_parts(parts)
 
     def plan(self, question: str) -> tuple[str, list[dict[str, str]]] | None:
         """
@@ -323,8 +328,7 @@ class QueryPlanner:
             parts.append(text)
         if not 2 <= len(parts) <= self.max_subqueries:
             return None
-        return [{"query": f"{part[0].upper()}{part[1:]}?", "label": f"{part[0].upper()}{part[1:]}", "entity": None,
-                 "aspect": None, "siblings": []} for part in parts]
+        return _question_parts(parts)
 
     def _ask_llm(self, question: str) -> tuple[list[dict[str, Any]] | None, str | None]:
         """The LLM tier's parts (None: single) and a warning when the call failed."""

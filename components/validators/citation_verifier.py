@@ -457,16 +457,14 @@ class CitationVerifier:
         """The answer with each re-attributed sentence's markers rewritten (its `unit` in place of the original)."""
         for sentence in sentences:
             unit, _ = self._clean(sentence["original_unit"], valid)
-            pattern = r"\s*".join(re.escape(word) for word in unit.split())
-            answer = re.sub(pattern, lambda _match, new=sentence["unit"]: new, answer, count=1)
+            answer = re.sub(_loose(unit), lambda _match, new=sentence["unit"]: new, answer, count=1)
         return answer
 
     def _remove(self, answer: str, failed: list[dict[str, Any]], valid: set[str]) -> str:
         """The answer without the failed sentences (and their markers); emptied lines and paragraphs close up."""
         for sentence in failed:
             unit, _ = self._clean(sentence["unit"], valid)
-            pattern = r"[ \t]*" + r"\s*".join(re.escape(word) for word in unit.split()) + r"[ \t]*"
-            answer = re.sub(pattern, " ", answer, count=1)
+            answer = re.sub(r"[ \t]*" + _loose(unit) + r"[ \t]*", " ", answer, count=1)
         lines = [line.strip(" \t") if line.strip() else "" for line in answer.splitlines()]
         return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
@@ -663,6 +661,11 @@ class CitationVerifier:
         kb = meta.get("kb") or self.fallback_kb
         source = meta.get("source") or meta.get("doc_id") or passage.id
         return self.url_template.format(kb=kb, source=source) + anchor
+
+
+def _loose(text: str) -> str:
+    """A regex matching `text` however its words are spaced or broken across lines."""
+    return r"\s*".join(re.escape(word) for word in text.split())
 
 
 def _cue_tokens(text: str) -> list[str]:
