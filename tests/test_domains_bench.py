@@ -1,0 +1,63 @@
+"""The documentation benchmark's set loader and judging rule (the benchmark itself runs nightly)."""
+
+import pytest
+
+from gatehouse.eval.domains_bench import (Case, Part, answer_correct, available_sets, cited, format_table, judge,
+                                          load_set, run_benchmark, summarise, token_f1)
+
+
+def test_the_shipped_sets_load_with_their_mix():
+    sets = {path.stem: load_set(path) for path in available_sets()}
+    assert set(sets) == {"httpx", "prometheus", "18f_handbook", "sample"}
+    assert [name for name, domain in sets.items() if domain.role == "tune"] == ["httpx"]
+    for domain in sets.values():
+        kinds = [case.kind for case in domain.cases]
+        assert len(kinds) >= 40 and {kinds.count(k) for k in ("unanswerable", "follow-up", "multi-part")} == {8}
+        assert all(case.history for case in domain.cases if case.kind == "follow-up")
+        assert all(len(case.parts) >= 2 for case in domain.cases if case.kind == "multi-part")
+
+
+def test_load_set_refuses_a_case_without_a_kind(tmp_path):
+    path = tmp_path / "bad.yml"
+    path.write_text("name: bad\ncorpus: bad\ncases:\n  - {id: x, question: \"What?\"}\n")
+    with pytest.raises(ValueError, match="kind"):
+        load_set(path)
+
+
+def test_answer_correct_by_words_or_token_f1():
+    assert answer_correct("The pool allows **100** connections. [S1]", "100", [])
+    assert not answer_correct("It allows 1000 connections.", "100", [])
+    assert answer_correct("Use `NO_PROXY` for that.", "NO_PROXY", [])
+    assert answer_correct("Set it in the env.", "the NO_PROXY variable", ["env"])
+    assert answer_correct("HTTP/1.1 is a mature and battle-hardened transport.", "HTTP/1.1 is a mature, "
+                          "battle-hardened transport layer", [])
+    assert token_f1("a b c d", "a b") == pytest.approx(2 / 3)
+    assert not answer_correct("anything", None, [])
+
+
+def test_judge_and_summarise():
+    response = {"status": "success", "answer": "The default is 5 seconds. [S1]",
+                "citations": [{"kb": "docs", "source": "timeouts.md"}]}
+    right = Case(id="a", kind="answerable", question="q", answer="5 seconds", sources=["timeouts.md"])
+    wrong = Case(id="b", kind="answerable", question="q", answer="10 seconds", sources=["timeouts.md"])
+    assert cited(response, ["docs/timeouts.md"]) and not cited(response, ["other.md"])
+    assert judge(right, response)["correct"] and not judge(right, response)["wrong_success"]
+    assert judge(wrong, response)["wrong_success"]
+    unanswerable = Case(id="c", kind="unanswerable", question="q")
+    assert judge(unanswerable, {"status": "fallback", "answer": "", "citations": []})["abstained"]
+    parts = Case(id="d", kind="multi-part", question="q", parts=[
+        Part(question="p1", answer="5 seconds", sources=["timeouts.md"]), Part(question="p2", answerable=False)])
+    assert not judge(parts, response)["handled"]  # a missing part with status success
+    assert judge(parts, {**response, "status": "partial"})["handled"]
+    rows = [{"kind": c.kind, "seconds": 1.0, "usage": {}, "verdict": judge(c, response)} for c in (right, wrong)]
+    summary = summarise(rows)
+    assert summary["answerable_correct"] == {"n": 2, "hits": 1, "share": 0.5}
+    assert summary["wrong_success"]["hits"] == 1 and summary["latency_p50_s"] == 1.0
+
+
+def test_absent_corpus_is_skipped_with_the_reason(tmp_path):
+    report = run_benchmark(sets=["prometheus"], corpora=tmp_path / "none", workdir=tmp_path / "work")
+    assert report["sets"] == {} and "not found" in report["skipped"]["prometheus"]
+    assert "skipped: corpus folder" in format_table({**report, "ingest": {}})
+    with pytest.raises(ValueError, match="Unknown domain set"):
+        run_benchmark(sets=["nope"], corpora=tmp_path)
