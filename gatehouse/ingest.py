@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from haystack import Pipeline
 from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import ByteStream
@@ -32,14 +33,46 @@ from gatehouse.pipelines import load_pipeline
 logger = logging.getLogger(__name__)
 
 
+#: A KB folder's own entry (description, keywords, examples, threshold, url_base): read at ingest, never a document.
+KB_ENTRY_FILE = "kb.yml"
+
+
 @dataclass
 class IngestGroup:
-    """Files of one knowledge base of one tenant, named relative to `root`."""
+    """
+    Files of one knowledge base of one tenant, named relative to `root`; `entry` is the KB's own entry (its folder's
+    `kb.yml`, None when it has none, `False` when the group is single files and leaves the stored entry alone).
+    """
 
     kb: str
     tenant: str | None
     root: Path
     files: list[Path] = field(default_factory=list)
+    url_base: str | None = None
+    entry: dict[str, Any] | None | bool = False
+
+
+def read_entry(folder: Path) -> dict[str, Any] | None:
+    """
+    A KB folder's entry (`kb.yml`), checked, or None when the folder has none.
+
+    :raises ValueError: When the file is not a mapping of the known keys (`description`, `keywords`, `examples`,
+        `patterns`, `threshold`, `url_base`).
+    """
+    path = folder / KB_ENTRY_FILE
+    if not path.is_file():
+        return None
+    from gatehouse.components.kb_profile import check_entry
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from error
+    return check_entry(data, where=str(path))
+
+
+def _documents_of(folder: Path) -> list[Path]:
+    return [p for p in files_under(folder) if p != folder / KB_ENTRY_FILE]
 
 
 @dataclass
@@ -59,7 +92,8 @@ class IngestSummary:
         self.chunks_written += report["totals"]["chunks_written"]
         self.skipped.extend(report.get("skipped", []))
         self.failed.extend(report.get("failed", []))
-        self.written.extend(report.get("written", []))
+        owner = {"tenant": report.get("tenant") or PUBLIC_TENANT, "kb": report.get("kb")}
+        self.written.extend({**owner, **item} for item in report.get("written", []))
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as a JSON-serialisable dict (with the pruned document ids when pruning was asked for)."""
@@ -89,31 +123,42 @@ def sample_groups(root: Path | None = None) -> list[IngestGroup]:
     :returns: One group per (tenant, kb).
     """
     root = root or project_path("kb")
-    groups = [IngestGroup(kb=d.name, tenant=None, root=d, files=files_under(d)) for d in sorted(root.iterdir())
-              if d.is_dir() and d.name != "tenants"]
+    folders = [(None, d) for d in sorted(root.iterdir()) if d.is_dir() and d.name != "tenants"]
     tenants = root / "tenants"
     if tenants.is_dir():
-        for tenant_dir in sorted(d for d in tenants.iterdir() if d.is_dir()):
-            for kb_dir in sorted(d for d in tenant_dir.iterdir() if d.is_dir()):
-                groups.append(IngestGroup(kb=kb_dir.name, tenant=tenant_dir.name, root=kb_dir,
-                                          files=files_under(kb_dir)))
-    return groups
+        folders += [(tenant_dir.name, kb_dir) for tenant_dir in sorted(d for d in tenants.iterdir() if d.is_dir())
+                    for kb_dir in sorted(d for d in tenant_dir.iterdir() if d.is_dir())]
+    return [folder_group(folder, kb=folder.name, tenant=tenant) for tenant, folder in folders]
 
 
-def path_groups(paths: list[str], kb: str, tenant: str | None) -> list[IngestGroup]:
+def folder_group(folder: Path, *, kb: str, tenant: str | None, url_base: str | None = None) -> IngestGroup:
     """
-    Groups for user-given paths: a folder's files are named relative to the folder, a file by its name.
+    A folder as one KB: its files (sub-folders included, named relative to it) and its `kb.yml` entry; `url_base`
+    (else the entry's) links the files.
+    """
+    entry = read_entry(folder)
+    return IngestGroup(kb=kb, tenant=tenant, root=folder, files=_documents_of(folder), entry=entry,
+                       url_base=url_base or (entry or {}).get("url_base"))
+
+
+def path_groups(paths: list[str], kb: str, tenant: str | None, url_base: str | None = None) -> list[IngestGroup]:
+    """
+    Groups for user-given paths: a folder's files are named relative to the folder (its `kb.yml` is the KB's entry),
+    a file by its name.
 
     :param paths: Files or folders.
     :param kb: The knowledge base to ingest into.
     :param tenant: The owning tenant.
+    :param url_base: The KB's URL base (see `IngestPlanner`); None takes a folder's `kb.yml` `url_base`, if any.
     """
     groups: dict[Path, IngestGroup] = {}
     for raw in paths:
         path = Path(raw).expanduser().resolve()
-        root = path if path.is_dir() else path.parent
-        group = groups.setdefault(root, IngestGroup(kb=kb, tenant=tenant, root=root))
-        group.files.extend(files_under(path) if path.exists() else [path])
+        if path.is_dir():
+            groups[path] = folder_group(path, kb=kb, tenant=tenant, url_base=url_base)
+            continue
+        group = groups.setdefault(path.parent, IngestGroup(kb=kb, tenant=tenant, root=path.parent, url_base=url_base))
+        group.files.append(path)
     return list(groups.values())
 
 
@@ -193,6 +238,7 @@ def ingest_file(
     tenant: str | None = None,
     root: str | Path | None = None,
     force: bool = False,
+    url_base: str | None = None,
 ) -> dict[str, Any]:
     """
     Run the index pipeline over one file. A component that raises on it fails this file alone, with a one-line
@@ -204,6 +250,7 @@ def ingest_file(
     :param tenant: The owning tenant; None is the public tenant.
     :param root: Folder that a path is named relative to (its file name otherwise).
     :param force: Rewrite the file even if it did not change.
+    :param url_base: The KB's URL base (see `IngestPlanner`).
     :returns: The writer's report (`written`, `skipped`, `failed`, `totals`) of this one file.
     :raises PipelineRuntimeError: When the failure is not the file's: the planner refused the run (a bad knowledge
         base or tenant name) or the data directory cannot be used (in use, read-only, full).
@@ -211,7 +258,7 @@ def ingest_file(
     root_path = Path(root).resolve() if root is not None else None
     try:
         run = {"sources": [source], "kb": kb, "tenant": tenant, "root": None if root_path is None else str(root_path),
-               "force": force}
+               "force": force, "url_base": url_base}
         return pipeline.run({"planner": run})["writer"]["report"]
     except PipelineRuntimeError as error:
         if error.component_name == "planner" or find_data_dir_error(error, data_dir()) is not None:
@@ -253,7 +300,8 @@ def ingest(
     done = 0
     for group in groups:
         for path in group.files:
-            report = ingest_file(pipeline, str(path), kb=group.kb, tenant=group.tenant, root=group.root, force=force)
+            report = ingest_file(pipeline, str(path), kb=group.kb, tenant=group.tenant, root=group.root, force=force,
+                                 url_base=group.url_base)
             summary.add(report)
             done += 1
             if progress:
@@ -261,14 +309,26 @@ def ingest(
                       file=sys.stderr, flush=True)
     if prune_missing:
         summary.pruned = prune(groups, catalogue=KnowledgeBaseCatalogue.from_index_pipeline(pipeline))
+    learn(groups, pipeline)
     return summary
+
+
+def learn(groups: list[IngestGroup], pipeline: Pipeline) -> None:
+    """Store the groups' KB entries and bring the profiles of their KBs up to date (see `kb_profile`)."""
+    from gatehouse.components.kb_profile import KBProfiles
+
+    profiles = KBProfiles(pipeline.get_component("planner").document_store)
+    for group in groups:
+        if group.entry is not False:
+            profiles.set_entry(group.tenant or PUBLIC_TENANT, group.kb, group.entry or None)
+    profiles.refresh()
 
 
 def format_summary(summary: IngestSummary) -> str:
     """A human-readable summary."""
     by_kb: dict[str, int] = defaultdict(int)
     for item in summary.written:
-        by_kb[item["doc_id"].rsplit("/", 1)[0]] += item["chunks"]
+        by_kb[f"{item['tenant']}/{item['kb']}"] += item["chunks"]
     lines = [
         f"written: {summary.documents_written} documents, {summary.chunks_written} chunks",
         f"skipped (unchanged): {len(summary.skipped)}",

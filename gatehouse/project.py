@@ -31,7 +31,7 @@ def init_project(directory: Path, *, force: bool = False) -> list[Path]:
         if origin.is_file():
             plan.append((origin, directory / name))
         else:
-            patterns = ("**/*.yml",) if name == "pipelines" else ("**/*.md",)
+            patterns = ("**/*.yml",) if name == "pipelines" else ("**/*.md", "**/kb.yml")
             for pattern in patterns:
                 plan += [(path, directory / name / path.relative_to(origin)) for path in sorted(origin.glob(pattern))]
     existing = [target for _, target in plan if target.exists()]

@@ -130,3 +130,13 @@ def test_run_empty_sources(store):
 def test_run_invalid_names(store, kb, tenant):
     with pytest.raises(ValueError, match="Invalid"):
         IngestPlanner(document_store=store).run(sources=[], kb=kb, tenant=tenant)
+
+
+def test_run_url_base_links_files_and_a_new_base_rewrites_them(store, kb_dir):
+    planner = IngestPlanner(document_store=store)
+    out = planner.run(sources=[str(kb_dir / "sub" / "billing.txt")], kb="faq", root=str(kb_dir),
+                      url_base="https://docs.example.com/")
+    (stream,) = out["sources"]
+    assert stream.meta["url"] == "https://docs.example.com/sub/billing"
+    plain = planner.run(sources=[str(kb_dir / "sub" / "billing.txt")], kb="faq", root=str(kb_dir))["sources"][0]
+    assert "url" not in plain.meta and plain.meta["content_hash"] != stream.meta["content_hash"]

@@ -16,10 +16,13 @@ MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
 
 
 def slugify(text: str) -> str:
-    """A heading's anchor, as documentation sites make them: lower case, punctuation dropped, spaces to '-'."""
+    """
+    A heading's anchor, as documentation sites make them (Python-Markdown, GitHub): lower case, punctuation dropped,
+    spaces to '-', underscores kept ("LISTEN_PORT" -> "listen_port").
+    """
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
     text = re.sub(r"[^\w\s-]", "", text.lower()).strip()
-    return re.sub(r"[\s_]+", "-", text) or "section"
+    return re.sub(r"[\s-]+", "-", text) or "section"
 
 
 @component

@@ -13,6 +13,24 @@ from gatehouse.document_stores.lexical_document_store import LexicalDocumentStor
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"  # knowledge base and tenant names (they name folders and filters)
 
+def page_url(url_base: str, name: str) -> str:
+    """
+    The link of a file under a KB's URL base: `{path}` in the base is the file's path without its extension (an
+    `index` file is its folder), else that path is appended to the base.
+
+    ```python
+    page_url("https://docs.example.com/", "guide/setup.md")          # "https://docs.example.com/guide/setup"
+    page_url("https://docs.example.com/{path}/", "guide/index.md")   # "https://docs.example.com/guide/"
+    ```
+    """
+    path = Path(name).with_suffix("").as_posix()
+    if Path(path).name == "index":
+        path = Path(path).parent.as_posix().strip(".")
+    if "{path}" in url_base:
+        return re.sub(r"(?<!:)//+", "/", url_base.replace("{path}", path))
+    return url_base.rstrip("/") + "/" + path if path else url_base
+
+
 DEFAULT_MIME_TYPES = {
     ".txt": "text/plain",
     ".md": "text/markdown",
@@ -91,6 +109,7 @@ class IngestPlanner:
         tenant: str | None = None,
         root: str | None = None,
         force: bool = False,
+        url_base: str | None = None,
     ) -> dict[str, Any]:
         """
         Plan an ingest run.
@@ -100,6 +119,8 @@ class IngestPlanner:
         :param tenant: The owning tenant; None is the public tenant.
         :param root: Folder that paths are named relative to (their file name otherwise).
         :param force: Rewrite unchanged files too (after a splitting or embedding change).
+        :param url_base: The KB's URL base: each file links to `page_url(url_base, its path)` unless its front matter
+            names a `url`; None links files that name none as `kb://` (a change of base rewrites the files).
         :returns: `sources` to convert and `report` with `planned`, `skipped` and `failed` entries.
         :raises ValueError: If `kb` or `tenant` is not a valid name.
         """
@@ -130,14 +151,18 @@ class IngestPlanner:
             if len(data) > self.max_file_bytes:
                 failed.append({"source": name, "reason": f"file larger than {self.max_file_bytes} bytes"})
                 continue
+            digest = hashlib.sha256(data)
+            if url_base:
+                digest.update(b"\x00" + url_base.encode())
             meta = {
                 "kb": kb,
                 "tenant": tenant,
                 "source": name,
                 "doc_id": f"{tenant}/{kb}/{name}",
-                "content_hash": hashlib.sha256(data).hexdigest(),
+                "content_hash": digest.hexdigest(),
                 "mime_type": mime_type,
                 "file_path": name,
+                **({"url": page_url(url_base, name)} if url_base else {}),
             }
             planned.append(meta)
             streams.append(ByteStream(data=data, meta=meta, mime_type=mime_type))

@@ -108,6 +108,15 @@ class LexicalDocumentStore:
             if not result["buckets"] or after is None:
                 return counts
 
+    def kb_generations(self) -> dict[tuple[str, str], int]:
+        """
+        A counter per (tenant, kb) that moves whenever a document of that KB is written or deleted, by any process:
+        the local store's write counters; with Elasticsearch, the document count per (tenant, kb).
+        """
+        if self.active_backend == "local":
+            return self._store.kb_generations()
+        return {(str(tenant), str(kb)): count for (tenant, kb), count in self.metadata_counts(["tenant", "kb"]).items()}
+
     def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
         """Documents that match Haystack filters."""
         return self._store.filter_documents(filters=filters)

@@ -1,0 +1,63 @@
+"""How `gatehouse ingest` reads a folder: its files, its `kb.yml` entry, its URL base, and the summary per KB."""
+
+import pytest
+
+from gatehouse.cli import main
+from gatehouse.components.writers.ingest_planner import page_url
+from gatehouse.ingest import IngestSummary, folder_group, format_summary, path_groups, read_entry
+
+
+@pytest.fixture
+def docs(tmp_path):
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide" / "setup.md").write_text("# Setup\n\nRun it.\n")
+    (tmp_path / "index.md").write_text("# Home\n\nWelcome.\n")
+    (tmp_path / "kb.yml").write_text("description: Our tool\nkeywords: [setup]\nurl_base: https://docs.example.com/\n")
+    return tmp_path
+
+
+def test_folder_group_reads_its_entry_and_leaves_it_out_of_the_documents(docs):
+    group = folder_group(docs, kb="tool", tenant=None)
+    assert [p.relative_to(docs).as_posix() for p in group.files] == ["guide/setup.md", "index.md"]
+    assert group.entry == {"description": "Our tool", "keywords": ["setup"], "url_base": "https://docs.example.com/"}
+    assert group.url_base == "https://docs.example.com/"
+    assert folder_group(docs, kb="tool", tenant=None, url_base="https://other.example/").url_base == \
+        "https://other.example/"
+
+
+def test_path_groups_single_files_leave_the_entry_alone(docs):
+    (group,) = path_groups([str(docs / "index.md")], kb="tool", tenant="acme", url_base="https://x.example/")
+    assert group.entry is False and group.url_base == "https://x.example/" and group.tenant == "acme"
+    (folder,) = path_groups([str(docs)], kb="tool", tenant=None)
+    assert folder.entry["description"] == "Our tool"
+
+
+def test_a_bad_entry_is_one_clear_line(docs, capsys):
+    (docs / "kb.yml").write_text("descripton: typo\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        read_entry(docs)
+    assert main(["ingest", str(docs), "--kb", "tool"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gatehouse: ") and "kb.yml: unknown keys ['descripton']" in err and "Traceback" not in err
+
+
+def test_url_base_only_with_your_own_files(capsys):
+    assert main(["ingest", "--url-base", "https://x.example/"]) == 2
+    assert "--url-base applies to your own files" in capsys.readouterr().err
+
+
+def test_page_url():
+    assert page_url("https://docs.example.com/", "guide/setup.md") == "https://docs.example.com/guide/setup"
+    assert page_url("https://docs.example.com", "index.md") == "https://docs.example.com"
+    assert page_url("https://docs.example.com/{path}/", "guide/index.md") == "https://docs.example.com/guide/"
+    assert page_url("https://docs.example.com/{path}/", "index.md") == "https://docs.example.com/"
+
+
+def test_summary_counts_chunks_per_kb_not_per_sub_folder():
+    summary = IngestSummary()
+    summary.add({"kb": "tool", "tenant": "public", "written": [
+        {"source": "guide/setup.md", "doc_id": "public/tool/guide/setup.md", "chunks": 2},
+        {"source": "index.md", "doc_id": "public/tool/index.md", "chunks": 1}],
+        "totals": {"documents_written": 2, "chunks_written": 3}})
+    text = format_summary(summary)
+    assert "  public/tool: 3 chunks" in text and "public/tool/guide" not in text
