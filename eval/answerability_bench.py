@@ -99,6 +99,68 @@ def _questions(gate: AnswerabilityGate, cases: list[EvalCase], paragraphs: list[
     return rows
 
 
+def domain_rows(gate: AnswerabilityGate, names: list[str], workdir: str | Path | None, pipeline: str | Path,
+                progress: bool) -> list[dict[str, Any]]:
+    """
+    Candidate rows of documentation question sets (`eval/sets/domains/`, role `tune` only): each answerable, follow-up
+    and unanswerable question, and each part of a multi-part one asked alone, runs through the ask pipeline up to its
+    passages (routing, retrieval, assembly as in production, in the domain benchmark's data folder); a candidate unit
+    is positive when it holds the gold answer by the domain benchmark's judging rule.
+
+    :raises ValueError: For a set that is not a tuning set (report sets never inform a fit).
+    """
+    from gatehouse.eval import domains_bench
+    from gatehouse.ingest import ingest
+    from gatehouse.pipelines import load_pipeline, without_answer_cache
+
+    sets = [domains_bench.load_set(path) for path in domains_bench.available_sets() if path.stem in names]
+    if len(sets) != len(names) or any(domain.role != "tune" for domain in sets):
+        raise ValueError(f"Only tuning sets may inform a fit; {', '.join(names)} must all be sets of role tune.")
+    from gatehouse import settings
+
+    work = Path(workdir).expanduser().resolve() if workdir else settings.data_dir() / "bench" / "domains"
+    root = domains_bench.corpora_root(None)
+    rows: list[dict[str, Any]] = []
+    with domains_bench._data_dir(work / "data"):
+        for domain in sets:
+            ingest(domains_bench._groups(domain, root), progress=False)
+        spec = without_answer_cache(yaml.safe_load(pipeline_path(pipeline).read_text(encoding="utf-8")))
+        copy = work / "ask-fit.yml"
+        copy.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+        loaded = load_pipeline(copy)
+        loaded.warm_up()
+        for domain in sets:
+            questions = []
+            for case in domain.cases:
+                if case.kind == "multi-part":
+                    questions += [(f"{case.id}-p{n}", part.question, [], part.answer, part.aliases, part.sources)
+                                  for n, part in enumerate(case.parts) if part.answerable]
+                else:
+                    questions.append((case.id, case.question, case.history, case.answer, case.aliases, case.sources))
+            for key, question, history, answer, aliases, sources in tqdm(questions, desc=f"answerability {domain.name}",
+                                                                         disable=not progress):
+                result = loaded.run({"intake": {"query": question, "history": history}},
+                                    include_outputs_from={"assembler", "condenser"})
+                passages = ((result.get("assembler") or {}).get("passages") or {}).get("passages") or []
+                asked = ((result.get("condenser") or {}).get("state") or {}).get("condensed_query") or question
+                ranked = gate.candidates(asked, passages)
+                rows.append({
+                    "id": key,
+                    "answerable": bool(answer),
+                    "gold": answer or "",
+                    "missing_entities": gate.missing_entities(asked, passages) if gate.require_entities else [],
+                    "gold_retrieved": any(p.meta.get("source") in sources for p in passages),
+                    "candidates": [
+                        {"text": c.text, "signals": c.signals, "span": "", "kind": c.unit.kind,
+                         "key": list(c.unit.key), "lead": c.unit.lead,
+                         "positive": bool(answer) and domains_bench.answer_correct(
+                             f"{c.unit.lead} {c.unit.text}", answer, aliases)}
+                        for c in ranked
+                    ],
+                })
+    return rows
+
+
 def _score(rows: list[dict[str, Any]], gate: AnswerabilityGate) -> None:
     """Score every candidate with the gate's logistic model and rank them; `best` is what the gate judges by."""
     for row in rows:
@@ -136,17 +198,41 @@ def _figures(rows: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
     }
 
 
-def fit(rows: list[dict[str, Any]], *, regularization: float = 1.0) -> tuple[dict[str, float], float]:
-    """A logistic regression of "this candidate contains the gold answer" on the signals; (weights, bias)."""
+def fit(rows: list[dict[str, Any]], *, regularization: float = 1.0,
+        extra: list[dict[str, Any]] | None = None) -> tuple[dict[str, float], float]:
+    """
+    A logistic regression of "this candidate contains the gold answer" on the signals; (weights, bias). The `extra`
+    rows (documentation sets) weigh as much in total as `rows` (SQuAD), so the structured documents' signals
+    (headings, unit kinds) are not drowned by prose paragraphs.
+    """
     from sklearn.linear_model import LogisticRegression
 
-    features = [[c["signals"][name] for name in SIGNALS] for r in rows for c in r["candidates"]]
-    labels = [c["positive"] for r in rows for c in r["candidates"]]
+    groups = [(rows, 1.0)]
+    if extra:
+        ratio = sum(len(r["candidates"]) for r in rows) / max(1, sum(len(r["candidates"]) for r in extra))
+        groups.append((extra, ratio))
+    features = [[c["signals"][name] for name in SIGNALS] for group, _ in groups for r in group for c in r["candidates"]]
+    labels = [c["positive"] for group, _ in groups for r in group for c in r["candidates"]]
+    weights = [weight for group, weight in groups for r in group for _ in r["candidates"]]
     if len(set(labels)) < 2:
         raise ValueError("The tune split has no positive (or no negative) candidate to fit on; sample more.")
-    model = LogisticRegression(C=regularization, max_iter=2000).fit(np.array(features), np.array(labels))
+    model = LogisticRegression(C=regularization, max_iter=4000).fit(np.array(features), np.array(labels),
+                                                                   sample_weight=np.array(weights))
     return ({name: round(float(w), 3) for name, w in zip(SIGNALS, model.coef_[0])},
             round(float(model.intercept_[0]), 3))
+
+
+def choose_success_threshold(rows: list[dict[str, Any]], max_wrong_success: float) -> float:
+    """
+    The lowest score at which the best candidate may be a `success`: above it, questions whose best candidate does not
+    hold the answer (unanswerable ones included) are at most `max_wrong_success` of all questions.
+    """
+    points = sorted({round(r["best"], 3) for r in rows})
+    for threshold in points:
+        wrong = sum(1 for r in rows if r["best"] >= threshold and not (r["candidates"] and r["candidates"][0]["positive"]))
+        if wrong <= max_wrong_success * len(rows):
+            return threshold
+    return 1.0
 
 
 def choose_threshold(rows: list[dict[str, Any]], max_false_abstention: float) -> float:
@@ -167,6 +253,9 @@ def run_benchmark(
     top_k: int = 5,
     fit_weights: bool = False,
     max_false_abstention: float = 0.15,
+    domains: list[str] | None = None,
+    domains_workdir: str | Path | None = None,
+    max_wrong_success: float = 0.04,
     progress: bool = True,
 ) -> dict[str, Any]:
     """
@@ -180,6 +269,11 @@ def run_benchmark(
     :param fit_weights: Fit weights, bias and threshold on the tune split and score both splits with them too.
     :param max_false_abstention: With `fit_weights`: the largest false abstention rate the chosen threshold allows
         on tune.
+    :param domains: Documentation sets of role `tune` (`eval/sets/domains/`) whose questions join the fit, and on
+        which the success threshold is chosen.
+    :param domains_workdir: The domain benchmark's workdir holding their ingested corpora.
+    :param max_wrong_success: With `domains`: the largest share of questions whose best candidate is wrong (or that
+        have no answer) that may still score at or above the success threshold.
     :param progress: Show progress bars.
     :returns: The report.
     :raises FileNotFoundError: If the dataset is missing.
@@ -207,11 +301,15 @@ def run_benchmark(
     for split, rows in splits.items():
         _score(rows, gate)
         report["configured"]["splits"][split] = _figures(rows, gate.threshold)
+    extra = domain_rows(gate, domains, domains_workdir, pipeline, progress) if domains else []
+    if extra:
+        _score(extra, gate)
+        report["configured"]["splits"]["domains"] = _figures(extra, gate.threshold)
     if fit_weights:
-        fitted, bias = fit(splits["tune"])
-        for rows in splits.values():
+        fitted, bias = fit(splits["tune"], extra=extra)
+        for rows in [*splits.values(), extra]:
             _score(rows, AnswerabilityGate(weights=fitted, bias=bias))
-        threshold = choose_threshold(splits["tune"], max_false_abstention)
+        threshold = choose_threshold(splits["tune"] + extra, max_false_abstention)
         report["fitted"] = {
             "weights": fitted,
             "bias": bias,
@@ -219,6 +317,9 @@ def run_benchmark(
             "max_false_abstention": max_false_abstention,
             "splits": {split: _figures(rows, threshold) for split, rows in splits.items()},
         }
+        if extra:
+            report["fitted"]["splits"]["domains"] = _figures(extra, threshold)
+            report["fitted"]["success_threshold"] = max(threshold, choose_success_threshold(extra, max_wrong_success))
     return report
 
 
@@ -241,6 +342,8 @@ def format_table(report: dict[str, Any]) -> str:
     if "fitted" in report:
         fitted = report["fitted"]
         rows += ["fitted on tune; paste under answerability.init_parameters:", "",
-                 yaml.safe_dump({"threshold": fitted["threshold"], "bias": fitted["bias"],
-                                 "weights": fitted["weights"]}, sort_keys=False).rstrip()]
+                 yaml.safe_dump({"threshold": fitted["threshold"],
+                                 **({"success_threshold": fitted["success_threshold"]}
+                                    if "success_threshold" in fitted else {}),
+                                 "bias": fitted["bias"], "weights": fitted["weights"]}, sort_keys=False).rstrip()]
     return "\n".join(rows)

@@ -5,8 +5,8 @@ Every case of a labelled set that should reach retrieval runs through the real a
 gate's first-attempt score (`attempt_0_score_X` in the path) is paired with the case's `answerable` label and
 grouped by the knowledge base the router chose. For each KB the precision/recall curve of "score >= threshold
 means answerable" gives the proposal: the lowest threshold whose precision reaches the target (keeping the most
-recall), else the one with the best F1. The YAML change is printed and, with `--write`, applied to the KB's
-`threshold:` line in the pipeline file (comments and layout kept).
+recall), else the one with the best F1. The change is printed and, with `--write`, applied to the `threshold:` line
+of each KB's entry (`kb/<kb>/kb.yml`, comments and layout kept); the next `gatehouse ingest` stores it.
 
 Usage:
 ```python
@@ -22,9 +22,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gatehouse.ingest import KB_ENTRY_FILE
 from gatehouse.pipelines import pipeline_path
+from gatehouse.settings import project_path
 
 SCORE_STEP = re.compile(r"^attempt_0_score_(\d+(?:\.\d+)?)$")
 
@@ -83,20 +83,19 @@ def propose(points: list[tuple[float, bool]], *, current: float, target_precisio
     return {**result, "threshold": threshold, "precision": precision, "recall": recall, "reason": reason}
 
 
-def write_thresholds(pipeline: Path, thresholds: dict[str, float]) -> None:
-    """Set `threshold:` of the named KBs in the router's `knowledge_bases`, keeping the file's other text."""
-    lines = pipeline.read_text(encoding="utf-8").splitlines(keepends=True)
-    current_kb = None
+def write_threshold(entry: Path, threshold: float) -> None:
+    """Set `threshold:` in a KB's entry file (`kb/<kb>/kb.yml`), keeping its other text; add it when absent."""
+    lines = entry.read_text(encoding="utf-8").splitlines(keepends=True) if entry.is_file() else []
     for index, line in enumerate(lines):
-        name = re.match(r"^\s*- name:\s*([\w.-]+)\s*$", line)
-        if name:
-            current_kb = name.group(1)
-            continue
-        threshold = re.match(r"^(\s*threshold:\s*)[\d.]+(.*)$", line.rstrip("\n"))
-        if threshold and current_kb in thresholds:
-            lines[index] = f"{threshold.group(1)}{thresholds[current_kb]}{threshold.group(2)}\n"
-            current_kb = None
-    pipeline.write_text("".join(lines), encoding="utf-8")
+        found = re.match(r"^(threshold:\s*)[\d.]+(.*)$", line.rstrip("\n"))
+        if found:
+            lines[index] = f"{found.group(1)}{threshold}{found.group(2)}\n"
+            break
+    else:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines.append(f"threshold: {threshold}\n")
+    entry.write_text("".join(lines), encoding="utf-8")
 
 
 def _fmt(value: float | None) -> str:
@@ -124,9 +123,9 @@ def calibrate(*, set_name: str = "golden", pipeline: str | Path = "ask", write: 
         score = first_attempt_score(response)
         if score is not None and response["metadata"].get("kb"):
             by_kb.setdefault(response["metadata"]["kb"], []).append((score, case.answerable))
-    router = yaml.safe_load(pipeline.read_text(encoding="utf-8"))["components"]["router"]["init_parameters"]
-    default = loaded.get_component("router").default_threshold  # what the router applies to a KB without one
-    current = {kb["name"]: float(kb.get("threshold", default)) for kb in router["knowledge_bases"]}
+    router = loaded.get_component("router")
+    # The public KBs' entries as the router applies them (ask.yml's, then each KB's kb.yml stored at ingest).
+    current = {kb["name"]: float(kb.get("threshold") or router.default_threshold) for kb in router.entries(None).kbs}
     print(f"{'kb':<10} {'n+':>4} {'n-':>4} {'now':>5} {'P':>5} {'R':>5} {'new':>5} {'P':>5} {'R':>5}  why")
     changes: dict[str, float] = {}
     for kb, points in sorted(by_kb.items()):
@@ -143,12 +142,15 @@ def calibrate(*, set_name: str = "golden", pipeline: str | Path = "ask", write: 
     if not changes:
         print("\nNo change proposed.")
         return 0
-    print(f"\nProposed change to {pipeline} (router.knowledge_bases):")
+    root = project_path("kb")
+    print(f"\nProposed change to the KB entries ({root}/<kb>/kb.yml):")
     for kb, threshold in changes.items():
-        print(f"  - name: {kb}\n    threshold: {current[kb]} -> {threshold}")
+        print(f"  {kb}: threshold {current[kb]} -> {threshold}")
     if write:
-        write_thresholds(pipeline, changes)
-        print(f"written to {pipeline}")
+        for kb, threshold in changes.items():
+            write_threshold(root / kb / KB_ENTRY_FILE, threshold)
+        print(f"written to {', '.join(f'{root / kb / KB_ENTRY_FILE}' for kb in changes)}; "
+              "run `gatehouse ingest` to apply them")
     else:
         print("Run again with --write to apply it.")
     return 0

@@ -15,6 +15,7 @@ print(format_table(run_benchmark(repeats=1)))
 ```
 """
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,8 @@ def run_benchmark(*, pipeline: str | Path = "ask", repeats: int = 1, limit: int 
     loaded = load_pipeline(pipeline)
     planner = loaded.get_component("planner")
     parallel: SubQueryRetrieval = loaded.get_component("subqueries")
-    data = parallel.to_dict()
-    sequential = SubQueryRetrieval.from_dict({**data, "init_parameters": {**data["init_parameters"], "max_workers": 1}})
+    sequential = copy.copy(parallel)  # the same gate, rewriter and stores, one part at a time
+    sequential.max_workers = 1
     parallel.warm_up()
     sequential.warm_up()
     cases = [c for c in load_golden(GOLDEN_SET).cases if "multi-part" in c.tags]

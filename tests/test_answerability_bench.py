@@ -42,7 +42,7 @@ def test_latency_baseline_leaves_out_the_answer_checks_and_still_loads(tmp_path)
     spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
     baseline = without_answer_checks(spec)
     assert "answerability" not in baseline["components"] and "answerability" in spec["components"]
-    assert {"sender": "assembler.passages", "receiver": "generator.state"} in baseline["connections"]
+    assert {"sender": "passage_screen.state", "receiver": "generator.state"} in baseline["connections"]
     assert not any("answerability" in c["sender"] + c["receiver"] for c in baseline["connections"])
     assert baseline["components"]["router"]["init_parameters"]["evidence"] == {"enabled": False}
     assert baseline["components"]["verifier"]["init_parameters"]["detect_contradictions"] is False

@@ -73,9 +73,11 @@ def test_direct_question_skips_retrieval(ingested):
 
 
 def test_code_writing_request_is_refused(ingested):
+    # No knowledge base documents scraping: the intent gate refuses the request (a request for code with a
+    # documented API is retrieved instead; see test_intent_gate's profile tests).
     response = ask("Write a Python script that scrapes a website")
     assert response["status"] == "refused"
-    assert "capability:code_generation" in response["validation"]["boundary_violations"]
+    assert response["validation"]["boundary_violations"][0].startswith("request refused")
     assert response["citations"] == []
 
 
@@ -129,8 +131,10 @@ def test_constrained_context_never_retrieves(ingested):
 
 def test_threshold_edited_in_yaml_changes_behaviour(ingested, tmp_path):
     spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())
-    for kb in spec["components"]["router"]["init_parameters"]["knowledge_bases"]:
-        kb["threshold"] = 0.01
+    # An entry in ask.yml overrides the KB's own (kb.yml): here a lenient threshold for every sample KB.
+    spec["components"]["router"]["init_parameters"]["knowledge_bases"] = [
+        {"name": name, "description": f"The {name} documentation.", "threshold": 0.01}
+        for name in ("faq", "product", "ops")]
     lenient = tmp_path / "ask-lenient.yml"
     lenient.write_text(yaml.safe_dump(spec))
     baseline = ask(NONSENSE)

@@ -32,11 +32,12 @@ def test_load_cases_missing_split():
         load_cases(FIXTURE, "train")
 
 
-def test_load_verifier_uses_ask_yml():
-    verifier = load_verifier("ask")
+def test_load_verifier_uses_the_benchmarks_own_yaml():
+    verifier = load_verifier()
     assert verifier.detect_contradictions is True
     assert verifier.remove_unsupported is True
-    assert verifier.antonyms  # the YAML's lists, not the built-in defaults
+    assert verifier.antonyms  # the benchmark's lists, not the built-in defaults
+    assert load_verifier("ask").antonyms is None  # the product pipeline carries no benchmark's lexicon
 
 
 def test_run_benchmark_on_fixture(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from gatehouse.settings import bundled_dir
-from gatehouse.eval.calibrate import first_attempt_score, propose, write_thresholds
+from gatehouse.eval.calibrate import first_attempt_score, propose, write_threshold
 
 PROJECT_ROOT = bundled_dir()  # the shipped pipelines, sample KBs and manifest
 
@@ -47,16 +47,17 @@ def test_propose_keeps_the_threshold_without_both_labels():
         "kept: no unanswerable case reached this KB")
 
 
-def test_write_thresholds_edits_only_the_named_kbs(tmp_path):
-    pipeline = tmp_path / "ask.yml"
-    shutil.copyfile(PROJECT_ROOT / "pipelines" / "ask.yml", pipeline)
-    before = pipeline.read_text(encoding="utf-8")
-    write_thresholds(pipeline, {"product": 0.71})
-    after = pipeline.read_text(encoding="utf-8")
-    kbs = {kb["name"]: kb["threshold"] for kb in
-           yaml.safe_load(after)["components"]["router"]["init_parameters"]["knowledge_bases"]}
-    original = {kb["name"]: kb["threshold"] for kb in
-                yaml.safe_load(before)["components"]["router"]["init_parameters"]["knowledge_bases"]}
-    assert kbs == {**original, "product": pytest.approx(0.71)}
+def test_write_threshold_edits_the_kb_entry(tmp_path):
+    entry = tmp_path / "kb.yml"
+    shutil.copyfile(PROJECT_ROOT / "kb" / "product" / "kb.yml", entry)
+    before = entry.read_text(encoding="utf-8")
+    write_threshold(entry, 0.71)
+    after = entry.read_text(encoding="utf-8")
+    assert yaml.safe_load(after) == {**yaml.safe_load(before), "threshold": pytest.approx(0.71)}
     assert [line for line in after.splitlines() if line.lstrip().startswith("#")] == [
         line for line in before.splitlines() if line.lstrip().startswith("#")]
+    bare = tmp_path / "bare.yml"
+    bare.write_text("description: Widgets", encoding="utf-8")
+    write_threshold(bare, 0.5)
+    assert yaml.safe_load(bare.read_text(encoding="utf-8")) == {"description": "Widgets", "threshold": 0.5}
+

@@ -136,12 +136,16 @@ def test_init_rejects_bad_evidence(evidence, message):
         KBRouter(knowledge_bases=KNOWLEDGE_BASES, evidence=evidence, cache_dir="off")
 
 
+def test_init_without_declared_knowledge_bases():
+    # A KB made by `gatehouse ingest DIR --kb NAME` is routed from its profile: no YAML entry is needed.
+    for declared in (None, []):
+        assert KBRouter(knowledge_bases=declared, cache_dir="off").knowledge_bases == []
+
+
 @pytest.mark.parametrize(
     ("knowledge_bases", "message"),
     [
-        (None, "non-empty list"),
-        ([], "non-empty list"),
-        ({"name": "faq"}, "non-empty list"),
+        ({"name": "faq"}, "must be a list of mappings"),
         (["faq"], r"knowledge_bases\[0\] must be a mapping"),
         ([{"description": "no name"}], "needs a 'name'"),
         ([{"name": "a+b", "description": "x"}], "needs a 'name'"),
@@ -348,13 +352,13 @@ def test_run_does_not_mutate_input(router):
 
 def test_examples_are_embedded_once_per_instance(router):
     backend = EmbeddingBackend.get(cache_dir="off")
-    matrix = router._index._matrix
+    matrix = router._static.index._matrix
     assert matrix is not None and matrix.shape[0] == sum(1 + len(kb["examples"]) for kb in KNOWLEDGE_BASES)
     before = backend.encoded_count
     router.run(state=new_state("Is my data encrypted at rest? (unique query 1)"))
     router.run(state=new_state("Is my data encrypted at rest? (unique query 2)"))
     assert backend.encoded_count - before == 2  # only the two queries were encoded
-    assert router._index._matrix is matrix
+    assert router._static.index._matrix is matrix
 
 
 def test_run_llm_tier_decides_when_ambiguous():
@@ -448,11 +452,11 @@ def test_run_empty_catalogue_considers_every_declared_kb(tmp_path):
     assert router.run(state=new_state("How do I rotate an API key?"))["routed"]["kbs"] == ["faq"]
 
 
-def test_run_undeclared_kb_of_the_callers_own(tmp_path):
+def test_run_kbs_without_an_entry(tmp_path):
     store = _catalogue(tmp_path, [("public", "faq"), ("public", "wiki"), ("acme", "handbook"), ("globex", "quasar")])
     router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, cache_dir="off")
-    assert router.candidates("acme") == (["faq"], ["handbook"])
-    assert router.candidates(None) == (["faq"], [])  # public KBs must be declared to be routed to
+    assert router.candidates("acme") == (["faq"], ["handbook", "wiki"])
+    assert router.candidates(None) == (["faq"], ["wiki"])  # a public KB needs no entry to be a candidate
     explicit = router.run(state=new_state("What is the leave policy?", tenant="acme", kb="handbook"))["routed"]
     assert explicit["kbs"] == ["handbook"] and explicit["route_reason"] == "explicit"
     assert explicit["threshold"] == router.default_threshold
@@ -460,5 +464,26 @@ def test_run_undeclared_kb_of_the_callers_own(tmp_path):
         result = router.run(state=new_state("What is the leave policy?", tenant=tenant, kb="handbook"))
         assert set(result) == {"unknown_kb"}
         assert "handbook" not in result["unknown_kb"]["error_message"].split("Known knowledge bases:")[1]
-    # Without the evidence tier an undeclared KB is only searched when asked for by name.
+    # Without the evidence tier a KB without an entry is only searched when asked for by name.
     assert router.run(state=new_state("What is the leave policy?", tenant="acme"))["routed"]["kbs"] == ["faq"]
+
+
+def test_run_single_candidate_and_no_entries(tmp_path):
+    store = _catalogue(tmp_path, [("public", "wiki")])
+    router = KBRouter(catalogue_store=store, cache_dir="off")
+    routed = router.run(state=new_state("What is the leave policy?"))["routed"]
+    assert routed["kbs"] == ["wiki"] and routed["route_reason"] == "only"
+
+
+def test_run_entry_stored_with_the_profile(tmp_path, monkeypatch):
+    from gatehouse.components.kb_profile import KBProfiles
+
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path))
+    store = _catalogue(tmp_path / "bm25", [("public", "wiki"), ("public", "billing")])
+    KBProfiles(store).set_entry("public", "billing", {"description": "Invoices, refunds and payments",
+                                                      "keywords": ["invoice*", "refund*"], "threshold": 0.4})
+    router = KBRouter(catalogue_store=store, cache_dir="off")
+    assert router.entries(None).names == ["billing"]
+    routed = router.run(state=new_state("Where can I download my invoices?"))["routed"]
+    assert routed["route_scores"] == {"billing": routed["route_scores"]["billing"]}
+    assert routed["kbs"] == ["billing"] and routed["threshold"] == 0.4

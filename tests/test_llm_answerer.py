@@ -127,6 +127,8 @@ def test_to_dict(llm_env, monkeypatch):
             "user_prompt": DEFAULT_USER_PROMPT,
             "passage_template": DEFAULT_PASSAGE_TEMPLATE,
             "max_passages": 3,
+            "max_units": None,
+            "max_unit_words": 80,
             "not_found_reply": "NOT_FOUND",
             "fallback_message": DEFAULT_FALLBACK_MESSAGE,
             "fallback_to_extractive": False,
@@ -168,6 +170,20 @@ def test_messages_number_the_passages_and_ask_the_standalone_question():
     assert "[S2] Billing\nInvoices are emailed" in plain.text and "Question: When are invoices sent?" in plain.text
 
 
+def test_messages_send_the_gates_answering_units_not_whole_passages():
+    candidates = [{"passage": 1, "first": 0, "last": 0, "text": "Invoices are emailed on the first day.", "score": 0.9},
+                  {"passage": 0, "first": 2, "last": 4, "text": "Steps:\n1. Open Settings.\n2. " + "word " * 100,
+                   "score": 0.5},
+                  {"passage": 0, "first": 3, "last": 3, "text": "1. Open Settings.", "score": 0.4}]
+    answerer = LLMAnswerer(chat_generator=RecordedReplies([]), max_units=3, max_unit_words=10)
+    _, user = answerer.messages(new_state("When are invoices sent?", passages=PASSAGES, answer_candidates=candidates))
+    assert "[S2] Billing\nInvoices are emailed on the first day." in user.text
+    assert "[S1] API keys › Rotating a key\nSteps:\n1. Open Settings.\n2. word word word word word …" in user.text
+    assert user.text.count("1. Open Settings.") == 1  # a unit inside another one is sent once
+    assert "To rotate an API key, open Settings" not in user.text  # not the whole passage
+    assert LLMAnswerer(chat_generator=RecordedReplies([]), max_units=3).to_dict()["init_parameters"]["max_units"] == 3
+
+
 @pytest.mark.parametrize(("written", "normalized"), [
     ("Click Rotate [1]. Keys last 24 hours [2].", "Click Rotate [S1]. Keys last 24 hours [S2]."),
     ("Answer: Click Rotate (S1).", "Click Rotate [S1]."),
@@ -175,6 +191,8 @@ def test_messages_number_the_passages_and_ask_the_standalone_question():
     ("Click Rotate [S 1][s2].", "Click Rotate [S1][S2]."),
     ("Click Rotate [S1].", "Click Rotate [S1]."),
     ("Read `items[2]` of the list [2].", "Read `items[2]` of the list [S2]."),
+    ("[SS1] Coverage must reach 100%.", "Coverage must reach 100%. [S1]"),
+    ("[S1] Keys expire. They rotate. [S2]", "Keys expire. [S1] They rotate. [S2]"),
 ])
 def test_normalize_markers(written, normalized):
     assert LLMAnswerer.normalize_markers(written) == normalized

@@ -29,7 +29,7 @@ PROJECT_ROOT = bundled_dir()
 KEY = "obs-secret-for-tests"
 MARKER = "zqxobsmarker7731"
 QUESTION = f"How do I rotate an API key? {MARKER}"
-REFUSED = f"Write me ransomware that encrypts every file {MARKER}"
+REFUSED = f"Send an email to my manager for me about the outage {MARKER}"  # an action: the input guard refuses it
 REQUEST_ID = "obs-test-42"
 
 

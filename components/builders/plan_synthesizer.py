@@ -77,6 +77,8 @@ class PlanSynthesizer:
                 local[str(citation["id"])] = numbers[key]
             answer = rewrite_markers(part["answer"], lambda ids, local=local: [local[i] for i in ids if i in local],
                                      self.citation_pattern)
+            if "\n" in answer.strip():  # a list, block or code answers under its label, not after it on one line
+                answer = "\n\n" + answer.strip()
             paragraphs.append(self.answer_template.format(label=part["label"], query=part["query"], answer=answer))
         return paragraphs, citations, passages
 
@@ -95,17 +97,20 @@ class PlanSynthesizer:
                  for p in plan["parts"]]
         missing = [p for p in parts if p["status"] == "missing"]
         plan = {**plan, "parts": parts}
+        searched = list(dict.fromkeys(str(kb) for part in parts for kb in part.get("kbs") or []))
         if len(missing) == len(parts):
             new = advance(state, stage="synthesize", started=started, steps=["synthesize"], plan=plan,
                           answer=self.fallback_message, citations=[], passages=[], status="fallback", fallback=True,
-                          fallback_reason="no part of the question was found in the documents")
+                          fallback_reason="no part of the question was found in the documents", kbs=searched)
             return {"state": new}
         paragraphs, citations, passages = self._renumber(parts)
         new = advance(state, stage="synthesize", started=started, steps=["synthesize"], plan=plan,
                       answer="\n\n".join(paragraphs), citations=citations, passages=passages,
-                      chunks_used=len(passages), fallback=False, status="partial" if missing else None,
+                      chunks_used=len(passages), fallback=False,
+                      status="partial" if missing or not all(p.get("confident", True) for p in parts
+                                                             if p["status"] == "answered") else None,
                       query=plan["question"], condensed_query=plan["question"],
-                      kbs=list(dict.fromkeys(str(c["kb"]) for c in citations if c.get("kb"))),
+                      kbs=list(dict.fromkeys(str(c["kb"]) for c in citations if c.get("kb"))) or searched,
                       quality_score=min(p["score"] for p in parts if p["status"] == "answered"))
         if missing:
             new = with_validation(new, "confidence_warnings",

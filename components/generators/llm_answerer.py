@@ -19,7 +19,7 @@ LLM_FAILED_MESSAGE = "The language model did not answer."
 
 #: Rules, answer format and one worked example: small models copy the example's `[S#]` after each sentence.
 DEFAULT_SYSTEM_PROMPT = (
-    "You answer questions about product documentation using ONLY the numbered sources you are given.\n"
+    "You answer questions about documentation using ONLY the numbered sources you are given.\n"
     "\n"
     "Rules:\n"
     "1. Answer the question directly in one to three short sentences. Do not copy whole passages; add nothing the "
@@ -44,7 +44,8 @@ DEFAULT_SYSTEM_PROMPT = (
     "downloaded from Settings > Billing [S1]."
 )
 
-#: The question before the sources (read with it in mind) and again after them, with the answer format.
+#: The question before the sources (read with it in mind) and again after them, with the answer format. (Sources then
+#: the question alone, shorter, made a 1.5B model echo source headings and reply NOT_FOUND far more often.)
 DEFAULT_USER_PROMPT = (
     "Question: {question}\n\nSources:\n{passages}\n\nQuestion: {question}\n"
     "Answer in one to three sentences, each ending with the [S#] marker of the source that says it."
@@ -56,7 +57,9 @@ DEFAULT_FALLBACK_MESSAGE = (
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 # Marker spellings small models use instead of `[S2]`: `[2]`, `[S 2]`, `[Source 2]`, `(S2)`, `(S1, S2)`.
-_NUMBERED_MARKER = re.compile(r"(?<!\w)\[\s*(?:sources?|src|s)?\s*(\d+)\s*\]", re.IGNORECASE)  # not `items[2]`
+_NUMBERED_MARKER = re.compile(r"(?<!\w)\[\s*(?:sources?|src|s{1,2})?\s*(\d+)\s*\]", re.IGNORECASE)  # not `items[2]`
+#: A reply that opens with its marker ("[S1] Keys expire after 90 days.") has it moved to the end of that sentence.
+_LEADING_MARKERS = re.compile(r"^\s*((?:\[S\d+(?:\s*,\s*S\d+)*\]\s*)+)(?=\S)(?!```)([^\n]*?[.!?])(?=\s|$)")
 _PARENTHESISED_MARKER = re.compile(r"\(\s*(S\d+(?:\s*[,;]\s*S\d+)*)\s*\)", re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(r"^\s*answer\s*:\s*", re.IGNORECASE)
 
@@ -121,6 +124,8 @@ class LLMAnswerer:
         user_prompt: str = DEFAULT_USER_PROMPT,
         passage_template: str = DEFAULT_PASSAGE_TEMPLATE,
         max_passages: int | None = None,
+        max_units: int | None = None,
+        max_unit_words: int = 80,
         not_found_reply: str = "NOT_FOUND",
         fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
         fallback_to_extractive: bool = True,
@@ -132,6 +137,10 @@ class LLMAnswerer:
         :param passage_template: How each passage is written: `{source_id}`, `{heading}` (the document title and the
             section, "Billing › Invoices"), `{title}`, `{section}` and `{content}`.
         :param max_passages: Only the first (best) passages are sent; None sends all of them.
+        :param max_units: Send the answerability gate's best answering units (`state["answer_candidates"]`: a
+            sentence, a list or a setting's block with its heading, a code block with its lead-in) instead of whole
+            passages, at most this many, under their passages' markers; None, or no candidates, sends passages.
+        :param max_unit_words: A unit sent is cut after this many words (a long list or code block keeps its head).
         :param not_found_reply: The reply that means no passage answers (the system prompt asks for it).
         :param fallback_message: The answer when the model replies `not_found_reply`.
         :param fallback_to_extractive: Answer extractively when the model fails.
@@ -144,6 +153,8 @@ class LLMAnswerer:
         self.user_prompt = user_prompt
         self.passage_template = passage_template
         self.max_passages = max_passages
+        self.max_units = max_units
+        self.max_unit_words = max_unit_words
         self.not_found_reply = not_found_reply
         self.fallback_message = fallback_message
         self.fallback_to_extractive = fallback_to_extractive
@@ -161,11 +172,32 @@ class LLMAnswerer:
         :param state: The state with `passages` and the question.
         :returns: The system and user messages.
         """
-        passages = list(state.get("passages") or [])[: self.max_passages]
-        numbered = "\n\n".join(self._passage(doc) for doc in passages)
+        numbered = self._units(state) or "\n\n".join(
+            self._passage(doc) for doc in list(state.get("passages") or [])[: self.max_passages])
         question = state.get("condensed_query") or state.get("original_query") or state["query"]
         user = self.user_prompt.replace("{passages}", numbered).replace("{question}", question)
         return [ChatMessage.from_system(self.system_prompt), ChatMessage.from_user(user)]
+
+    def _units(self, state: State) -> str:
+        """The best answering units under their passages' headings, passage by passage ("" when not configured)."""
+        candidates = list(state.get("answer_candidates") or [])[: self.max_units] if self.max_units else []
+        passages = list(state.get("passages") or [])
+        chosen: dict[int, list[dict[str, Any]]] = {}
+        for candidate in candidates:
+            index = candidate.get("passage")
+            if isinstance(index, int) and 0 <= index < len(passages):
+                chosen.setdefault(index, []).append(candidate)
+        blocks = []
+        for index in sorted(chosen):
+            within = chosen[index]
+            units = sorted((c for c in within if not any(
+                o is not c and o["first"] <= c["first"] and c["last"] <= o["last"] and (o["first"], o["last"]) !=
+                (c["first"], c["last"]) for o in within)), key=lambda c: c["first"])
+            units = [c for n, c in enumerate(units) if (c["first"], c["last"]) not in
+                     {(o["first"], o["last"]) for o in units[:n]}]
+            text = "\n".join(_cut(str(c.get("text") or ""), self.max_unit_words) for c in units)
+            blocks.append(self._passage(Document(content=text, meta=passages[index].meta)))
+        return "\n\n".join(blocks)
 
     def _passage(self, doc: Document) -> str:
         title = str(doc.meta.get("title") or doc.meta.get("source") or "")
@@ -184,7 +216,8 @@ class LLMAnswerer:
         """The reply with `[2]`, `[S 2]`, `[Source 2]`, `(S2)` and `(S1, S2)` written as `[S2]`, `[S1, S2]`."""
         reply = _ANSWER_PREFIX.sub("", reply)
         reply = _NUMBERED_MARKER.sub(lambda m: f"[S{m.group(1)}]", reply)
-        return _PARENTHESISED_MARKER.sub(lambda m: f"[{m.group(1).upper()}]", reply).strip()
+        reply = _PARENTHESISED_MARKER.sub(lambda m: f"[{m.group(1).upper()}]", reply).strip()
+        return _LEADING_MARKERS.sub(lambda m: f"{m.group(2)} {m.group(1).strip()}", reply)
 
     def _is_not_found(self, reply: str) -> bool:
         bare = re.sub(r"\[[^\]]*\]", "", reply)
@@ -267,6 +300,8 @@ class LLMAnswerer:
             user_prompt=self.user_prompt,
             passage_template=self.passage_template,
             max_passages=self.max_passages,
+            max_units=self.max_units,
+            max_unit_words=self.max_unit_words,
             not_found_reply=self.not_found_reply,
             fallback_message=self.fallback_message,
             fallback_to_extractive=self.fallback_to_extractive,
@@ -276,6 +311,22 @@ class LLMAnswerer:
     def from_dict(cls, data: dict[str, Any]) -> "LLMAnswerer":
         """Deserialise the component (the chat generator too)."""
         return default_from_dict(cls, data)
+
+
+def _cut(text: str, words: int) -> str:
+    """The text cut after `words` words (its lines kept), with " …" where it was cut."""
+    kept: list[str] = []
+    count = 0
+    for line in text.split("\n"):
+        if count >= words:
+            return "\n".join(kept) + " …"
+        line_words = line.split(" ")
+        if count + len(line_words) > words:
+            kept.append(" ".join(line_words[: words - count]))
+            return "\n".join(kept) + " …"
+        kept.append(line)
+        count += len(line_words)
+    return "\n".join(kept)
 
 
 def _add_usage(total: dict[str, int] | None, reply_usage: Any) -> dict[str, int] | None:

@@ -25,20 +25,9 @@ DEFAULT_INJECTION_PATTERNS: list[str] = [
     r"re:(?:^|\s)(?:system|assistant)\s*:\s",
 ]
 
+#: Requests to write code are not refused here: the intent gate decides them, knowing what the knowledge bases
+#: document (a request for code with the documented API is a question about the documentation).
 DEFAULT_CAPABILITY_PATTERNS: dict[str, list[str]] = {
-    "code_generation": [
-        r"re:\b(?:write|generate|create|produce|draft|code\s+up|give\s+me)\s+(?:me\s+)?(?:a|an|some|the|this|my)?\s*"
-        r"(?:[\w+#.-]+\s+){0,3}?(?:code|script|program|function|snippet|class|method|regex|sql|module|"
-        r"app|application|shell\s+command|bash\s+command|unit\s+tests?)\b",
-        "generate code",
-        "write code",
-        "write me",
-        r"re:\bcode\s+(?:for\s+me|that\s+does)\b",
-        r"re:\bimplement\s+(?:a|an|the|this|my|me\s+a)\s+(?:[\w+#.-]+\s+){0,3}?"
-        r"(?:function|class|method|algorithm|script|program|feature|endpoint|module)\b",
-        r"re:\b(?:fix|debug|refactor|complete|rewrite)\s+(?:my|this|the\s+following)\s+"
-        r"(?:code|script|program|function)\b",
-    ],
     "external_action": [
         r"re:\bsend\s+(?:an?\s+|the\s+|this\s+|my\s+)?(?:e-?mail|message|text|sms|slack\s+message|invite|invitation|"
         r"reply|it|this|that)\s+to\b",
@@ -66,10 +55,6 @@ DEFAULT_CAPABILITY_EXEMPTIONS: dict[str, list[str]] = {
 }
 
 DEFAULT_CAPABILITY_MESSAGES: dict[str, str] = {
-    "code_generation": (
-        "I can explain concepts but cannot write code. Ask me how something in {corpus_name} works and I will "
-        "point you to the relevant documentation."
-    ),
     "external_action": (
         "I can answer questions about {corpus_name}, but I cannot take actions for you such as sending messages, "
         "making bookings, calling APIs, browsing or changing accounts."

@@ -16,6 +16,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.kb_profile import KBProfiles
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import TermNormaliser, singular, tokenize
 
@@ -69,7 +70,8 @@ DEFAULT_AUXILIARY_VERBS = ["do", "does", "did", "can", "could", "will", "would",
                            "must"]  # fmt: skip
 DEFAULT_VERB_CUES = ["i", "we", "you", "to", "please"]
 DEFAULT_CONTEXT_TEMPLATE = "Regarding {topic}, {question}"
-_WORD_RE = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")
+_PLURAL_PRONOUNS = frozenset(["they", "them", "these", "those", "their"])
+_WORD_RE = re.compile(r"[^\W_]+(?:['\u2019./_-][^\W_]+)*")  # "HTTP/2", "client.get" and "max_size" are one word
 
 
 @dataclass(frozen=True)
@@ -138,9 +140,9 @@ class QueryRewriter:
     (a short follow-up such as "and for the free tier?", or a short question that leans on a pronoun such as
     "how much does it cost?"), it is rewritten into a standalone question by rules, without a model. The topic is
     the noun phrase of the previous user turn that the question asked about ("How do I rotate *an API key*?",
-    "Which *regions* ...", "How much does *the Team plan* cost?"); a leading "and"/"so" is dropped, then:
+    "Which *regions* ...", "How much does *the basic tier* cost?"); a leading "and"/"so" is dropped, then:
     a new entity ("what about X", "and for X", "and the X?") takes the place of the matching phrase of the previous
-    question ("How much does the Business plan cost?"); else the first pronoun (it, this, that, they, them, one)
+    question ("How much does the premium tier cost?"); else the first pronoun (it, this, that, they, them, one)
     becomes the topic ("how do I revoke an API key?"); else the question is put in context with
     `context_template` ("Regarding two-factor authentication, what if I lose my phone?"). Earlier follow-ups in
     the history are resolved the same way first. Standalone questions are left unchanged. With a
@@ -166,6 +168,8 @@ class QueryRewriter:
         *,
         task: str = "retry",
         kb_keywords: dict[str, list[str]] | None = None,
+        profile_store: Any = None,
+        max_profile_keywords: int = 400,
         strategies: list[str] | None = None,
         max_expansion_terms: int = 3,
         min_keyword_similarity: float = 0.15,
@@ -200,6 +204,10 @@ class QueryRewriter:
         """
         :param task: `"retry"` (rewrite for the next retrieval attempt) or `"condense"` (standalone follow-ups).
         :param kb_keywords: Knowledge base name -> domain keywords (from the KB YAML); `_` reads as a space.
+        :param profile_store: The lexical store whose KB profiles (`gatehouse.components.kb_profile`) give each
+            routed KB's keywords: its own entry's keywords, the long form of an abbreviation the question uses (and
+            the abbreviation of a long form), and its titles and headings.
+        :param max_profile_keywords: Most titles and headings of one KB taken as keywords.
         :param strategies: Order in which retry strategies are added, cumulatively; None means
             `["keywords", "feedback"]`.
         :param max_expansion_terms: KB keywords added per attempt.
@@ -253,6 +261,9 @@ class QueryRewriter:
             raise ValueError("Term and turn limits must be >= 0.")
         self.task = task
         self.kb_keywords = kb_keywords
+        self.profile_store = profile_store
+        self.max_profile_keywords = max_profile_keywords
+        self._profiles = KBProfiles(profile_store) if profile_store is not None else None
         self.strategies = strategies
         self.max_expansion_terms = max_expansion_terms
         self.min_keyword_similarity = min_keyword_similarity
@@ -314,7 +325,7 @@ class QueryRewriter:
 
     def warm_up(self) -> None:
         """Load the embedding backend (retry task with keywords) and warm up the optional chat generator."""
-        if self.task == "retry" and self.kb_keywords and self._backend is None:
+        if self.task == "retry" and (self.kb_keywords or self._profiles) and self._backend is None:
             self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.embedding_cache_dir)
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
@@ -333,7 +344,25 @@ class QueryRewriter:
 
     # ---------------------------------------------------------------- retry
 
-    def _expansion_keywords(self, question: str, kbs: list[str]) -> list[str]:
+    def _profile_keywords(self, question: str, kbs: list[str], tenant: str | None) -> list[str]:
+        """What the routed KBs' profiles offer: abbreviations the question uses or spells out, entry keywords, headings."""
+        if self._profiles is None:
+            return []
+        asked = question.casefold()
+        found: list[str] = []
+        for profile in self._profiles.readable(tenant):
+            if kbs and profile.kb not in kbs:
+                continue
+            for short, long in profile.abbreviations.items():
+                if re.search(rf"\b{re.escape(short)}s?\b", question):
+                    found.append(long)
+                elif long.casefold() in asked:
+                    found.append(short)
+            found += list((profile.entry or {}).get("keywords") or [])
+            found += [*profile.titles, *profile.headings][: self.max_profile_keywords]
+        return [k.rstrip("*") for k in found]
+
+    def _expansion_keywords(self, question: str, kbs: list[str], tenant: str | None = None) -> list[str]:
         """KB keywords ranked by similarity to the question, without those already in it."""
         keywords: list[str] = []
         for kb in kbs:
@@ -341,6 +370,10 @@ class QueryRewriter:
                 text = " ".join(str(keyword).replace("_", " ").split())
                 if text and text.casefold() not in {k.casefold() for k in keywords}:
                     keywords.append(text)
+        for keyword in self._profile_keywords(question, kbs, tenant):
+            text = " ".join(keyword.split())
+            if text and text.casefold() not in {k.casefold() for k in keywords}:
+                keywords.append(text)
         question_terms = set(self._terms.terms(question))
         keywords = [k for k in keywords if not set(self._terms.terms(k)) <= question_terms]
         if not keywords:
@@ -427,7 +460,7 @@ class QueryRewriter:
         previous += [str(state.get("query") or ""), question]
 
         kbs = list(state.get("kbs") or ([state["kb"]] if state.get("kb") else list((self.kb_keywords or {}).keys())))
-        keywords = self._expansion_keywords(question, kbs)
+        keywords = self._expansion_keywords(question, kbs, state.get("tenant"))
         keyword_stems = {s for k in keywords for s in self._terms.terms(k)}
         feedback = self._feedback_terms(question, list(state.get("documents") or []), keyword_stems)
         pools = {"keywords": keywords, "feedback": feedback}
@@ -499,11 +532,11 @@ class QueryRewriter:
         """
         The noun phrases of a question, found by rules (no tagger): runs of content words, without the verb that
         follows a subject pronoun or `to` ("do I *rotate* an API key") or opens the sentence ("*Compare* the
-        plans"), and without the main verb after an auxiliary's subject ("does the Team plan *cost*").
+        plans"), and without the main verb after an auxiliary's subject ("does the basic tier *cost*").
 
         :param text: A question.
         :param opens_with_verb: Whether a run of content words at the start is taken to open with a verb (a
-            question or a request); False for a bare phrase such as "Business plan".
+            question or a request); False for a bare phrase such as "premium tier".
         :returns: The phrases in text order.
         """
         tokens = _tokens(text)
@@ -532,7 +565,7 @@ class QueryRewriter:
                 cursor >= 0 and not tokens[cursor + 1].broken and tokens[cursor].lower in self._auxiliaries
             )
             if after_auxiliary and last > first:
-                last -= 1  # "does the Team plan cost": the last word is the main verb
+                last -= 1  # "does the basic tier cost": the last word is the main verb
             if first > last:
                 continue
             determiner = preposition = None
@@ -560,10 +593,15 @@ class QueryRewriter:
         return phrases
 
     def _topic(self, phrases: list[_Phrase]) -> _Phrase:
-        """The phrase a pronoun refers to: the asked-about one ("which *regions*"), else the first marked one."""
+        """
+        The phrase a pronoun refers to: the asked-about one ("which *regions*"), else a name written like an identifier
+        ("*HTTP/2*", "*Client.get*": capitals after the first letter, digits, dots or slashes), else the first marked
+        one (with an article or a preposition).
+        """
         asked = [p for p in phrases if p.determiner in self._question_determiners]
+        named = [p for p in phrases if re.search(r"[./\d]|\w[A-Z]", p.text)]
         marked = [p for p in phrases if p.determiner or p.preposition]
-        return (asked or marked or phrases)[0]
+        return (asked or named or marked or phrases)[0]
 
     def _mention(self, phrase: _Phrase) -> str:
         """How a phrase is mentioned again: with its article, or `the` after a question word."""
@@ -577,6 +615,10 @@ class QueryRewriter:
         for position, token in enumerate(tokens):
             if token.lower not in self._pronouns:
                 continue
+            if token.lower in _PLURAL_PRONOUNS and any(
+                    t.lower.endswith("s") and self._terms.is_content(t.lower) and t.lower not in self._pronouns
+                    for t in tokens[:position]):
+                continue  # "how long do idle connections live before they expire": its own plural noun
             previous = tokens[position - 1] if position > 0 and not token.broken else None
             following = tokens[position + 1] if position + 1 < len(tokens) and not tokens[position + 1].broken else None
             start, end, replacement = token.start, token.end, topic_text
@@ -592,7 +634,7 @@ class QueryRewriter:
                     replacement = singular(topic.text.split()[-1])
             elif token.lower in self._determiners and following is not None and self._terms.is_content(following.lower):
                 if self._terms.stem(following.lower) == topic.head:
-                    end = following.end  # "that plan" -> "the Team plan"
+                    end = following.end  # "that tier" -> "the basic tier"
                 elif previous is None or previous.lower not in self._auxiliaries:
                     continue  # a determiner of something else ("that region")
             return question[:start] + replacement + question[end:]
@@ -601,7 +643,7 @@ class QueryRewriter:
     def _resolve_ellipsis(self, question: str, previous: str, phrases: list[_Phrase]) -> str | None:
         """
         The previous question with the follow-up's new entity in place of the matching phrase ("what about the
-        Business plan?" after "How much does the Team plan cost?" -> "How much does the Business plan cost?").
+        premium tier?" after "How much does the basic tier cost?" -> "How much does the premium tier cost?").
 
         :returns: The standalone question, or None when the follow-up names no new entity or no phrase of the
             previous question can take its place.
@@ -719,6 +761,8 @@ class QueryRewriter:
             self,
             task=self.task,
             kb_keywords=self.kb_keywords,
+            profile_store=self.profile_store,
+            max_profile_keywords=self.max_profile_keywords,
             strategies=self.strategies,
             max_expansion_terms=self.max_expansion_terms,
             min_keyword_similarity=self.min_keyword_similarity,

@@ -21,10 +21,10 @@ class TenantFilter:
     ```python
     from gatehouse.components.retrievers.tenant_filter import TenantFilter
 
-    filters = TenantFilter().run(tenant="globex", kbs=["faq"])["filters"]
-    # {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "in", "value": ["globex", "public"]},
+    filters = TenantFilter().run(tenant="acme", kbs=["faq"])["filters"]
+    # {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "in", "value": ["acme", "public"]},
     #                                    {"field": "meta.kb", "operator": "in", "value": ["faq"]}]}
-    TenantFilter(include_public=False).tenants("globex")   # ["globex"]
+    TenantFilter(include_public=False).tenants("acme")   # ["acme"]
     ```
     """
 

@@ -1,36 +1,39 @@
 """
 The answerability gate: does some passage *answer* the question, rather than only share its topic?
 
-It runs after the passages are assembled. Every sentence (or list item) of every passage is a candidate answer and
-gets signals that compare it with the question as an answer, not as a topic:
+It runs after the passages are assembled. Every answer unit of every passage (`gatehouse.components.answer_units`: a
+sentence, a list item with its lead-in, a list, a setting's key-value block, a code block with its lead-in, a short
+section) is a candidate answer and gets signals that compare it with the question as an answer, not as a topic:
 
 - `coverage`, `window_coverage`, `passage_coverage`: the share of the question's content terms (stemmed, weighted
-  by how rare each term is among the candidate sentences) found in the sentence, in the sentence with its
-  neighbours, and anywhere in its passage (title and section included). A question whose key term is nowhere near
-  the candidate ("the Platinum plan", "born" where the passage says "died") loses here.
-- `heading_coverage`: the same share found in the passage's section heading (`meta["section"]`): in structured
-  documentation the heading says what a section answers ("Revoke an API key").
-- `missing_entity`: a name or number the question states (a capitalised word inside the question, a number) that the
-  passage never states.
-- `type_missing`: the question expects an answer type (when -> a date, how many -> a number, who -> a name, ...) and
-  the sentence holds none outside the question's own words.
-- `negation_mismatch`: exactly one of question and sentence is negated.
-- `antonym`: the question uses a word whose opposite the sentence uses instead (largest/smallest, born/died).
-- `cosine`: embedding similarity of question and sentence.
-- `novelty`: how many words the sentence has beyond the question's (something left to answer with).
-- `bigram_coverage`: the share of the question's pairs of adjacent content terms that the sentence also has.
-- `passage_score`: the retrieval score of the sentence's passage relative to the best passage's (1 for passages
+  by how rare each term is among the candidates) found in the unit (with its lead-in), in the unit with its
+  headings and neighbours, and anywhere in its passage (title and section included).
+- `heading_coverage`: the same share found in the unit's headings (the section path and the headings above it in
+  the passage): in structured documentation the heading says what a section answers ("LISTEN_PORT").
+- `missing_entity`: a name or number the question states that the passage never states.
+- `type_missing`: the question expects an answer type (how many -> a number, when -> a date, the default -> a
+  value, which option/function/flag -> an identifier, where -> a place, a link or an address, who -> a name, write
+  code -> a code block) and the unit holds none outside the question's own words.
+- `negation_mismatch`: exactly one of question and unit is negated.
+- `antonym`: the question uses a word whose opposite the unit uses instead (largest/smallest, born/died).
+- `cosine`: embedding similarity of question and unit.
+- `novelty`: how many words the unit has beyond the question's (something left to answer with).
+- `bigram_coverage`: the share of the question's pairs of adjacent content terms that the unit also has.
+- `passage_score`: the retrieval score of the unit's passage relative to the best passage's (1 for passages
   without a score, such as a user's own context).
+- `kind_fit`: a list or code block for a how-to question, a code block for a request for code.
 
-A question that states a name or number no passage contains at all ("the Platinum plan", "error E4242") is not
-answered, whatever the score (`require_entities`): the passages are about something else.
+A question that states a name or number no passage contains at all is not answered, whatever the score
+(`require_entities`); with `require_type`, the units of the expected type rank first, and a typed question no unit
+answers in its type is not answered either.
 
-A logistic model turns the signals into a score in 0..1 (`bias` + `weights`, learned on data that is not the report
-data; see the README). The best candidate decides: at or above `threshold` the state goes on `answerable`, with the
-ranked candidates in `state["answer_candidates"]` for the answerer; below it the state goes on `unanswerable` with
-the fallback message and the reason (which terms were not found), or, with `on_unanswerable: partial`, on
-`answerable` with status `partial` and that reason as a warning. An optional LLM tier rates the best candidates and is
-blended in with `llm_weight`.
+A logistic model turns the signals into a score in 0..1 (`bias` + `weights`, fitted by `gatehouse bench
+answerability --fit` on data that is not the report data). The best candidate decides: at or above `threshold` the
+state goes on `answerable`, with the ranked candidates in `state["answer_candidates"]` for the answerer (status
+`partial` with a warning below `success_threshold`); below it the state goes on `unanswerable` with the fallback
+message and the reason (which terms were not found), or, with `on_unanswerable: partial`, on `answerable` with
+status `partial` and that reason as a warning. An optional LLM tier rates the best candidates and is blended in with
+`llm_weight`.
 
 Usage:
 ```python
@@ -42,7 +45,7 @@ gate = AnswerabilityGate(threshold=0.5)
 passage = Document(content="API keys expire after 90 days. Rotate them in Settings.", meta={"source_id": "S1"})
 out = gate.run(state=new_state("When do API keys expire?", passages=[passage]))
 list(out)                                   # ["answerable"]
-out["answerable"]["answer_candidates"][0]   # {"source_id": "S1", "text": "API keys expire after 90 days.", ...}
+out["answerable"]["answer_candidates"][0]   # {"source_id": "S1", "kind": "sentence", "text": "API keys expire ...", ...}
 gate.run(state=new_state("How much does the Platinum plan cost?", passages=[passage]))  # -> "unanswerable"
 ```
 """
@@ -55,18 +58,15 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_STOPWORDS,
-    normalize_space,
     numbers,
-    split_units,
     stem,
-    strip_heading_markers,
     strip_list_marker,
-    strip_markers,
     tokens,
 )
 
@@ -75,38 +75,49 @@ DEFAULT_FALLBACK_MESSAGE = "I couldn't locate specific documentation for this. P
 #: Question patterns (regular expressions, matched case-insensitively, first match wins) and the answer type
 #: each one expects. A question matching none expects no particular type.
 DEFAULT_ANSWER_TYPES: list[list[str]] = [
+    [r"^\W*(?:please\s+|can you\s+|could you\s+)?(?:write|show|give|generate|create|provide)\b.*"
+     r"\b(?:code|example|snippet|function|script|config(?:uration)?|command)s?\b", "code"],
+    [r"\b(?:code|snippet|example) (?:for|of|that|to|showing)\b", "code"],
     [r"\b(what|which|in what|by what)\s+(year|years|decade|century|date|day|month|time period|era|period)\b", "date"],
     [r"^\s*(and\s+)?when\b|\bwhen (did|does|do|was|were|is|are|will|can|could|should|has|have|had)\b", "date"],
     [r"\bhow (many|much|long|old|often|far|large|big|high|tall|fast|frequently)\b", "number"],
-    [r"\b(what|which) (percentage|percent|proportion|share|number|amount|price|cost|fee|rate|size|limit)\b", "number"],
+    [r"\b(what|which)(?:'s|\s+is|\s+are)?(?:\s+the)?\s+(?:\w+\s+)?(percentage|percent|proportion|share|number|"
+     r"amount|price|cost|fee|rate|size|limit|maximum|minimum|max|min)\b|\b(?:number|amount|count|percentage) of\b|"
+     r"\bat (?:most|least)\b", "number"],
+    [r"\bdefaults?\b|\b(?:what|which)(?:'s|\s+is|\s+are)?(?:\s+the)?\s+(?:\w+\s+)?(?:port|version|timeout|value|"
+     r"interval|setting)s?\b", "value"],
+    [r"\b(?:what|which)\s+(?:\w+\s+){0,2}?(?:function|method|class|exception|option|flag|parameter|argument|"
+     r"setting|variable|header|command|property|attribute|field|key|label|endpoint|module|package|file|directory|"
+     r"format|channel|tool)s?\b|\bwhat(?:'s| is) (?:it|this|that|the \w+) called\b|\bname of\b", "identifier"],
     [r"\bwho(m|se)?\b", "name"],
-    [r"\bwhere\b", "name"],
+    [r"\bwhere\b", "place"],
 ]
 
 #: What counts as an answer of each type in a sentence (regular expressions). A `name` is also any capitalised word
 #: that is not the sentence's first word.
 DEFAULT_TYPE_PATTERNS: dict[str, str] = {
-    "date": r"\b(1\d{3}|20\d{2})s?\b|\b(january|february|march|april|may|june|july|august|september|october|"
-    r"november|december|century|centuries|decade|yesterday|today|monday|tuesday|wednesday|thursday|friday|"
-    r"saturday|sunday|annually|daily|weekly|monthly|hours?|days?|weeks?|months?|years?|minutes?|seconds?)\b",
-    "number": r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|"
-    r"hundred|hundreds|thousand|thousands|million|millions|billion|billions|dozen|half|once|twice|several|"
+    "date": r"\b(1\d{3}|20\d{2})s?\b|\b(january|february|march|april|june|july|august|september|october|"
+    r"november|december|yesterday|today|monday|tuesday|wednesday|thursday|friday|saturday|sunday|annually|daily|"
+    r"weekly|monthly)\b|\bmay\s+\d|\d\s*(?:st|nd|rd|th)?\s*(?:century|centuries|decades?|hours?|days?|weeks?|months?|"
+    r"years?|minutes?|seconds?)\b|\b(?:every|each|per|a)\s+(?:hour|day|week|month|year|minute|second)\b",
+    "number": r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:thir|four|fif|six|seven|eigh|"
+    r"nine)teen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|hundreds|thousand|thousands|million|millions|billion|billions|dozen|half|once|twice|several|"
     r"free|unlimited|none)\b|[$€£%]",
+    "value": r"\d|`[^`]+`|\b(true|false|none|null|enabled|disabled|unlimited)\b",
+    "place": r"`[^`]+`|\S+@\S+\.\w+|https?://\S+|\]\([^)]+\)|(?<!\w)/[\w./-]+|\b[\w-]+\.(?:md|html|ya?ml|toml|json|"
+             r"cfg|ini|txt)\b|(?<!^)(?<![.!?]\s)\b[A-Z][\w'-]*",
+    "identifier": r"`[^`]+`|\b[A-Za-z_][\w]*(?:[._/][\w]+)+\b|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z]+[A-Z]\w*|(?<!\w)--?[a-z][\w-]+"
+                  r"|\b[A-Z][A-Z0-9_]{2,}\b",
 }
+
+#: Answer types a unit can be checked for (a number, a date, a literal value, an identifier, a place, a name).
+TYPED_ANSWERS = frozenset(["number", "date", "value", "identifier", "place", "name"])
 
 #: Words that may follow a number or date in an answer span ("90 days", "$49 per user").
 DEFAULT_UNITS: list[str] = ["per", "percent", "%", "days", "day", "hours", "hour", "minutes", "minute", "seconds",
                             "weeks", "week", "months", "month", "years", "year", "century", "bc", "ad", "gb", "mb",
                             "tb", "kb", "users", "user", "seats", "requests", "tokens", "dollars", "euros", "people",
                             "km", "miles", "metres", "meters", "feet", "kg", "tons", "tonnes"]  # fmt: skip
-
-#: Aspect words whose answer is a figure ("price", "uptime", "rate limits"): within a plan part, a sentence with a
-#: number, amount or percentage answers such an aspect before one without.
-DEFAULT_QUANTITY_TERMS: list[str] = [
-    "price", "pricing", "cost", "fee", "charge", "uptime", "sla", "limit", "quota", "retention", "window", "rate",
-    "rpm", "tpm", "time", "hour", "minute", "second", "day", "downtime", "duration", "size", "memory",
-    "storage", "latency", "capacity", "throughput", "discount", "port", "version", "minimum", "maximum",
-]  # fmt: skip
 
 #: Words that negate a statement.
 DEFAULT_NEGATIONS: list[str] = ["not", "no", "never", "none", "nor", "neither", "without", "cannot", "nothing", "nobody",
@@ -150,6 +161,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "novelty": 0.682,
     "bigram_coverage": 0.832,
     "passage_score": 3.869,
+    "kind_fit": 1.5,
 }
 DEFAULT_BIAS = -9.908
 DEFAULT_THRESHOLD = 0.066
@@ -162,19 +174,24 @@ DEFAULT_LLM_PROMPT = (
 )
 
 _CAPITALISED = re.compile(r"(?<![.!?:]\s)(?<!^)\b([A-Z][\w'’-]*)")
-#: A product, model or error identifier: a word with a hyphen and a digit ("atlas-3", "swift-1", "CGW-3001").
-_IDENTIFIER = re.compile(r"(?<![\w/-])[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*-[A-Za-z]*\d[A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*")
-_HOW_MANY = re.compile(r"\bhow many\s+(?P<phrase>[\w' -]+)", re.IGNORECASE)
 
 
 @dataclass
 class _Candidate:
-    passage: int
-    unit: int
+    unit: AnswerUnit
     source_id: str
-    text: str
     signals: dict[str, float]
     score: float = 0.0
+
+    @property
+    def passage(self) -> int:
+        """The candidate's passage index."""
+        return self.unit.passage
+
+    @property
+    def text(self) -> str:
+        """The candidate's text."""
+        return self.unit.text
 
 
 @component
@@ -212,8 +229,8 @@ class AnswerabilityGate:
         llm_weight: float = 0.5,
         llm_prompt: str = DEFAULT_LLM_PROMPT,
         llm_candidates: int = 1,
-        focus_plan_parts: bool = True,
-        quantity_terms: list[str] | None = None,
+        success_threshold: float | None = None,
+        require_type: bool = True,
     ) -> None:
         """
         Create the gate.
@@ -247,12 +264,11 @@ class AnswerabilityGate:
         :param llm_prompt: The LLM tier's prompt; `{question}` and `{passage}` are replaced.
         :param llm_candidates: How many of the best candidates the LLM rates; once it has rated any, only those are
             ranked, so a "no" on all of them can refuse the question.
-        :param focus_plan_parts: In a part of a plan (`state["plan"]`), rank the candidates by what the part asks
-            (see `focus`): a sentence naming the part's entity and its aspect leads; with none that covers the aspect,
-            that names the identifier the part asks about ("atlas-3") or that counts what "how many" asks, the part
-            is not answered.
-        :param quantity_terms: Aspect words whose answer is a figure (a sentence with a number answers them first);
-            None uses the built-in English list.
+        :param success_threshold: Lowest score of the best candidate for an answer to be a `success`: between
+            `threshold` and this the question is answered with status `partial` and a warning that the passages may
+            not answer it. None: every answered question may be a success.
+        :param require_type: When the question asks for a number, date, value, identifier, place or name, the units
+            that hold one rank first, and with none the question is not answered.
         :raises ValueError: On an unknown signal, mode, or a value out of range.
         """
         unknown = set(weights or {}) - set(SIGNALS)
@@ -262,6 +278,8 @@ class AnswerabilityGate:
             raise ValueError(f"on_unanswerable must be 'fallback' or 'partial', got '{on_unanswerable}'.")
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be between 0 and 1.")
+        if success_threshold is not None and not threshold <= success_threshold <= 1.0:
+            raise ValueError("success_threshold must be between threshold and 1.")
         if not 0.0 <= llm_weight <= 1.0:
             raise ValueError("llm_weight must be between 0 and 1.")
         if max_candidates < 1 or llm_candidates < 1:
@@ -288,8 +306,8 @@ class AnswerabilityGate:
         self.llm_weight = llm_weight
         self.llm_prompt = llm_prompt
         self.llm_candidates = llm_candidates
-        self.focus_plan_parts = focus_plan_parts
-        self.quantity_terms = quantity_terms
+        self.success_threshold = success_threshold
+        self.require_type = require_type
 
         self._weights = {name: float((DEFAULT_WEIGHTS if weights is None else weights).get(name, 0.0))
                          for name in SIGNALS}
@@ -310,9 +328,6 @@ class AnswerabilityGate:
             w.lower() for w in (DEFAULT_QUESTION_WORDS if question_words is None else question_words)
         )
         self._units = frozenset(w.lower() for w in (DEFAULT_UNITS if units is None else units))
-        self._quantities = frozenset(
-            stem(w.lower()) for w in (DEFAULT_QUANTITY_TERMS if quantity_terms is None else quantity_terms)
-        )
         self._backend: Any = None
 
     def warm_up(self) -> None:
@@ -354,8 +369,8 @@ class AnswerabilityGate:
             llm_weight=self.llm_weight,
             llm_prompt=self.llm_prompt,
             llm_candidates=self.llm_candidates,
-            focus_plan_parts=self.focus_plan_parts,
-            quantity_terms=self.quantity_terms,
+            success_threshold=self.success_threshold,
+            require_type=self.require_type,
         )
 
     @classmethod
@@ -419,13 +434,20 @@ class AnswerabilityGate:
         found = set()
         for match in _CAPITALISED.finditer(question.strip()):
             word = re.split(r"['’]", match.group(1).lower())[0]
-            for part in tokens(word):  # "CGW-3001" is stated as its parts, as passages are indexed
+            for part in tokens(word):  # "ERR-3001" is stated as its parts, as passages are indexed
                 if len(part) > 1 and part not in self._stop and part not in self._question_words:
                     found.add(stem(part))
         return found | numbers(question)
 
-    def _has_type(self, answer_type: str, text: str, question_words: set[str]) -> bool:
-        """Whether `text`, once the question's own words are removed, holds an answer of `answer_type`."""
+    def _has_type(self, answer_type: str, text: str, question_words: set[str], kind: str = "sentence") -> bool:
+        """Whether `text` (a unit of `kind`), once the question's own words are removed, holds an `answer_type`."""
+        if answer_type == "code":
+            return kind == "code"
+        if answer_type in ("value", "identifier", "place"):
+            pattern = self._type_patterns.get(answer_type)
+            return pattern is not None and any(
+                not set(stem(w) for w in tokens(match.group(0))) <= question_words
+                for match in pattern.finditer(text))
         rest = " ".join(
             w for w in re.findall(r"[\w$€£%'’-]+", text) if stem(w.lower().strip("'’-")) not in question_words
         )
@@ -449,7 +471,13 @@ class AnswerabilityGate:
         :param question_terms: The question's content terms (stems).
         :returns: The phrase, or None when the type is unknown or not found.
         """
-        if answer_type is None:
+        if answer_type is None or answer_type == "code":
+            return None
+        if answer_type in ("value", "identifier", "place"):
+            pattern = self._type_patterns.get(answer_type)
+            for match in pattern.finditer(text) if pattern is not None else ():
+                if not set(stem(w) for w in tokens(match.group(0))) <= question_terms:
+                    return match.group(0)
             return None
         words = text.split()
         pattern = self._type_patterns.get(answer_type)
@@ -486,29 +514,20 @@ class AnswerabilityGate:
 
     def candidates(self, question: str, passages: list[Document]) -> list[_Candidate]:
         """
-        Every candidate sentence of the passages with its signals and score, best first (no LLM).
+        Every answer unit of the passages (`gatehouse.components.answer_units`) with its signals and score, best
+        first (no LLM).
 
         :param question: The question.
         :param passages: The passages, each with `meta["source_id"]`.
         :returns: The scored candidates.
         """
         abbreviations = DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
-        pieces: list[tuple[int, int, str, str]] = []  # passage, unit, source id, text
-        passage_terms: list[set[str]] = []
-        heading_terms: list[set[str]] = []
-        for p, passage in enumerate(passages):
-            source_id = str((passage.meta or {}).get("source_id") or f"S{p + 1}")
-            meta_text = " ".join(str((passage.meta or {}).get(k) or "") for k in ("title", "section"))
-            passage_terms.append({stem(w) for w in tokens(meta_text + " " + (passage.content or ""))})
-            heading_terms.append({stem(w) for w in tokens(str((passage.meta or {}).get("section") or ""))})
-            for u, unit in enumerate(split_units(passage.content or "", abbreviations=abbreviations)):
-                if unit.kind not in ("sentence", "item"):
-                    continue
-                text = normalize_space(strip_heading_markers(strip_markers(unit.text)))
-                if len(text.split()) >= 2:
-                    pieces.append((p, u, source_id, text))
-        if not pieces:
+        units = [u for u in answer_units(passages, abbreviations=abbreviations) if len(u.text.split()) >= 2]
+        if not units:
             return []
+        passage_terms = [{stem(w) for w in tokens(" ".join(str((p.meta or {}).get(k) or "") for k in
+                                                             ("title", "section")) + " " + (p.content or ""))}
+                         for p in passages]
 
         q_terms = self.question_terms(question)
         q_set = set(q_terms)
@@ -521,24 +540,28 @@ class AnswerabilityGate:
         q_negated = self._negated(q_words)
         q_entities = self._stated_entities(question)
         answer_type = self.expected_type(question)
-        sentence_terms = [{stem(w) for w in tokens(strip_list_marker(text))} for _, _, _, text in pieces]
-        # Rarity among the candidates: a term in every sentence is the topic, one in few sentences is the point.
-        total = len(pieces)
-        weight = {t: math.log(1.0 + total / (1.0 + sum(t in terms for terms in sentence_terms))) for t in q_terms}
+        procedural = bool(PROCEDURE_QUESTION.search(question))
+        shown = [strip_list_marker(f"{u.lead} {u.text}" if u.lead and not u.text.startswith(u.lead) else u.text)
+                 for u in units]
+        unit_terms = [{stem(w) for w in tokens(text)} for text in shown]
+        context_terms = [{stem(w) for w in tokens(u.context)} for u in units]
+        # Rarity among the candidates: a term in every unit is the topic, one in few units is the point.
+        total = len(units)
+        weight = {t: math.log(1.0 + total / (1.0 + sum(t in terms for terms in unit_terms))) for t in q_terms}
         weight_sum = sum(weight.values())
 
+        def share(found: set[str]) -> float:
+            return sum(weight[t] for t in q_terms if t in found) / weight_sum if weight_sum > 0 else 0.0
+
         self.warm_up()
-        vectors = self._backend.embed([question] + [strip_list_marker(text) for _, _, _, text in pieces])
+        vectors = self._backend.embed([question] + shown)
         scored: list[_Candidate] = []
-        for index, ((p, u, source_id, text), terms) in enumerate(zip(pieces, sentence_terms)):
-            window = set(terms)
+        for index, (unit, text, terms) in enumerate(zip(units, shown, unit_terms)):
+            p = unit.passage
+            window = terms | context_terms[index]
             for neighbour in (index - 1, index + 1):
-                if 0 <= neighbour < total and pieces[neighbour][0] == p:
-                    window |= sentence_terms[neighbour]
-
-            def share(found: set[str]) -> float:
-                return sum(weight[t] for t in q_terms if t in found) / weight_sum if weight_sum > 0 else 0.0
-
+                if 0 <= neighbour < total and units[neighbour].passage == p:
+                    window |= unit_terms[neighbour]
             words = tokens(text)
             word_set = set(words)
             content = [stem(w) for w in words if w not in self._stop and w not in self._question_words]
@@ -550,20 +573,24 @@ class AnswerabilityGate:
                 "coverage": share(terms),
                 "window_coverage": share(window),
                 "passage_coverage": share(passage_terms[p]),
-                "heading_coverage": share(heading_terms[p]),
+                "heading_coverage": share(context_terms[index]),
                 "missing_entity": float(bool(q_entities - passage_terms[p] - numbers(passages[p].content or ""))),
-                "type_missing": float(answer_type is not None and not self._has_type(answer_type, text, q_set)),
+                "type_missing": float(answer_type is not None and not self._has_type(answer_type, text, q_set,
+                                                                                       unit.kind)),
                 "negation_mismatch": float(q_negated != self._negated(words)),
                 "antonym": float(antonym),
                 "cosine": max(0.0, float(vectors[index + 1] @ vectors[0])),
                 "novelty": min(1.0, len({stem(w) for w in words if w not in self._stop} - q_set) / 10.0),
                 "bigram_coverage": len(q_bigrams & bigrams) / len(q_bigrams) if q_bigrams else 0.0,
                 "passage_score": max(0.0, scores[p] / top_score),
+                "kind_fit": float(unit.kind == "code" if answer_type == "code" else
+                                  procedural and unit.kind in ("list", "code")),
             }
-            scored.append(_Candidate(passage=p, unit=u, source_id=source_id, text=text, signals=signals,
-                                     score=self.score(signals)))
-        scored.sort(key=lambda c: (-c.score, c.passage, c.unit))
-        return scored
+            source_id = str((passages[p].meta or {}).get("source_id") or f"S{p + 1}")
+            scored.append(_Candidate(unit=unit, source_id=source_id, signals=signals, score=self.score(signals)))
+        scored.sort(key=lambda c: (-c.score, c.unit.key))
+        seen: set[str] = set()  # overlapping windows of one section repeat their units: keep the best of each text
+        return [c for c in scored if not (c.unit.text in seen or seen.add(c.unit.text))]
 
     def score(self, signals: dict[str, float]) -> float:
         """
@@ -574,108 +601,6 @@ class AnswerabilityGate:
         """
         z = self.bias + sum(self._weights[name] * float(signals.get(name, 0.0)) for name in SIGNALS)
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
-
-    # -- the focus of a plan part -----------------------------------------------------------------------------------
-    def focus(
-        self, question: str, part: dict[str, Any], ranked: list[_Candidate], passages: list[Document]
-    ) -> tuple[list[_Candidate], dict[str, Any]]:
-        """
-        Rank the candidates of one part of a plan by what the part asks.
-
-        The part's *entity* is what it is about: a comparison's "Enterprise plan", told apart from the other compared
-        entities by its own words ("Enterprise"), or, in a part that is a question of its own, the names it writes
-        with a capital. Its *aspect* is what it asks about the entity ("price"; in a question, its other content
-        terms). A candidate can answer the part only when it names every identifier the part names together with an
-        aspect term (sentence or section heading: a sentence about "atlas-2-mini" does not answer "atlas-3", nor does
-        one that names "atlas-3" without its context window) and, for "how many X", states a number of X ("five
-        built-in roles" does not count custom roles). Those come first; among them the candidates naming the entity
-        (sentence or section heading, unless the heading names another compared entity instead), then, for an aspect answered by a figure (`quantity_terms`, or a
-        "how much"/"when" question), those holding one; then the score decides.
-
-        ```python
-        gate = AnswerabilityGate()
-        part = {"entity": "Enterprise plan", "aspect": "price", "siblings": ["Team plan"]}
-        ranked, record = gate.focus("Enterprise plan price", part, gate.candidates("Enterprise plan price", passages),
-                                    passages)
-        ranked[0].text   # "Enterprise pricing is negotiated and starts at $4,500 per month ..."
-        ```
-
-        :param question: The part's question.
-        :param part: The plan part (`entity`, `aspect`, `siblings`; no entity for a question of its own).
-        :param ranked: The scored candidates (`candidates`).
-        :param passages: The passages the candidates come from.
-        :returns: The candidates in focus order and `{"entity", "aspect", "identifiers", "focused"}`; `focused` is
-            False when no candidate can answer the part.
-        """
-        entity = str(part.get("entity") or "")
-        if entity:
-            sibling_words = {w.lower() for other in part.get("siblings") or [] for w in re.findall(r"[\w'’-]+", other)}
-            words = [w for w in re.findall(r"[\w'’-]+", entity) if w.lower() not in self._stop
-                     and not _IDENTIFIER.fullmatch(w)]
-            names = [w for w in words if w.lower() not in sibling_words] or words
-            others = sorted(sibling_words - {w.lower() for w in words} - self._stop)
-            identifiers = {m.group(0).lower() for m in _IDENTIFIER.finditer(entity)}
-            aspect = self.question_terms(str(part.get("aspect") or ""))
-        else:
-            identifiers = {m.group(0).lower() for m in _IDENTIFIER.finditer(question)}
-            others = []
-            names = [m.group(1) for m in _CAPITALISED.finditer(question.strip()) if len(m.group(1)) > 1
-                     and m.group(1).lower() not in self._stop and m.group(1).lower() not in self._question_words
-                     and not _IDENTIFIER.fullmatch(m.group(1))]
-            named = {stem(t) for name in [*names, *identifiers] for t in tokens(name)}
-            aspect = [t for t in self.question_terms(question) if t not in named]
-        quantity = bool(set(aspect) & self._quantities) or (
-            not entity and self.expected_type(question) in ("number", "date"))
-        counted = self._counted(question)
-
-        def keyed(candidate: _Candidate) -> tuple[float, float, float, float]:
-            heading = str((passages[candidate.passage].meta or {}).get("section") or "")
-            text = f"{candidate.text} {heading}"
-            lowered = text.lower()
-            covers = not aspect or bool(set(aspect) & {stem(w) for w in tokens(text)})
-            answers = (not identifiers or covers) and all(
-                re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", lowered) for i in identifiers
-            ) and (counted is None or self._counts(candidate.text, counted))
-            surface = set(re.findall(r"[\w'’-]+", text))
-            names_entity = all(n in surface if n[:1].isupper() else n.lower() in lowered.split() for n in names)
-            heading_words = {w.lower() for w in re.findall(r"[\w'’-]+", heading)}
-            if heading_words & set(others) and not heading_words & {n.lower() for n in names}:
-                names_entity = False  # a section about another compared entity ("Enterprise" for "Business")
-            value = quantity and self._has_type("number", candidate.text, set(aspect))
-            return float(answers), float(names_entity), float(value), candidate.score
-
-        keys = {id(c): keyed(c) for c in ranked}
-        ordered = sorted(ranked, key=lambda c: tuple(-k for k in keys[id(c)]) + (c.passage, c.unit))
-        record = {"entity": names, "aspect": aspect, "identifiers": sorted(identifiers),
-                  "focused": bool(ordered) and keys[id(ordered[0])][0] > 0}
-        return ordered, record
-
-    def _counted(self, question: str) -> list[str] | None:
-        """The stems of what "how many X" counts ("how many custom roles can ..." -> ["custom", "role"]), or None."""
-        match = _HOW_MANY.search(question)
-        if match is None:
-            return None
-        phrase: list[str] = []
-        for word in tokens(match["phrase"]):
-            if word in self._stop:
-                break
-            phrase.append(stem(word))
-        return phrase or None
-
-    def _counts(self, text: str, counted: list[str]) -> bool:
-        """Whether `text` states a number of `counted`: a number, then only its words, ending with its last word."""
-        numeric = self._type_patterns.get("number")
-        words = [w.strip(".,;:!?()[]\"'“”‘’`") for w in re.split(r"[\s-]+", text)]
-        for position, word in enumerate(words):
-            if not word or numeric is None or not numeric.search(word):
-                continue
-            for following in words[position + 1 : position + 2 + len(counted)]:
-                stemmed = stem(following.lower())
-                if stemmed == counted[-1]:
-                    return True
-                if stemmed not in counted:
-                    break
-        return False
 
     def _llm_verdict(self, question: str, passage: Document) -> tuple[float | None, str | None]:
         prompt = self.llm_prompt.replace("{question}", question).replace("{passage}", passage.content or "")
@@ -722,13 +647,16 @@ class AnswerabilityGate:
                     rated.append(candidate)
             # Once the LLM has rated candidates, only those are ranked: a candidate it rated "no" must not be replaced
             # by one it never read. When every call failed, the heuristic ranking stands.
-            ranked = sorted(rated or ranked, key=lambda c: (-c.score, c.passage, c.unit))
+            ranked = sorted(rated or ranked, key=lambda c: (-c.score, c.unit.key))
             best_score = ranked[0].score
 
-        plan = state.get("plan") or {}
-        focus = None
-        if self.focus_plan_parts and ranked and plan.get("current") is not None:
-            ranked, focus = self.focus(question, plan["parts"][plan["current"]], ranked, passages)
+        untyped = False
+        answer_type = self.expected_type(question)
+        if self.require_type and answer_type in TYPED_ANSWERS and ranked:
+            typed = [c for c in ranked if not c.signals.get("type_missing")]
+            untyped = not typed  # "how many ..." that no unit answers with a number
+            ranked = typed + [c for c in ranked if c.signals.get("type_missing")]
+            best_score = ranked[0].score
         absent = self.missing_entities(question, passages) if self.require_entities else []
         all_terms = set().union(*({stem(w) for w in tokens(p.content or "")} for p in passages)) if passages else set()
         question_terms = self.question_terms(question)
@@ -738,32 +666,36 @@ class AnswerabilityGate:
             "threshold": self.threshold,
             "missing_terms": missing,
             "missing_entities": absent,
-            "focus": focus,
             "best": None if not ranked else {
                 "source_id": ranked[0].source_id,
-                "text": ranked[0].text,
+                "kind": ranked[0].unit.kind,
+                "text": ranked[0].unit.text,
                 "signals": {k: round(v, 4) for k, v in ranked[0].signals.items()},
             },
         }
-        answer_type, term_set = self.expected_type(question), set(question_terms)
+        term_set = set(question_terms)
         candidates = [
-            {"source_id": c.source_id, "passage": c.passage, "unit": c.unit, "text": c.text,
-             "score": round(c.score, 4), "span": self.answer_span(answer_type, c.text, term_set)}
+            {"source_id": c.source_id, "passage": c.passage, "kind": c.unit.kind, "first": c.unit.first,
+             "last": c.unit.last, "text": c.unit.text, "score": round(c.score, 4),
+             "span": self.answer_span(answer_type, c.unit.text, term_set)}
             for c in ranked[: self.max_candidates]
         ]
-        unfocused = focus is not None and not focus["focused"]
-        answered = bool(ranked) and best_score >= self.threshold and not absent and not unfocused
+        answered = bool(ranked) and best_score >= self.threshold and not absent and not untyped
         step = f"{'answerable' if answered else 'not_answerable'}_{best_score:.2f}"
         base = with_validation(state, "confidence_warnings", *warnings) if warnings else state
         if answered:
             new = advance(base, stage="answerability", started=started, steps=[step], answerability=record,
                           answer_candidates=candidates)
+            if self.success_threshold is not None and best_score < self.success_threshold:
+                new = with_validation({**new, "status": "partial"}, "confidence_warnings",
+                                      f"answerability: the best passage may not answer the question (score "
+                                      f"{best_score:.2f} < {self.success_threshold:.2f})")
             return {"answerable": new}
 
         reason = "answerability: no passage answers the question" + (
             f" (not found: {', '.join(missing)})" if missing else ""
         ) + (f"; no passage names {', '.join(absent)}" if absent else
-             "; no sentence answers this part's " + " ".join(focus["aspect"] + focus["identifiers"]) if unfocused else
+             f"; no passage gives a {answer_type}" if untyped else
              f"; best score {best_score:.2f} < {self.threshold:.2f}")
         if self.on_unanswerable == "partial" and ranked:
             new = advance(base, stage="answerability", started=started, steps=[step], answerability=record,

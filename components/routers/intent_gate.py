@@ -9,7 +9,8 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict, logging
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
-from gatehouse.components.text import TermNormaliser, tokenize
+from gatehouse.components.kb_profile import KBProfile, KBProfiles
+from gatehouse.components.text import TermNormaliser, stem, tokenize, tokens
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.routers.tiered_classifier import (
     Decision,
@@ -24,17 +25,25 @@ from gatehouse.components.routers.tiered_classifier import (
     parse_labels,
 )
 
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+
 logger = logging.getLogger(__name__)
 
 ROUTES = ("retrieve", "direct", "refuse")
+#: Words of a request to write code, not of what the code is about.
+REQUEST_WORDS = frozenset("write code coding function functions script scripts program snippet snippets example "
+                          "examples generate implement create build make show give help".split())
 
 # The retrieval decision: tier 1, regular expressions. Checked in this order: refuse, direct, retrieve, general.
-DEFAULT_REFUSE_PATTERNS = [
-    # Code-writing requests.
+#: Requests to write code: refused, unless the knowledge bases document what the code is about (a request to write
+#: code with the documented API is a question about the documentation).
+DEFAULT_CODE_REQUEST_PATTERNS = [
     r"^\W*(?:(?:please|can you|could you|would you|will you|i need you to|i want you to|help me)\s+)*"
     r"(?:write|generate|create|code|build|implement|develop|produce|make)\s+(?:me\s+|us\s+)?"
     r"(?:[\w+#.\-]+\s+){0,4}?(?:script|program|code|function|class|app|application|bot|scraper|crawler|"
     r"module|component|snippet|macro|plugin|extension|cli tool|website|web ?page)s?\b",
+]
+DEFAULT_REFUSE_PATTERNS = [
     # External actions.
     r"^\W*(?:(?:please|can you|could you|would you)\s+)*(?:send|e-?mail|text|message|call|phone|book|reserve|"
     r"order|buy|purchase|transfer|wire|pay|post|tweet|schedule)\b.*\b(?:for me|on my behalf)\b",
@@ -54,7 +63,7 @@ DEFAULT_REFUSE_PATTERNS = [
 # Whole-message greetings, thanks and small talk: a direct answer, and the chitchat intent.
 SMALL_TALK_PATTERNS = [
     r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))"
-    r"(?:\s+(?:there|all|everyone|team|folks|friend|bot|corvio))?[\s!.,:;)(\-]*$",
+    r"(?:\s+(?:there|all|everyone|team|folks|friend|bot))?[\s!.,:;)(\-]*$",
     r"^\W*(?:thanks|thank you|thx|ty|cheers|many thanks|much appreciated|great|awesome|perfect|ok(?:ay)?|cool)"
     r"(?:\s+(?:so|very)\s+much|\s+a lot|\s+again)?(?:,?\s+(?:for (?:your|the|all the|all your) help|"
     r"that (?:helps|helped|works|worked)))?[\s!.,:;)(\-]*$",
@@ -72,8 +81,7 @@ DEFAULT_DIRECT_PATTERNS = [
 ]
 DEFAULT_RETRIEVE_PATTERNS = [
     r"\b(?:your|our|yours|ours)\b",
-    r"\bcorvio\b",
-    # Product-style error codes such as CRV-1042.
+    # Product-style error codes such as ABC-1042.
     r"\b[A-Z]{2,5}-\d{3,5}\b",
 ]
 DEFAULT_GENERAL_KNOWLEDGE_PATTERNS = [
@@ -88,32 +96,17 @@ DEFAULT_GENERAL_KNOWLEDGE_PATTERNS = [
     r"^\W*what (?:does|do) (?:the )?http (?:status )?(?:code )?\d{3}\b",
 ]
 
-# The retrieval decision: tier 2, keywords.
-DEFAULT_DOMAIN_KEYWORDS = [
-    "corvio", "gateway", "self-host*", "on-prem*", "platform", "service", "product", "company",
-    "pricing", "price*", "cost*", "plan", "team plan", "pro plan", "enterprise", "starter", "free tier", "trial",
-    "subscription*", "upgrade*", "downgrade*", "discount*", "quota*", "rate limit*", "limit*", "usage",
-    "feature*", "supported", "model", "inference", "endpoint*", "latency", "throughput", "gpu*", "fine-tun*",
-    "embedding*", "region*", "sla", "uptime", "status page", "outage*", "incident*",
-    "deploy*", "docker", "docker compose", "compose", "container*", "kubernetes", "k8s", "helm", "install*",
-    "monitor*", "metric*", "prometheus", "grafana", "alert*", "logs", "logging", "backup*", "back up", "restore*",
-    "migrat*", "database", "postgres*", "redis", "config*", "environment variable*", "tls", "ssl", "certificate*",
-    "troubleshoot*", "error*", "fail*", "crash*", "timeout*", "not working", "broken",
-    "account*", "password*", "2fa", "two-factor", "mfa", "sso", "saml", "login", "log in", "sign in", "sign up",
-    "refund*", "invoice*", "receipt*", "billing", "billed", "bill", "payment*", "pay", "credit card*", "charge*",
-    "api key*", "api", "token*", "secret*", "webhook*", "sdk", "cli", "dashboard", "console", "workspace*",
-    "tenant*", "organization*", "organisation*", "team member*", "seat*", "role*", "permission*", "cancel*",
-    "soc 2", "soc2", "iso 27001", "gdpr", "hipaa", "compliance", "encryption", "data retention", "security",
-]
+# The retrieval decision: tier 2, keywords. What the knowledge bases are about is learned from them (KB profiles);
+# `domain_keywords` adds words of your own.
+DEFAULT_DOMAIN_KEYWORDS: list[str] = []
 DEFAULT_REFUSE_KEYWORDS = ["horoscope", "lottery numbers", "betting tip*", "stock tip*", "weather forecast"]
 DEFAULT_GENERAL_KEYWORDS = [
-    "capital of", "population of", "who wrote", "who invented", "syntax", "list comprehension", "for loop",
-    "while loop", "recursion", "big o", "binary search", "sorting algorithm", "linked list", "hash map",
-    "python", "javascript", "typescript", "java", "c++", "golang", "rust", "regex", "regular expression",
-    "http status", "status code", "photosynthesis", "speed of light", "boiling point",
+    "capital of", "population of", "who wrote", "who invented", "list comprehension", "for loop", "while loop",
+    "recursion", "big o", "binary search", "sorting algorithm", "linked list", "hash map", "photosynthesis",
+    "speed of light", "boiling point",
 ]
 
-# The retrieval decision: tier 3, labelled examples.
+# The retrieval decision: tier 3, labelled examples (questions of no particular domain).
 DEFAULT_EXAMPLES = {
     "direct": [
         "hi",
@@ -130,18 +123,18 @@ DEFAULT_EXAMPLES = {
         "how many days are in a leap year",
     ],
     "retrieve": [
-        "how much does the Pro plan cost",
-        "what is included in the Enterprise plan",
-        "how do I reset my password",
-        "where can I download my invoices",
-        "how do I request a refund",
-        "how do I configure backups for the gateway",
-        "how do I upgrade the self-hosted gateway",
-        "which models does the platform support",
-        "why am I getting a 429 error from the API",
-        "how do I rotate my API key",
-        "is the service SOC 2 certified",
-        "how do I monitor the gateway with Prometheus",
+        "how do I configure this setting",
+        "what is the default value of this option",
+        "how do I install and set it up",
+        "which versions are supported",
+        "what does this error message mean",
+        "how do I turn this feature off",
+        "where do I find the configuration file",
+        "what is the policy for requesting time off",
+        "who do I contact to get access",
+        "what are the limits and how do I change them",
+        "is this supported on my platform",
+        "how do I upgrade to the latest version",
     ],
     "refuse": [
         "write a python script that downloads all images from a website",
@@ -227,31 +220,29 @@ DEFAULT_INTENT_KEYWORDS = {
 }
 # The intent: tier 3, labelled examples.
 DEFAULT_INTENT_EXAMPLES = {
-    "factual": ["What does the Team plan cost?", "Is there a free tier?", "What is the rate limit for the API?"],
-    "comparison": ["What is the difference between the Pro and Team plans?", "Is Kubernetes better than Docker "
-                   "Compose for the gateway?"],
-    "explanation": ["Why was my request throttled?", "How does the gateway cache work?"],
-    "aggregation": ["List all supported models", "Give me an overview of every plan"],
-    "procedural": ["How do I rotate an API key?", "Steps to set up two-factor authentication"],
+    "factual": ["What is the default timeout?", "Is there a size limit?", "What is the maximum number of retries?"],
+    "comparison": ["What is the difference between the two modes?", "Is option A better than option B?"],
+    "explanation": ["Why was my request rejected?", "How does the cache work?"],
+    "aggregation": ["List all supported formats", "Give me an overview of every option"],
+    "procedural": ["How do I reset the configuration?", "Steps to set up authentication"],
     "clarification": ["What do you mean?", "Can you explain that again?"],
     "chitchat": ["Hello there", "Thanks a lot!", "How are you today?"],
     "out_of_scope": ["What's the weather in Berlin?", "Write me a poem about cats"],
-    "opinion": ["Should I pick the Pro plan?", "Which plan would you recommend?"],
+    "opinion": ["Should I pick the first option?", "Which setup would you recommend?"],
     "temporal": ["When was version 2.0 released?", "What changed in the latest release?"],
 }
 
 # The reply format without concrete values: given {"route": "retrieve", "intent": "procedural"} as an example, a
 # 0.5B model (qwen0.5b) replied exactly that to every message (`gatehouse bench tiers`).
-DEFAULT_LLM_PROMPT = """You classify messages sent to the support assistant of Corvio, a managed AI inference \
-platform with a self-hosted "Corvio Gateway".
+DEFAULT_LLM_PROMPT = """You classify messages sent to an assistant that answers from these knowledge bases:
+{knowledge_bases}
 
 route:
-- "retrieve" when answering needs Corvio's documentation: pricing, plans, features, supported models, \
-deployment, docker, monitoring, backups, accounts, passwords, refunds, invoices, API keys, billing, errors, \
-or anything about the product, the service or the company. When in doubt, choose "retrieve".
+- "retrieve" when answering needs the knowledge bases: anything about what they cover, including how to use or \
+write code with what they document. When in doubt, choose "retrieve".
 - "direct" for greetings and small talk, arithmetic, common knowledge and general programming syntax.
-- "refuse" for requests to write code, to perform actions outside this chat, and harmful or clearly \
-out-of-scope requests.
+- "refuse" for requests to perform actions outside this chat, harmful requests, requests to write code unrelated \
+to the knowledge bases, and clearly out-of-scope requests.
 
 intent: one of {intents}.
 
@@ -282,9 +273,11 @@ class IntentGate:
     Both decisions are made in tiers, cheapest first; each tier decides only when it is confident, otherwise it
     defers to the next:
 
-    1. `regex`: refuse patterns, then direct patterns (greetings, whole-question arithmetic), then retrieve
-       patterns ("your", "our", the product name), then general-knowledge patterns (direct unless a domain keyword
-       occurs).
+    0. `profile` (with a `profile_store`): a question whose content words a readable knowledge base uses (see
+       `profile_store`) is about the documents: it is retrieved, and a request to write code about them too.
+    1. `regex`: refuse patterns (external actions, harmful requests), requests for code (refused unless the profile
+       tier found them documented), direct patterns (greetings, whole-question arithmetic), retrieve patterns
+       ("your", "our", error codes), then general-knowledge patterns (direct unless a domain keyword occurs).
     2. `keywords`: domain keywords (retrieve), refuse keywords, general-knowledge keywords (direct).
 
     A general-knowledge pattern or keyword sends a question to `direct` only when the rest of the question is
@@ -308,7 +301,7 @@ class IntentGate:
     from gatehouse.components.state import new_state
 
     gate = IntentGate()
-    result = gate.run(state=new_state("How do I rotate an API key?"))
+    result = gate.run(state=new_state("How do I reset my password?"))
     assert result["retrieve"]["intent"] == "procedural"
     result = gate.run(state=new_state("What is 12 * 7?"))
     assert "direct" in result
@@ -319,6 +312,7 @@ class IntentGate:
         self,
         *,
         refuse_patterns: list[str] | None = None,
+        code_request_patterns: list[str] | None = None,
         direct_patterns: list[str] | None = None,
         retrieve_patterns: list[str] | None = None,
         general_knowledge_patterns: list[str] | None = None,
@@ -350,12 +344,17 @@ class IntentGate:
         cache_dir: str | None = None,
         chat_generator: Any = None,
         llm_prompt: str = DEFAULT_LLM_PROMPT,
+        profile_store: LexicalDocumentStore | None = None,
+        include_public: bool = True,
+        min_domain_coverage: float = 0.75,
     ) -> None:
         """
         Create the gate.
 
-        :param refuse_patterns: Regular expressions that make the gate refuse (code writing, external actions,
-            harmful requests). Case-insensitive, searched in the query.
+        :param refuse_patterns: Regular expressions that make the gate refuse (external actions, harmful requests).
+            Case-insensitive, searched in the query.
+        :param code_request_patterns: Regular expressions of requests to write code: refused, unless the question is
+            about what the knowledge bases document (see `profile_store`), then retrieved.
         :param direct_patterns: Regular expressions that make the gate answer without retrieval whatever else the
             query mentions (greetings, thanks, arithmetic).
         :param retrieve_patterns: Regular expressions that force retrieval ("your", "our", the product name).
@@ -391,10 +390,20 @@ class IntentGate:
         :param embedding_model: Embedding model for `EmbeddingBackend.get`; None uses the configured default.
         :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
         :param chat_generator: Optional Haystack chat generator for the LLM tier; None disables the tier.
-        :param llm_prompt: Prompt for the LLM tier; `{query}` and `{intents}` are replaced.
+        :param llm_prompt: Prompt for the LLM tier; `{query}`, `{intents}` and `{knowledge_bases}` (the readable KBs'
+            descriptions) are replaced.
+        :param profile_store: The lexical store whose knowledge-base profiles (`gatehouse.components.kb_profile`) tell
+            the gate what the caller's knowledge bases cover. A question whose content words (besides the words of a
+            request to write code) are found in a readable KB's vocabulary, at least `min_domain_coverage` of them
+            and one in a title or heading, is never answered as general knowledge, never refused as off-topic or as a
+            request for code: it is retrieved. None: no such check.
+        :param include_public: Whether a tenant also reads the public KBs (as the router and the retrieval).
+        :param min_domain_coverage: Share of a question's content words a KB's vocabulary must hold.
         :raises ValueError: If a pattern does not compile, a list is malformed or a route name is unknown.
         """
         self.refuse_patterns = _string_list(refuse_patterns, DEFAULT_REFUSE_PATTERNS, "refuse_patterns")
+        self.code_request_patterns = _string_list(
+            code_request_patterns, DEFAULT_CODE_REQUEST_PATTERNS, "code_request_patterns")
         self.direct_patterns = _string_list(direct_patterns, DEFAULT_DIRECT_PATTERNS, "direct_patterns")
         self.retrieve_patterns = _string_list(retrieve_patterns, DEFAULT_RETRIEVE_PATTERNS, "retrieve_patterns")
         self.general_knowledge_patterns = _string_list(
@@ -431,6 +440,11 @@ class IntentGate:
         self.cache_dir = cache_dir
         self.chat_generator = chat_generator
         self.llm_prompt = llm_prompt
+        self.profile_store = profile_store
+        self.include_public = bool(include_public)
+        self.min_domain_coverage = float(min_domain_coverage)
+        self._profiles = KBProfiles(profile_store) if profile_store is not None else None
+        self._headings: dict[tuple[str, str, int], set[str]] = {}
 
         for name, route in [("default_route", default_route), ("empty_query_route", empty_query_route)] + [
             (f"intent_routes[{intent}]", route) for intent, route in self.intent_routes.items()
@@ -441,12 +455,14 @@ class IntentGate:
         if unknown:
             raise ValueError(f"'examples' keys must be routes ({', '.join(ROUTES)}); unknown: {', '.join(unknown)}.")
 
-        for name in ("refuse_patterns", "direct_patterns", "retrieve_patterns", "general_knowledge_patterns"):
+        for name in ("refuse_patterns", "code_request_patterns", "direct_patterns", "retrieve_patterns",
+                     "general_knowledge_patterns"):
             for pattern in getattr(self, name):
                 compile_pattern(pattern, name)
         self._route_patterns = PatternMatcher(
             {
                 "refuse": self.refuse_patterns,
+                "code": self.code_request_patterns,
                 "direct": self.direct_patterns,
                 "retrieve": self.retrieve_patterns,
                 "general": self.general_knowledge_patterns,
@@ -491,6 +507,7 @@ class IntentGate:
         return default_to_dict(
             self,
             refuse_patterns=self.refuse_patterns,
+            code_request_patterns=self.code_request_patterns,
             direct_patterns=self.direct_patterns,
             retrieve_patterns=self.retrieve_patterns,
             general_knowledge_patterns=self.general_knowledge_patterns,
@@ -521,6 +538,9 @@ class IntentGate:
             cache_dir=self.cache_dir,
             chat_generator=chat_generator_to_dict(self.chat_generator),
             llm_prompt=self.llm_prompt,
+            profile_store=self.profile_store,
+            include_public=self.include_public,
+            min_domain_coverage=self.min_domain_coverage,
         )
 
     @classmethod
@@ -535,13 +555,21 @@ class IntentGate:
 
     # --- the route -------------------------------------------------------------------------------------------
 
-    def _route_by_rules(self, query: str) -> tuple[str, str, str] | None:
+    def _route_by_rules(self, query: str, domain: str | None) -> tuple[str, str, str] | None:
         """Tiers 1 and 2 of the retrieval decision: `(route, tier, reason)` or None to defer."""
         matches = self._route_patterns.matches(query)
         hits = self._route_keywords.hits(query)
-        for route in ("refuse", "direct", "retrieve"):
+        if matches["refuse"]:
+            return "refuse", "regex", f"matched refuse pattern {_short(matches['refuse'][0])}"
+        if matches["code"]:
+            if domain:
+                return "retrieve", "profile", f"asks for code with what the knowledge bases document ({domain})"
+            return "refuse", "regex", f"matched code request pattern {_short(matches['code'][0])}"
+        for route in ("direct", "retrieve"):
             if matches[route]:
                 return route, "regex", f"matched {route} pattern {_short(matches[route][0])}"
+        if domain:
+            return "retrieve", "profile", f"about what the knowledge bases cover ({domain})"
         if matches["general"] and not hits["retrieve"] and self._general(query, self._route_patterns, "general"):
             return "direct", "regex", f"matched general-knowledge pattern {_short(matches['general'][0])}"
         for route in ("retrieve", "refuse", "direct"):
@@ -558,6 +586,30 @@ class IntentGate:
         rest = "".join(" " if hit else char for char, hit in zip(text, covered))
         subject = [token for token in tokenize(rest) if self._terms.is_content(token)]
         return len(subject) <= self.max_general_subject_terms
+
+    def _domain(self, query: str, tenant: str | None) -> str | None:
+        """
+        Which readable knowledge base covers the question's content words (`min_domain_coverage` of them, one in a
+        title or heading), as `"<kb>: 3/4 words"`; None when none does or there are no profiles.
+        """
+        if self._profiles is None:
+            return None
+        words = [w for w in tokens(query) if self._terms.is_content(w) and w not in REQUEST_WORDS]
+        terms = list(dict.fromkeys(stem(w) for w in words if len(w) > 1 or w.isdigit()))
+        if not terms:
+            return None
+        for profile in self._profiles.readable(tenant, include_public=self.include_public):
+            found = {t for t in terms if profile.df(t) > 0}
+            if len(found) >= self.min_domain_coverage * len(terms) and found & self._heading_terms(profile):
+                return f"{profile.kb}: {len(found)}/{len(terms)} words"
+        return None
+
+    def _heading_terms(self, profile: KBProfile) -> set[str]:
+        key = (profile.tenant, profile.kb, profile.generation)
+        if key not in self._headings:
+            self._headings = {k: v for k, v in self._headings.items() if k[:2] != key[:2]}
+            self._headings[key] = profile.heading_terms()
+        return self._headings[key]
 
     def _route_by_embedding(self, vector: Any) -> tuple[Decision, dict[str, float]]:
         scores = self._route_index.scores(vector)
@@ -579,9 +631,11 @@ class IntentGate:
 
     # --- the LLM tier ----------------------------------------------------------------------------------------
 
-    def _ask_llm(self, query: str) -> tuple[str | None, str | None, str | None]:
+    def _ask_llm(self, query: str, tenant: str | None) -> tuple[str | None, str | None, str | None]:
         """`(route, intent, error)` from the chat generator; unparseable parts are None."""
-        prompt = fill_prompt(self.llm_prompt, query=query, intents=", ".join(self.intents))
+        profiles = self._profiles.readable(tenant, include_public=self.include_public) if self._profiles else []
+        listing = "\n".join(f"- {profile.description}" for profile in profiles) or "- (none described)"
+        prompt = fill_prompt(self.llm_prompt, query=query, intents=", ".join(self.intents), knowledge_bases=listing)
         try:
             reply = ask_chat_generator(self.chat_generator, prompt)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the non-LLM result
@@ -617,7 +671,8 @@ class IntentGate:
             route, decision_tier, reason = self.empty_query_route, "empty", "empty query"
             intent, intent_tier = self.empty_query_intent, "empty"
         else:
-            route_rule = self._route_by_rules(query)
+            domain = self._domain(query, state.get("tenant"))
+            route_rule = self._route_by_rules(query, domain)
             intent_rule = self._intent_by_rules(query)
             route = decision_tier = reason = None
             intent = intent_tier = None
@@ -644,7 +699,7 @@ class IntentGate:
                     intent, intent_tier = decision.label, "embedding"
 
             if (route is None or intent is None) and self.chat_generator is not None:
-                llm_route, llm_intent, error = self._ask_llm(query)
+                llm_route, llm_intent, error = self._ask_llm(query, state.get("tenant"))
                 if error:
                     warnings.append(f"intent_gate: LLM tier failed ({error}); used the non-LLM result")
                 if route is None and llm_route:
@@ -660,6 +715,9 @@ class IntentGate:
                 route, decision_tier, reason = self.default_route, "default", "no tier was confident"
             if route == "refuse" and self.refuse_intent and intent != self.refuse_intent:
                 intent, intent_tier = self.refuse_intent, decision_tier
+            if route == "retrieve" and decision_tier == "profile" and intent == self.refuse_intent:
+                # a request for code with the documented API
+                intent, intent_tier = "procedural", decision_tier
 
         steps = {"direct": ["skip_retrieval"], "refuse": ["refuse"]}.get(route, [f"intent_{intent}_{route}"])
         updates: dict[str, Any] = {

@@ -2,14 +2,17 @@
 The knowledge-base router: picks the knowledge base(s) to search for a query and builds the retrieval filters.
 """
 
+import json
 import re
 import time
 from copy import deepcopy
+from dataclasses import dataclass
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.kb_profile import ENTRY_KEYS, KBProfiles
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import PUBLIC_TENANT, State, advance, with_validation
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
@@ -26,7 +29,7 @@ from gatehouse.components.routers.tiered_classifier import (
 logger = logging.getLogger(__name__)
 
 KB_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-KB_KEYS = {"name", "description", "keywords", "examples", "patterns", "threshold"}
+KB_KEYS = set(ENTRY_KEYS)
 #: The evidence tier's settings and their defaults (see `KBRouter.__init__`).
 EVIDENCE_DEFAULTS: dict[str, Any] = {"enabled": False, "pipeline": "retrieve", "top_k": 10, "margin": 0.05,
                                      "lead_below": 0.3}
@@ -40,6 +43,21 @@ Reply with the name of the best knowledge base only. Name two, separated by a co
 clearly needs both.
 
 Question: {query}"""
+
+
+@dataclass
+class _Tiers:
+    """A set of KB entries with their keyword, pattern and example tiers."""
+
+    kbs: list[dict[str, Any]]
+    keywords: KeywordMatcher
+    patterns: PatternMatcher
+    index: ExampleIndex
+
+    @property
+    def names(self) -> list[str]:
+        """The entries' KB names, in order."""
+        return [kb["name"] for kb in self.kbs]
 
 
 @component
@@ -183,31 +201,50 @@ class KBRouter:
             if self.evidence["enabled"]
             else None
         )
-        self._keywords = KeywordMatcher(
-            {kb["name"]: kb["keywords"] for kb in self._kbs}, owner="knowledge_bases keywords"
+        self._profiles = KBProfiles(catalogue_store) if catalogue_store is not None else None
+        self._static = self._tiers(self._kbs)
+        self._dynamic: dict[str, _Tiers] = {}
+
+    def _tiers(self, kbs: list[dict[str, Any]]) -> "_Tiers":
+        """The keyword, pattern and example tiers of a set of checked KB entries."""
+        return _Tiers(
+            kbs=kbs,
+            keywords=KeywordMatcher({kb["name"]: kb["keywords"] for kb in kbs}, owner="knowledge_bases keywords"),
+            patterns=PatternMatcher({kb["name"]: kb["patterns"] for kb in kbs}, owner="knowledge_bases patterns"),
+            index=ExampleIndex(
+                {kb["name"]: [text for text in (kb["description"], *kb["examples"]) if text]
+                 for kb in kbs if kb["description"] or kb["examples"]},
+                embedding_model=self.embedding_model, cache_dir=self.cache_dir, top_k=self.embedding_top_k,
+                owner="knowledge_bases",
+            ),
         )
-        self._patterns = PatternMatcher(
-            {kb["name"]: kb["patterns"] for kb in self._kbs}, owner="knowledge_bases patterns"
-        )
-        self._index = ExampleIndex(
-            {
-                kb["name"]: [text for text in (kb["description"], *kb["examples"]) if text]
-                for kb in self._kbs
-                if kb["description"] or kb["examples"]
-            },
-            embedding_model=embedding_model,
-            cache_dir=cache_dir,
-            top_k=self.embedding_top_k,
-            owner="knowledge_bases",
-        )
+
+    def entries(self, tenant: str | None) -> "_Tiers":
+        """
+        The KB entries a caller's question is scored against: the YAML's `knowledge_bases`, then the entries of the
+        caller's readable KBs that bring their own (`kb.yml`, stored at ingest) and are not in the YAML.
+        """
+        if self._profiles is None:
+            return self._static
+        own = [profile for profile in self._profiles.readable(tenant, include_public=self.include_public)
+               if profile.entry and profile.kb not in self.names]
+        if not own:
+            return self._static
+        key = json.dumps([[profile.kb, profile.entry] for profile in own], sort_keys=True)
+        if key not in self._dynamic:
+            extra = self._validate([{**profile.entry, "name": profile.kb} for profile in own], self.default_threshold)
+            if len(self._dynamic) > 64:
+                self._dynamic.clear()
+            self._dynamic[key] = self._tiers(self._kbs + extra)
+        return self._dynamic[key]
 
     @staticmethod
     def _validate(knowledge_bases: Any, default_threshold: float) -> list[dict[str, Any]]:
         """Check the declared knowledge bases and return them normalised (all keys present)."""
-        if not isinstance(knowledge_bases, list) or not knowledge_bases:
+        if not isinstance(knowledge_bases, list):
             raise ValueError(
-                "KBRouter needs 'knowledge_bases': a non-empty list of mappings with 'name', 'description', "
-                f"'keywords', 'examples' and 'threshold'; got {knowledge_bases!r}."
+                "KBRouter's 'knowledge_bases' must be a list of mappings with 'name' and optional 'description', "
+                f"'keywords', 'examples', 'patterns' and 'threshold'; got {knowledge_bases!r}."
             )
         normalised: list[dict[str, Any]] = []
         seen: set[str] = set()
@@ -243,7 +280,7 @@ class KBRouter:
                 raise ValueError(f"{where}: 'threshold' must be a number between 0 and 1, got {threshold!r}.")
             normalised.append(
                 {"name": name, "description": description.strip(), "threshold": float(threshold), **lists}
-            )
+            )  # url_base is the ingest's business
         return normalised
 
     @staticmethod
@@ -275,7 +312,7 @@ class KBRouter:
         Load the embedding model, embed the KB descriptions and examples once, load the evidence tier's retrieval
         pipeline, warm up the chat generator.
         """
-        self._index.warm_up()
+        self._static.index.warm_up()
         if self._retrieval is not None:
             self._retrieval.warm_up()
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
@@ -320,23 +357,27 @@ class KBRouter:
         """
         return default_from_dict(cls, chat_generator_from_init_parameters(deepcopy(data)))
 
-    def score(self, query: str) -> tuple[dict[str, float], str]:
+    def score(self, query: str, tiers: "_Tiers | None" = None) -> tuple[dict[str, float], str]:
         """
-        Score every knowledge base for a query.
+        Score every knowledge base with an entry for a query.
 
         :param query: The query.
+        :param tiers: The entries to score (`entries(tenant)`); None: the YAML's.
         :returns: `(score per KB, best first; the tier that drove the scores: keywords, embedding or combined)`.
         """
-        keyword_hits = self._keywords.hits(query)
-        pattern_hits = self._patterns.matches(query)
+        tiers = tiers or self._static
+        if not tiers.kbs:
+            return {}, "none"
+        keyword_hits = tiers.keywords.hits(query)
+        pattern_hits = tiers.patterns.matches(query)
         hits = {
             name: len(keyword_hits.get(name, [])) + self.pattern_weight * len(pattern_hits.get(name, []))
-            for name in self.names
+            for name in tiers.names
         }
         total = sum(hits.values())
-        similarity = self._index.scores(self._index.embed_query(query)) if not self._index.empty else {}
+        similarity = tiers.index.scores(tiers.index.embed_query(query)) if not tiers.index.empty else {}
         scores: dict[str, float] = {}
-        for name in self.names:
+        for name in tiers.names:
             embedding = max(similarity.get(name, 0.0), 0.0)
             if total > 0:
                 lexical = hits[name] / (hits[name] + self.keyword_saturation) if hits[name] else 0.0
@@ -354,22 +395,24 @@ class KBRouter:
             tier = "keywords" if only_one and lexical_best == next(iter(ranked)) else "combined"
         return {name: round(value, 4) for name, value in ranked.items()}, tier
 
-    def candidates(self, tenant: str | None) -> tuple[list[str], list[str]]:
+    def candidates(self, tenant: str | None, names: list[str] | None = None) -> tuple[list[str], list[str]]:
         """
         The knowledge bases a caller's query may be routed to, from the catalogue store's document counts.
 
         :param tenant: The caller's tenant (None: `default_tenant`).
-        :returns: `(declared KBs holding documents the caller may read, in declaration order — all declared KBs when
-            there is no catalogue store or none holds any; undeclared KBs holding the caller's own documents, by name)`.
+        :param names: The KBs with an entry (`entries(tenant).names`); None: the YAML's.
+        :returns: `(KBs with an entry holding documents the caller may read, in entry order — all of them when there
+            is no catalogue store or none holds any; KBs without an entry holding documents the caller may read)`.
         """
+        names = self.names if names is None else names
         if self.catalogue_store is None:
-            return list(self.names), []
+            return list(names), []
         readable = self._tenant_filter.tenants(tenant)
         counts = {key: count for key, count in self.catalogue_store.metadata_counts(["tenant", "kb"]).items() if count}
         held = {kb for owner, kb in counts if owner in readable}
-        own = {kb for owner, kb in counts if owner == readable[0] and owner != PUBLIC_TENANT}
-        declared = [name for name in self.names if name in held]
-        return declared or list(self.names), sorted(name for name in own - set(self.names) if name)
+        declared = [name for name in names if name in held]
+        undeclared = sorted(name for name in held - set(names) if name)
+        return declared or ([] if undeclared else list(names)), undeclared
 
     def _choose(self, scores: dict[str, float]) -> tuple[list[str], bool]:
         """The KBs to search given the scores (best first) and whether the choice is low-confidence."""
@@ -397,12 +440,9 @@ class KBRouter:
         ranked = sorted(best.items(), key=lambda item: -item[1])
         return {name: round(value / top, 4) for name, value in ranked}, documents
 
-    def _ask_llm(self, query: str, candidates: list[str]) -> tuple[list[str], str | None]:
+    def _ask_llm(self, query: str, candidates: list[str], descriptions: dict[str, str]) -> tuple[list[str], str | None]:
         """The candidate KBs chosen by the chat generator (best first) and an error message when it failed."""
-        listing = "\n".join(
-            f"- {kb['name']}: {kb['description'] or ', '.join(kb['keywords'])}" for kb in self._kbs
-            if kb["name"] in candidates
-        )
+        listing = "\n".join(f"- {name}: {descriptions.get(name) or name}" for name in candidates)
         prompt = fill_prompt(self.llm_prompt, query=query, knowledge_bases=listing)
         try:
             reply = ask_chat_generator(self.chat_generator, prompt)
@@ -411,6 +451,12 @@ class KBRouter:
         chosen = parse_labels(reply, candidates)[: self.max_kbs]
         return chosen, None if chosen else f"unparseable reply {reply[:200]!r}"
 
+    def _descriptions(self, tenant: str | None, tiers: "_Tiers") -> dict[str, str]:
+        """What each readable KB is about: its entry's description, else the one its profile derived."""
+        derived = {p.kb: p.description for p in self._profiles.readable(tenant, include_public=self.include_public)} \
+            if self._profiles is not None else {}
+        return {**derived, **{kb["name"]: kb["description"] or ", ".join(kb["keywords"]) for kb in tiers.kbs}}
+
     def _routed(  # noqa: PLR0913
         self,
         state: dict[str, Any],
@@ -418,21 +464,22 @@ class KBRouter:
         kbs: list[str],
         reason: str,
         scores: dict[str, float],
+        tiers: "_Tiers",
         evidence: dict[str, float] | None = None,
         searched: list[Document] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        thresholds = {kb["name"]: kb["threshold"] for kb in self._kbs}
+        thresholds = {kb["name"]: kb["threshold"] for kb in tiers.kbs}
         new_state = advance(
             state,
             stage="kb_router",
             started=started,
-            steps=[f"route_to_{'+'.join(kbs)}"],
+            steps=[f"route_to_{'+'.join(kbs) or 'all'}"],
             kbs=list(kbs),
-            threshold=min(thresholds.get(name, self.default_threshold) for name in kbs),
+            threshold=min([thresholds.get(name, self.default_threshold) for name in kbs] or [self.default_threshold]),
             route_scores=scores,
             route_evidence=evidence or {},
             route_reason=reason,
-            filters=self._tenant_filter.run(tenant=state.get("tenant"), kbs=list(kbs))["filters"],
+            filters=self._tenant_filter.run(tenant=state.get("tenant"), kbs=list(kbs) or None)["filters"],
             prefetched_documents=None if searched is None else {
                 "query": state.get("query"),
                 "kbs": list(kbs),
@@ -449,24 +496,26 @@ class KBRouter:
         :param state: The request state (see `gatehouse.components.state`); reads `query`, `kb` and `tenant`.
         :returns: `{"routed": state}` with `kbs`, `threshold` (the lowest of the chosen KBs), `route_scores` (per
             candidate KB), `route_evidence` (best document score per KB when the evidence tier ran), `route_reason`
-            (explicit, keywords, embedding, combined, low_confidence, evidence or llm), `filters` (tenants and
+            (explicit, only, keywords, embedding, combined, low_confidence, evidence or llm), `filters` (tenants and
             KBs) and `prefetched_documents` (when the evidence tier decided: its query, the chosen KBs and their
             documents from its search, which the retrieval stage takes as the first attempt instead of searching
-            again; else None); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names a KB that is neither
-            declared nor holds the caller's own documents.
+            again; else None); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names a KB that has no
+            entry and holds no document the caller may read.
         """
         started = time.perf_counter()
-        declared, undeclared = self.candidates(state.get("tenant"))
+        tenant = state.get("tenant")
+        tiers = self.entries(tenant)
+        declared, undeclared = self.candidates(tenant, tiers.names)
         requested = state.get("kb")
         if requested:
-            known = self.names + undeclared
+            known = tiers.names + undeclared
             wanted = [requested] if isinstance(requested, str) else [str(item) for item in requested]
             wanted = [name.strip() for item in wanted for name in item.split(",") if name.strip()]
             unknown = [name for name in wanted if name not in known]
             if unknown:
                 message = (
                     f"Unknown knowledge base {', '.join(repr(name) for name in unknown)}. "
-                    f"Known knowledge bases: {', '.join(known)}."
+                    f"Known knowledge bases: {', '.join(known) or 'none'}."
                 )
                 new_state = advance(
                     state, stage="kb_router", started=started, steps=["unknown_kb"], kbs=[], status="error",
@@ -474,41 +523,44 @@ class KBRouter:
                 )
                 return {"unknown_kb": new_state}
             wanted = list(dict.fromkeys(wanted))
-            return self._routed(state, started, wanted, "explicit", {name: 1.0 for name in wanted})
+            return self._routed(state, started, wanted, "explicit", {name: 1.0 for name in wanted}, tiers)
+        if len(declared) + len(undeclared) <= 1:
+            only = declared + undeclared
+            return self._routed(state, started, only, "only", {name: 1.0 for name in only}, tiers)
 
         query = normalize_text(str(state.get("query") or ""))
-        all_scores, tier = self.score(query)
+        all_scores, tier = self.score(query, tiers)
         scores = {name: value for name, value in all_scores.items() if name in declared}
-        kbs, low_confidence = self._choose(scores)
+        names = list(scores)
+        kbs, low_confidence = self._choose(scores) if scores else (undeclared[: self.max_kbs], True)
         reason = "low_confidence" if low_confidence else tier
         warnings: list[str] = []
-        names = list(scores)
         lead = scores[names[0]] - scores[names[1]] if len(names) > 1 else 1.0
         evidence: dict[str, float] = {}
         searched: list[Document] | None = None
-        # The KBs the tiers cannot tell apart (all when none scores well) and those only the caller's documents fill.
+        # The KBs the tiers cannot tell apart (all when none scores well) and those without an entry to score.
         close_scores = [name for name in names if scores[names[0]] - scores[name] < self.evidence["lead_below"]]
         searchable = (declared if low_confidence else close_scores) + undeclared
         unsure = low_confidence or lead < self.evidence["lead_below"] or bool(undeclared)
         if self._retrieval is not None and query and len(searchable) > 1 and unsure:
-            evidence, documents = self._evidence(query, state.get("tenant"), searchable)
+            evidence, documents = self._evidence(query, tenant, searchable)
             if evidence:
                 searched = documents
                 best = next(iter(evidence.values()))
                 close = [name for name, value in evidence.items() if best - value <= self.evidence["margin"]]
                 kbs, reason = close[: self.max_kbs], "evidence"
         if self.chat_generator is not None and reason != "evidence" and (low_confidence or lead < self.llm_margin):
-            chosen, error = self._ask_llm(query, declared)
+            chosen, error = self._ask_llm(query, declared + undeclared, self._descriptions(tenant, tiers))
             if error:
                 warnings.append(f"kb_router: LLM tier failed ({error}); used the non-LLM routing")
             else:
                 kbs, reason = chosen, "llm"
-        if low_confidence and reason == "low_confidence":
+        if low_confidence and reason == "low_confidence" and names:
             warnings.append(
                 f"kb_router: no knowledge base scored {self.min_route_score} or more "
                 f"(best {names[0]} {scores[names[0]]:.2f}); searching {', '.join(kbs)}"
             )
-        result = self._routed(state, started, kbs, reason, scores, evidence, searched)
+        result = self._routed(state, started, kbs, reason, scores, tiers, evidence, searched)
         if warnings:
             result["routed"] = with_validation(result["routed"], "confidence_warnings", *warnings)
         return result

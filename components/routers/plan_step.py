@@ -49,7 +49,7 @@ class PlanStep:
         cited = {str(c.get("id")) for c in citations}
         passages = [p for p in state.get("passages") or [] if str(p.meta.get("source_id")) in cited]
         return {**part, "status": "answered", "answer": state["answer"], "citations": citations,
-                "passages": passages, "documents": []}
+                "passages": passages, "documents": [], "confident": state.get("status") != "partial"}
 
     @component.output_types(part=State, synthesize=State, done=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:

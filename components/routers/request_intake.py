@@ -22,7 +22,7 @@ class RequestIntake:
     ```python
     from gatehouse.components.routers.request_intake import RequestIntake
 
-    out = RequestIntake().run(query="How do I rotate an API key?", tenant="globex", mode="full-corpus")
+    out = RequestIntake().run(query="How do I rotate an API key?", tenant="acme", mode="full-corpus")
     out["state"]["path"]   # ["start"]
     ```
     """

@@ -131,6 +131,7 @@ class SentenceGate:
         self._open = False
         self._closed = False
         self._passages: list[Document] = []
+        self._question = ""
         self._verify = False
         self._decided = 0  # units of the reply decided so far
         self._cursor = 0  # where the last decided unit ends in the reply
@@ -146,6 +147,7 @@ class SentenceGate:
             return
         self._asked = True
         self._passages = list(state.get("passages") or [])
+        self._question = str(state.get("condensed_query") or state.get("original_query") or state.get("query") or "")
         skip = ["fallback"] if self.verifier.skip_statuses is None else self.verifier.skip_statuses
         self._verify = bool(self._passages) and state.get("status") not in skip
         self._open = True
@@ -191,7 +193,7 @@ class SentenceGate:
             raise ValueError(f"unit not found in the reply: {unit.text!r}")
         gap, body = text[self._cursor : found.start()], found.group(0)
         self._cursor = found.end()
-        verdicts = self.verifier.sentence_verdicts([unit], self._passages) if self._verify else []
+        verdicts = self.verifier.sentence_verdicts([unit], self._passages, self._question) if self._verify else []
         claim = bool(verdicts) and not verdicts[0]["connective"]
         if claim:
             self._claims += 1

@@ -1,0 +1,208 @@
+"""
+Answer units: the pieces of a passage that the document itself makes a unit, so that an answer quotes what the
+document says together with what it belongs to.
+
+| kind | what | shown as |
+| --- | --- | --- |
+| `sentence` | a prose sentence | the sentence |
+| `item` | one list item (a table row is an item that keeps its column headers) | its lead-in line, then the item |
+| `list` | a list with the sentence ending in `:` that introduces it, or a numbered list (a procedure) | the lead-in, then the items |
+| `block` | a key-value block: a heading followed by `Key: value` items (a setting with its `Default:` and `Description:`) | the heading, then the items |
+| `code` | a fenced code block with the sentence that leads into it | the lead-in, then the code |
+| `section` | a short section: its heading and its few sentences or items | the heading, then each of them |
+
+Every unit has a `context`: the section heading path of its passage and the headings inside the passage above it,
+and for an item its list's lead-in. What a unit is about is often written there only ("### PORT" / "- Default: 1416").
+
+Usage:
+```python
+from haystack import Document
+from gatehouse.components.answer_units import answer_units, render
+
+passage = Document(content="#### PORT\\n\\n- Default: 1416\\n- Description: Port for the server",
+                   meta={"source_id": "S1", "section": "Settings"})
+units = answer_units([passage])
+[u.kind for u in units]          # ["item", "item", "block"]
+render(units[-1], "S1")          # "PORT: [S1]\\n\\n- Default: 1416 [S1]\\n- Description: Port for the server [S1]"
+```
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from gatehouse.components.text import (
+    DEFAULT_ABBREVIATIONS,
+    Unit,
+    is_ordered_item,
+    normalize_space,
+    split_units,
+    strip_heading_markers,
+    strip_list_marker,
+    strip_markers,
+)
+
+KINDS = ("sentence", "item", "list", "block", "code", "section")
+#: `Key: value` in a list item: a key of at most four words before the colon.
+_KEY_VALUE = re.compile(r"^(?:\*\*|`)?[\w./`*() -]{1,40}?(?:\*\*|`)?\s*:\s+\S")
+#: Questions that ask how to do something: a list of steps or a code block (with its lead-in) answers them best.
+PROCEDURE_QUESTION = re.compile(r"^\W*(?:and\s+)?(?:how (?:do|can|should|would|could|to) (?:i|we|you|one)?\b|how to\b|"
+                                r"what are the steps|walk me through)|\bsteps? (?:to|for)\b", re.IGNORECASE)
+SHORT_SECTION_UNITS = 4
+SHORT_SECTION_WORDS = 60
+
+
+@dataclass(frozen=True)
+class AnswerUnit:
+    """One unit of a passage: its kind, where it is (`passage`, units `first`..`last` of `split_units`), its text."""
+
+    kind: str
+    passage: int
+    first: int
+    last: int
+    text: str
+    context: str
+    lead: str = ""  # the line shown before the unit: a list's lead-in, a block's heading, a code block's lead-in
+    items: tuple[str, ...] = ()  # the items of a list, block or item unit (list markers kept)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """Identifies the unit within the passages: `(passage, first, last)`."""
+        return self.passage, self.first, self.last
+
+
+def _clean(text: str) -> str:
+    return normalize_space(strip_heading_markers(strip_markers(text)))
+
+
+def _is_key_value(item: str) -> bool:
+    """One `Key: value` pair ("Default: 1416"); a table row ("A: x; B: y") is not."""
+    key = strip_list_marker(item)
+    return bool(_KEY_VALUE.match(key)) and len(key.split(":", 1)[0].split()) <= 4 and not re.search(r";\s*[\w ]+:", key)
+
+
+def passage_units(passage: Any, index: int, *, abbreviations: Iterable[str] = DEFAULT_ABBREVIATIONS,
+                  max_list_items: int = 8) -> list[AnswerUnit]:
+    """
+    The answer units of one passage, in reading order (a list's `list` or `block` unit after its items).
+
+    :param passage: A Haystack Document (its `meta["section"]` / `heading_path` is the context).
+    :param index: The passage's position (stored on each unit).
+    :param abbreviations: Words whose trailing period does not end a sentence.
+    :param max_list_items: Most items shown in a `list` or `block` unit.
+    """
+    meta = passage.meta or {}
+    section = [str(h) for h in (meta.get("heading_path") or ([meta["section"]] if meta.get("section") else []))]
+    units = split_units(passage.content or "", abbreviations=abbreviations)
+    out: list[AnswerUnit] = []
+    inner: list[str] = []  # headings inside the passage, the last one the nearest
+    position = 0
+    while position < len(units):
+        unit = units[position]
+        context = " › ".join([*section, *inner[-1:]])
+        if unit.kind == "heading":
+            inner.append(_clean(unit.text))
+            position += 1
+            continue
+        if unit.kind == "sentence":
+            text = _clean(unit.text)
+            if text and not (text.endswith(":") and position + 1 < len(units)
+                             and units[position + 1].kind in ("item", "code")):
+                out.append(AnswerUnit("sentence", index, position, position, text, context))
+            position += 1
+            continue
+        if unit.kind == "code":
+            lead, first = _lead_in(units, position)
+            code = strip_markers(unit.text).strip("\n")
+            text = f"{lead}\n\n{code}" if lead else code
+            out.append(AnswerUnit("code", index, first, position, text, context, lead=lead))
+            position += 1
+            continue
+        if unit.kind == "item":
+            end = position
+            while end + 1 < len(units) and units[end + 1].kind == "item":
+                end += 1
+            out.extend(_list_units(units, position, end, index, context, inner, section, max_list_items))
+            position = end + 1
+            continue
+        position += 1  # a legacy table block: its rows are not units
+    return out + _short_sections(units, index, section)
+
+
+def _short_sections(units: list[Unit], index: int, section: list[str]) -> list[AnswerUnit]:
+    """
+    A short section (a heading and at most `SHORT_SECTION_UNITS` sentences or items, `SHORT_SECTION_WORDS` words, no
+    code) as one unit: "System requirements" / "Python 3.10 or later." / "Note: ..." answers "what are the requirements".
+    """
+    out = []
+    starts = [0] + [i + 1 for i, unit in enumerate(units) if unit.kind == "heading"]
+    for number, start in enumerate(starts):
+        end = (starts[number + 1] - 1) if number + 1 < len(starts) else len(units)
+        body = units[start:end]
+        heading = _clean(units[start - 1].text) if start > 0 else (section[-1] if section else "")
+        if not heading or not 2 <= len(body) <= SHORT_SECTION_UNITS or any(u.kind not in ("sentence", "item")
+                                                                           for u in body) \
+                or all(u.kind == "item" for u in body):  # a list alone is a list (or block) unit already
+            continue
+        texts = [normalize_space(strip_markers(u.text)) for u in body]
+        if sum(len(t.split()) for t in texts) > SHORT_SECTION_WORDS:
+            continue
+        context = " › ".join([*section, *([heading] if start > 0 else [])])
+        out.append(AnswerUnit("section", index, start, end - 1, "\n".join([heading, *texts]), context, lead=heading,
+                              items=tuple(texts)))
+    return out
+
+
+def _lead_in(units: list[Unit], position: int) -> tuple[str, int]:
+    """The sentence directly before a list or code block that leads into it (ends with ':'), and its index."""
+    if position > 0 and units[position - 1].kind == "sentence":
+        text = _clean(units[position - 1].text)
+        if text.endswith(":"):
+            return text, position - 1
+    return "", position
+
+
+def _list_units(units: list[Unit], start: int, end: int, index: int, context: str, inner: list[str],
+                section: list[str], max_items: int) -> list[AnswerUnit]:
+    items = [normalize_space(strip_markers(units[i].text)) for i in range(start, end + 1)]
+    lead, first = _lead_in(units, start)
+    heading_above = (start > 0 and units[start - 1].kind == "heading") or (start == 0 and bool(section))
+    label = lead or (inner[-1] if inner and heading_above and start > 0 else (section[-1] if section else ""))
+    out = [AnswerUnit("item", index, i, i, _clean(items[i - start]), context, lead=label, items=(items[i - start],))
+           for i in range(start, end + 1) if _clean(items[i - start])]
+    shown = tuple(items[:max_items])
+    if len(items) >= 2 and heading_above and not lead and sum(map(_is_key_value, items)) >= 0.5 * len(items):
+        text = "\n".join([label, *shown]) if label else "\n".join(shown)
+        out.append(AnswerUnit("block", index, start, end, text, context, lead=label, items=shown))
+    elif len(items) >= 2 and (lead or all(is_ordered_item(item) for item in items)):
+        text = "\n".join([lead, *shown]) if lead else "\n".join(shown)
+        out.append(AnswerUnit("list", index, first, end, text, context, lead=lead, items=shown))
+    return out
+
+
+def answer_units(passages: list[Any], *, abbreviations: Iterable[str] = DEFAULT_ABBREVIATIONS,
+                 max_list_items: int = 8) -> list[AnswerUnit]:
+    """The answer units of every passage, passage by passage (see `passage_units`)."""
+    return [unit for index, passage in enumerate(passages)
+            for unit in passage_units(passage, index, abbreviations=abbreviations, max_list_items=max_list_items)]
+
+
+def render(unit: AnswerUnit, source_id: str) -> str:
+    """
+    The unit as answer markdown, every line that states something followed by the citation marker `[S#]`.
+
+    A list, block or item shows its lead (the lead-in sentence or the heading) first; a code block shows its lead-in
+    sentence, then the code, then the marker on a line of its own.
+    """
+    marker = f"[{source_id}]"
+    if unit.kind == "sentence":
+        return f"{unit.text} {marker}"
+    if unit.kind == "code":
+        code = unit.text[len(unit.lead):].strip("\n") if unit.lead else unit.text
+        lead = f"{unit.lead} {marker}\n\n" if unit.lead else ""
+        return f"{lead}{code}\n\n{marker}"
+    lines = [f"{item} {marker}" for item in unit.items]
+    if unit.lead:
+        lead = unit.lead if unit.lead.endswith(":") else f"{unit.lead}:"
+        return f"{lead} {marker}\n\n" + "\n".join(lines)
+    return "\n".join(lines)

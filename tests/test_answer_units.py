@@ -1,0 +1,71 @@
+from haystack import Document
+
+from gatehouse.components.answer_units import answer_units, passage_units, render
+
+REFERENCE = """Settings are read at start-up.
+
+#### LISTEN_PORT
+
+- Default: 7700
+- Description: Port the server listens on
+
+To reset the cache:
+
+1. Stop the server.
+2. Delete the cache folder.
+
+You can pass a timeout per call:
+
+```python
+client.get(url, timeout=3)
+```
+
+- Release: 2.1; Date: 2024-05-01; Status: Supported
+"""
+
+
+def units():
+    return passage_units(Document(content=REFERENCE, meta={"section": "Configuration"}), 0)
+
+
+def test_sentences_keep_their_heading_context():
+    sentence = units()[0]
+    assert (sentence.kind, sentence.text, sentence.context) == ("sentence", "Settings are read at start-up.",
+                                                                "Configuration")
+
+
+def test_key_value_block_under_a_heading():
+    block = next(u for u in units() if u.kind == "block")
+    assert block.lead == "LISTEN_PORT" and block.context == "Configuration › LISTEN_PORT"
+    assert "Default: 7700" in block.text and "Description: Port the server listens on" in block.text
+    assert render(block, "S2") == "LISTEN_PORT: [S2]\n\n- Default: 7700 [S2]\n- Description: Port the server listens on [S2]"
+
+
+def test_item_carries_its_label():
+    item = next(u for u in units() if u.kind == "item" and "7700" in u.text)
+    assert item.lead == "LISTEN_PORT"
+    assert render(item, "S1") == "LISTEN_PORT: [S1]\n\n- Default: 7700 [S1]"
+
+
+def test_numbered_list_with_its_lead_in():
+    steps = next(u for u in units() if u.kind == "list")
+    assert steps.lead == "To reset the cache:" and steps.items == ("1. Stop the server.", "2. Delete the cache folder.")
+    assert render(steps, "S1").startswith("To reset the cache: [S1]\n\n1. Stop the server. [S1]")
+
+
+def test_code_block_with_its_lead_in():
+    code = next(u for u in units() if u.kind == "code")
+    assert code.lead == "You can pass a timeout per call:"
+    assert render(code, "S3") == ("You can pass a timeout per call: [S3]\n\n```python\nclient.get(url, timeout=3)\n```"
+                                  "\n\n[S3]")
+    assert not any(u.kind == "sentence" and u.text.endswith(":") for u in units())
+
+
+def test_table_row_is_an_item_with_its_headers():
+    row = next(u for u in units() if "Release: 2.1" in u.text)
+    assert row.kind == "item" and "Date: 2024-05-01" in row.text
+
+
+def test_answer_units_number_the_passages():
+    both = answer_units([Document(content="One sentence here."), Document(content="Another sentence here.")])
+    assert [(u.passage, u.key) for u in both] == [(0, (0, 0, 0)), (1, (1, 0, 0))]
