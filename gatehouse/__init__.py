@@ -1,1 +1,33 @@
-"""Gatehouse: agentic RAG as Haystack pipelines in YAML; its components, stores, command line, serving and evaluation."""
+"""
+Gatehouse: agentic RAG as Haystack pipelines in YAML; its components, stores, command line, serving and evaluation.
+
+Importing the package makes the process private before anything imports Haystack, Ragas or the Hugging Face
+libraries: their usage telemetry is off and models load offline, unless the environment already says otherwise
+(`HAYSTACK_TELEMETRY_ENABLED=True` opts back in). Haystack imported earlier by someone else gets its telemetry
+client switched off too.
+"""
+
+import os as _os
+import sys as _sys
+
+#: Environment defaults that keep a process from calling home (an existing value is kept).
+PRIVATE_ENVIRONMENT = {
+    "HAYSTACK_TELEMETRY_ENABLED": "False",
+    "RAGAS_DO_NOT_TRACK": "true",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def make_private() -> None:
+    """Apply `PRIVATE_ENVIRONMENT` (keeping values already set) and switch off a Haystack telemetry client made earlier."""
+    for key, value in PRIVATE_ENVIRONMENT.items():
+        _os.environ.setdefault(key, value)
+    telemetry = _sys.modules.get("haystack.telemetry._telemetry")
+    if telemetry is not None and _os.environ["HAYSTACK_TELEMETRY_ENABLED"].lower() not in ("true", "1"):
+        telemetry.telemetry = None
+
+
+make_private()

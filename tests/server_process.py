@@ -18,8 +18,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: Runs the command line with an audit hook that writes every attempt to reach a host that is not this machine (a name
+#: resolved or a socket connected) to the file named by its first argument.
+AUDITED = """
+import sys
+log = sys.argv.pop(1)
+LOCAL = ("127.0.0.1", "::1", "localhost", "0.0.0.0", "", None)
+def hook(event, args):
+    if event in ("socket.connect", "socket.getaddrinfo"):
+        address = args[1] if event == "socket.connect" else args
+        host = address[0] if isinstance(address, tuple) and address else None
+        if isinstance(address, tuple) and host not in LOCAL and not str(host).startswith("127."):
+            with open(log, "a") as f:
+                f.write(f"{event} {address[:2]}\\n")
+sys.addaudithook(hook)
+from gatehouse.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @contextlib.contextmanager
-def running_server(manifest: Path, *, env: dict[str, str], workdir: Path, pipelines: int) -> Iterator[str]:
+def running_server(manifest: Path, *, env: dict[str, str], workdir: Path, pipelines: int,
+                   audit: Path | None = None) -> Iterator[str]:
     """
     Run `gatehouse serve` with a manifest until the block ends.
 
@@ -27,13 +47,15 @@ def running_server(manifest: Path, *, env: dict[str, str], workdir: Path, pipeli
     :param env: The server's environment (its data directory, its key variables).
     :param workdir: The server's working directory; its log is `server.log` there.
     :param pipelines: How many pipelines are deployed once the server has started.
+    :param audit: A file that gets a line per attempt the server makes to reach another machine.
     :returns: (yields) The server's base URL.
     """
     port = free_port()
     log_path = workdir / "server.log"
+    start = [sys.executable, "-c", AUDITED, str(audit)] if audit else [sys.executable, "-m", "gatehouse.cli"]
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
+            [*start, "serve", "--port", str(port), "--manifest", str(manifest)],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
         )
         url = f"http://127.0.0.1:{port}"

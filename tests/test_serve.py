@@ -66,7 +66,9 @@ def server(tmp_path_factory):
     """A keyed server with the sample knowledge bases uploaded over HTTP."""
     tmp = tmp_path_factory.mktemp("serve")
     manifest = _manifest(tmp, keys=True)
-    with running_server(manifest, env=_env(tmp), workdir=tmp, pipelines=3) as url:
+    env = {key: value for key, value in _env(tmp).items() if key not in ("HAYSTACK_TELEMETRY_ENABLED", "DO_NOT_TRACK")}
+    with running_server(manifest, env={**env, "HOME": str(tmp)}, workdir=tmp, pipelines=3,
+                        audit=tmp / "outbound.log") as url:
         with httpx.Client(base_url=url, headers=_auth(ADMIN_KEY), timeout=120) as client:
             for kb in ("faq", "ops", "product"):
                 paths = sorted((PROJECT_ROOT / "kb" / kb).glob("*.md"))
@@ -363,3 +365,12 @@ def test_refuses_to_bind_beyond_loopback_without_keys(tmp_path):
     )
     assert done.returncode == 2
     assert "refusing to bind to 0.0.0.0 without auth keys" in done.stderr
+
+
+def test_served_asks_reach_no_other_machine(server):
+    """Run last in this module: every request above went through a server under an outbound-connection audit hook."""
+    with httpx.Client(base_url=server["url"], headers=_auth(ADMIN_KEY), timeout=120) as client:
+        assert client.post("/ask/run", json={"query": QUESTION}).status_code == 200
+    log = server["tmp"] / "outbound.log"
+    assert not log.exists() or log.read_text() == ""
+    assert not (server["tmp"] / ".haystack").exists()  # no telemetry id written to the server's home
