@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -137,6 +138,34 @@ def test_run_paraphrase_hits_and_a_same_topic_question_does_not(cache):
                      "how much does the team plan cost"]:
         result = cache.run(state=new_state(question))
         assert "hit" not in result and result["miss"]["cache"] == {"status": "miss"}, question
+
+
+PAIRS = yaml.safe_load((Path(__file__).resolve().parents[1] / "eval" / "sets" / "cache_pairs.yml").read_text())
+
+
+def test_run_near_miss_pairs_never_hit(store):
+    """A held-out set written apart from the cache's code: opposite actions, with/without, negations, numbers, roles."""
+    near = [pair for pair in PAIRS["pairs"] if pair["kind"] == "near_miss"]
+    assert len(near) >= 30
+    wrong = []
+    for pair in near:
+        cache = SemanticCache(document_store=store)
+        ask_and_store(cache, pair["first"])
+        if "hit" in cache.run(state=new_state(pair["second"])):
+            wrong.append(pair["id"])
+    assert wrong == []
+
+
+def test_run_paraphrase_pairs_hit_rate_is_reported(store, capsys):
+    pairs = [pair for pair in PAIRS["pairs"] if pair["kind"] == "paraphrase"]
+    hits = 0
+    for pair in pairs:
+        cache = SemanticCache(document_store=store)
+        ask_and_store(cache, pair["first"])
+        hits += "hit" in cache.run(state=new_state(pair["second"]))
+    with capsys.disabled():
+        print(f"\nanswer cache: {hits} of {len(pairs)} held-out paraphrase pairs hit")
+    assert hits >= 1
 
 
 def test_run_never_across_tenants_kbs_or_modes(cache):

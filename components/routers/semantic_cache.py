@@ -23,7 +23,7 @@ from gatehouse.components.builders.response_builder import FINAL_STATUSES
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.routers.tiered_classifier import normalize_text
 from gatehouse.components.state import PUBLIC_TENANT, State, advance, with_validation
-from gatehouse.components.text import stem
+from gatehouse.components.text import DEFAULT_STOPWORDS, stem
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def normalise_question(text: str) -> str:
 
 
 def _words(text: str) -> list[tuple[str, bool]]:
-    """The words of a text (inner `-`, `.`, `/` kept: `atlas-2-large`, `3.4`), each with "starts a sentence"."""
+    """The words of a text (inner `-`, `.`, `/` kept: `v2-large`, `3.4`), each with "starts a sentence"."""
     text = unicodedata.normalize("NFKC", text or "")
     return [(m.group(), _SENTENCE_START.search(text, 0, m.start()) is not None) for m in _WORD.finditer(text)]
 
@@ -72,12 +72,38 @@ def folded_words(text: str) -> frozenset[str]:
     return frozenset(_fold(word) for word, _ in _words(text))
 
 
+#: Words that turn a question's meaning around: with one in a question and not in the other, they differ.
+_NEGATION = re.compile(r"n['’]t\b|\b(?:not|no|never|without|cannot|none|neither|nor)\b", re.IGNORECASE)
+
+
+#: Function words that still change what is asked: order in time, how many, direction ("before / after the first
+#: deployment", "one / every endpoint", "up / down"). `meaning` keeps them although they are stopwords.
+_BEARING = frozenset(
+    "above after all any before below both down each either every first from into last least less more most off "
+    "on one only out over some to under up with".split()
+)
+
+
+def meaning(text: str) -> tuple[frozenset[str], int]:
+    """
+    What a semantic match must agree on: the question's content words (case-folded, stemmed; function words left
+    out except those in `_BEARING`, so "How do I / How can I rotate a key" agree) and how many negations it has
+    ("Can I" / "Can't I" do not).
+
+    :param text: The question.
+    :returns: `(content words, number of negations)`.
+    """
+    words = frozenset(_fold(word) for word, _ in _words(text)
+                      if word.casefold() in _BEARING or word.casefold() not in DEFAULT_STOPWORDS)
+    return words, len(_NEGATION.findall(unicodedata.normalize("NFKC", text or "")))
+
+
 def key_terms(text: str) -> frozenset[str]:
     """
     The words of a question that name one thing among similar ones, case-folded: words with a digit (`P1`, `3.2`,
-    `swift-1`), with an inner `-`, `.` or `/` (`eu-west`, `/healthz`), with a capital after the first letter (`MySQL`,
+    `model-1`), with an inner `-`, `.` or `/` (`eu-west`, `/healthz`), with a capital after the first letter (`MySQL`,
     `HTTPS`) or capitalised inside a sentence (`Team`, `Business`). Two questions whose embeddings are close but whose
-    key terms differ ("the Team plan" / "the Business plan") ask about different things.
+    key terms differ ("the basic tier" / "the premium tier") ask about different things.
 
     :param text: The question.
     :returns: Its key terms, case-folded (and stemmed when only letters).
@@ -107,6 +133,7 @@ class _Entry:
     question: str  # normalised
     terms: frozenset[str]  # key terms of the question
     words: frozenset[str]  # all its words (folded_words)
+    sense: tuple[frozenset[str], int]  # its content words and negations (meaning)
     embedding: np.ndarray
     answer: dict[str, Any]  # RESTORED_KEYS of the finished state
     validation: dict[str, list[str]]  # RESTORED_VALIDATION records added after the lookup
@@ -149,7 +176,9 @@ class SemanticCache:
     miss. The key is the tenant, the knowledge bases the request names (or none: routed) and the question: an exact
     match of `normalise_question` is a hit without embedding; otherwise the question's embedding is compared with the
     stored ones of the same tenant and KBs, and one at `similarity_threshold` or above whose key terms (`key_terms`:
-    plan names, versions, error codes, regions) are the same is a hit. Never across tenants.
+    names, versions, error codes, regions) and meaning (`meaning`: the same content words, the same negations, so
+    "enable" / "disable", "with" / "without", "admin" / "member" never match) are the same is a hit. Never across
+    tenants.
 
     An entry expires after `ttl_s`, the least recently used goes beyond `max_entries`, and an entry is dropped as soon
     as any document of a KB it depends on is written or deleted, by this process or another (`gatehouse ingest`,
@@ -307,12 +336,12 @@ class SemanticCache:
         embedding = self.embed(text)
         candidates = list(entries.values())
         similarities = np.stack([entry.embedding for entry in candidates]) @ embedding
-        terms, words = key_terms(text), folded_words(text)
+        terms, words, sense = key_terms(text), folded_words(text), meaning(text)
         best, best_similarity = None, 0.0
         for entry, similarity in zip(candidates, similarities.tolist()):
             shared = terms | entry.terms
             if similarity >= max(self.similarity_threshold, best_similarity) and shared <= words and \
-                    shared <= entry.words:
+                    shared <= entry.words and sense == entry.sense:
                 best, best_similarity = entry, similarity
         if best is not None:
             self._touch(partition, best.question)
@@ -359,6 +388,7 @@ class SemanticCache:
             question=ticket.question,
             terms=key_terms(ticket.text),
             words=folded_words(ticket.text),
+            sense=meaning(ticket.text),
             embedding=ticket.embedding if ticket.embedding is not None else self.embed(ticket.text),
             answer=deepcopy({key: state[key] for key in RESTORED_KEYS if key in state}),  # type: ignore[literal-required]
             validation={key: list(validation.get(key, []))[ticket.validation_counts.get(key, 0):]
