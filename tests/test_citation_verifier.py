@@ -224,6 +224,31 @@ def test_run_kb_url_fallback(verifier):
     assert out["support"]["supported"] is True
 
 
+def test_run_citations_carry_safe_urls_and_plain_text(verifier):
+    hostile = passage(
+        "Refunds are issued within 14 days. <img src=x onerror=alert(1)> [more](javascript:alert(2))",
+        "S1",
+        url="javascript:alert(document.cookie)",
+        title="Refunds <script>alert(3)</script>",
+        section="&lt;b onmouseover=alert(4)&gt;Policy\x1b[2J",
+        source="refunds\u202e.md",
+        section_id="policy",
+    )
+    out = verify(verifier, "Refunds are issued within 14 days. [S1]", passages=[hostile])
+    citation = out["citations"][0]
+    assert citation["url"] == "kb://docs/refunds.md#policy"  # the unsafe page URL is replaced by the KB link
+    assert "dropped_unsafe_url:S1" in out["validation"]["guardrail_actions"]
+    for field in ("text", "snippet", "source"):
+        assert not any(mark in citation[field] for mark in ("<", "javascript", "\x1b", "\u202e")), citation[field]
+    assert citation["text"] == "Refunds › Policy"
+    assert citation["snippet"].startswith("Refunds are issued within 14 days. more")
+    for url in ("https://docs.example.com/a", "/relative/page", "kb://docs/a.md"):
+        out = verify(verifier, "Refunds are issued within 14 days. [S1]", passages=[passage(
+            "Refunds are issued within 14 days.", "S1", url=url, section_id=None)])
+        assert out["citations"][0]["url"] == url
+        assert not any(a.startswith("dropped_unsafe_url") for a in out["validation"]["guardrail_actions"])
+
+
 def test_run_no_passages_passes_through(verifier):
     state = new_state("Hello!", answer="Hello! I can answer questions about the docs.", status="success",
                       route="direct")
@@ -472,3 +497,35 @@ def test_run_never_reattributes_an_invented_or_negated_claim():
     assert out["validation"]["guardrail_actions"] == ["removed_contradicted_sentence:API keys never expire.",
                                                      f"removed_unsupported_sentence:{FABRICATED}"]
     assert verify(component, f"{VERBATIM_1} [S1] {FABRICATED}")["answer"] == f"{VERBATIM_1} [S1]"
+
+
+def test_run_a_negation_the_question_makes_is_no_contradiction():
+    passage = Document(content="- `max_connections`, maximum number of allowable connections. (Default 100)",
+                       meta={"source_id": "S1", "title": "Limits"})
+    claim = "If you don't pass any limits to the client, the pool allows at most 100 connections. [S1]"
+    asked = new_state("If I don't pass any limits, what's the maximum number of connections?", passages=[passage],
+                      answer=claim)
+    kept = CitationVerifier(support_threshold=0.45).run(state=asked)["state"]  # ask.yml's threshold
+    assert kept["answer"] == claim and not kept["validation"]["unsupported_sentences"]
+    plain = new_state("What's the maximum number of connections?", passages=[passage],
+                      answer="The pool does not allow 100 connections. [S1]")
+    assert CitationVerifier().run(state=plain)["state"]["validation"]["unsupported_sentences"]
+
+
+def test_run_a_code_name_the_passage_never_writes_is_unsupported():
+    passage = Document(content="Catch `TimeoutException` to handle connect, read, write and pool timeouts.",
+                       meta={"source_id": "S1", "title": "Timeouts"})
+    wrong = new_state("Which exception covers all timeouts?", passages=[passage],
+                      answer="Catch `TimeoutError` to handle every timeout. [S1]")
+    assert CitationVerifier(support_threshold=0.45).run(state=wrong)["state"]["validation"]["unsupported_sentences"]
+    right = new_state("Which exception covers all timeouts?", passages=[passage],
+                      answer="Catch `TimeoutException` to handle every timeout. [S1]")
+    assert not CitationVerifier(support_threshold=0.45).run(state=right)["state"]["validation"]["unsupported_sentences"]
+
+
+def test_run_a_verbatim_sentence_repeating_the_questions_negation_is_supported():
+    passage = Document(content="To raise the level without a restart, run `ctl level set debug`.",
+                       meta={"source_id": "S1", "title": "Logging"})
+    state = new_state("How do I raise the level without a restart?", passages=[passage],
+                      answer="To raise the level without a restart, run `ctl level set debug`. [S1]")
+    assert not CitationVerifier(support_threshold=0.45).run(state=state)["state"]["validation"]["unsupported_sentences"]

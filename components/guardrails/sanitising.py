@@ -5,9 +5,12 @@ removed, and link targets whose URL nh3 would not allow dropped.
 
 import html
 import re
+import unicodedata
 
 import nh3
 from markdown_it.helpers import parseLinkDestination, parseLinkTitle
+
+from gatehouse.components.text import printable
 
 DEFAULT_DANGEROUS_ELEMENTS: list[str] = ["script", "style", "iframe", "object", "embed", "noscript", "template"]
 
@@ -72,3 +75,51 @@ def drop_unsafe_links(text: str) -> str:
             kept.append(text[last:start])
             last = end
     return "".join(kept) + text[last:]
+
+
+#: The URL schemes a citation link may have; a URL without a scheme (relative) is kept too.
+CITATION_URL_SCHEMES: frozenset[str] = frozenset({"http", "https", "kb"})
+#: A URL's scheme as a browser reads it (letters, then `:`), after entities are decoded.
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+#: Markdown images and links in plain text: `![alt](target)` is dropped, `[label](target)` keeps its label.
+_MARKDOWN_TARGET = r"\((?:[^()\n]|\([^()\n]*\))*\)"
+_MARKDOWN_IMAGE = re.compile(r"!\[[^\]\n]*\]" + _MARKDOWN_TARGET)
+_MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]" + _MARKDOWN_TARGET)
+_PLAIN_CLEANER = nh3.Cleaner(tags=set(), attributes={}, clean_content_tags={"script", "style"}, link_rel=None)
+
+
+def citation_url(url: str) -> str | None:
+    """
+    The URL a citation may carry: http, https, `kb://` or relative; None for anything else (`javascript:`, `data:`,
+    a scheme hidden with entities, whitespace or control characters).
+
+    :param url: The URL from a document's front matter or the KB's URL base.
+    :returns: The URL, or None when it must be dropped.
+    """
+    decoded = html.unescape(url).strip()
+    if any(char.isspace() or unicodedata.category(char) in ("Cc", "Cf") for char in decoded):
+        return None
+    scheme = _SCHEME.match(decoded)
+    if scheme is None:
+        return url.strip()
+    return url.strip() if scheme.group(1).casefold() in CITATION_URL_SCHEMES else None
+
+
+def plain_text(text: str) -> str:
+    """
+    Text with its markup removed, for fields a client may render (a citation's title and snippet): HTML tags and
+    the content of `script`/`style` removed until nothing changes, markdown images dropped, markdown links reduced
+    to their label, terminal escapes and control characters removed.
+
+    :param text: Text from a document.
+    :returns: Plain text (`<b>Setup</b><script>x()</script>` -> `Setup`).
+    """
+    for _ in range(SANITIZE_ROUNDS):
+        cleaned = html.unescape(_PLAIN_CLEANER.clean(text))
+        if cleaned == text:
+            break
+        text = cleaned
+    else:
+        text = html.escape(text)
+    text = _MARKDOWN_LINK.sub(r"\1", _MARKDOWN_IMAGE.sub("", text))
+    return printable(text)

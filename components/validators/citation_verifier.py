@@ -12,6 +12,7 @@ import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.guardrails.sanitising import citation_url, plain_text
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_CITATION_PATTERN,
@@ -21,6 +22,7 @@ from gatehouse.components.text import (
     normalize_space,
     numbers,
     overlap,
+    printable,
     rewrite_markers,
     split_units,
     strip_heading_markers,
@@ -53,6 +55,7 @@ DEFAULT_FALLBACK_MESSAGE = (
 )
 
 _NUMBER_WITH_UNIT = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(%|[^\W\d_]+)?")
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
 _CUE_TOKEN = re.compile(r"\w+?(?=n['’]t\b)|n['’]t\b|\w+", re.IGNORECASE)
 
 
@@ -71,7 +74,8 @@ class CitationVerifier:
       `embedding_weight * cosine + lexical_weight * containment`, where containment is the share of the
       sentence's content words (stemmed, stopwords removed) found in the passage sentence. A sentence copied
       verbatim scores 1.0; a sentence citing an unrelated passage scores near 0. When the sentence states a number
-      that the cited passages do not contain, its score is multiplied by `unmatched_number_penalty`.
+      that the cited passages do not contain, or writes a `code name` they never write, its score is multiplied by
+      `unmatched_number_penalty`.
       A sentence is supported when its score is at least `support_threshold` and it is not contradicted.
     - Detects contradiction (`detect_contradictions`), which similarity alone cannot see ("Keys do not expire" is
       as close to "Keys expire" as a paraphrase): the claim is aligned with its `alignment_top_k` best-matching
@@ -174,8 +178,8 @@ class CitationVerifier:
         :param embedding_weight: Weight of the embedding cosine similarity in the support score.
         :param lexical_weight: Weight of the lexical containment in the support score.
         :param min_supported_ratio: Share of supported claims below which `support.supported` is False.
-        :param unmatched_number_penalty: Factor applied to the score of a sentence stating a number absent from the
-            passages it cites (1.0 disables the check).
+        :param unmatched_number_penalty: Factor applied to the score of a sentence stating a number, or a `code name`,
+            absent from the passages it cites (1.0 disables the check).
         :param detect_contradictions: Check claims for negation flips, opposite words and different numbers.
         :param negation_cues: Words and phrases that negate what follows; None uses `DEFAULT_NEGATION_CUES`.
         :param antonyms: Pairs of opposite word groups, `[[["increase", "higher"], ["decrease", "lower"]], ...]`,
@@ -315,7 +319,8 @@ class CitationVerifier:
         by_id = self._by_id(passages)
         cleaned, removed = self._clean(answer, set(by_id))
 
-        sentences = self.sentence_verdicts(self.units(answer), passages)
+        question = str(state.get("condensed_query") or state.get("original_query") or state.get("query") or "")
+        sentences = self.sentence_verdicts(self.units(answer), passages, question)
         claims = [s for s in sentences if not s["connective"]]
 
         supported_count = sum(1 for s in claims if s["supported"])
@@ -357,6 +362,7 @@ class CitationVerifier:
                 actions.append("fallback:no_supported_sentence")
         kept = [s for s in claims if self.keeps(s)]
         citations = [] if updates.get("status") == "fallback" else self._citations(updates["answer"], by_id, kept)
+        actions += [f"dropped_unsafe_url:{c['id']}" for c in citations if c["url"] != self._url(by_id[c["id"]])]
         new_state = advance(
             state,
             stage="verify",
@@ -383,7 +389,7 @@ class CitationVerifier:
         abbreviations = DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
         return split_units(answer, abbreviations=abbreviations, citation_pattern=self.citation_pattern)
 
-    def sentence_verdicts(self, units: list[Unit], passages: list[Document]) -> list[dict[str, Any]]:
+    def sentence_verdicts(self, units: list[Unit], passages: list[Document], question: str = "") -> list[dict[str, Any]]:
         """
         The per-sentence decision, the one `run` makes for every sentence of the whole answer; the chat stream makes
         it for each sentence as soon as the model has finished writing it, so both keep and drop the same sentences.
@@ -395,21 +401,24 @@ class CitationVerifier:
 
         :param units: Units of `units(answer)`, all of them or any part.
         :param passages: The passages the answer may cite (`meta["source_id"]`, else `S<position>`).
+        :param question: The question answered: a negation the question itself makes ("if I don't set a limit") is
+            the user's premise, not a claim: negations on those words count on neither side.
         :returns: One verdict per sentence; `keeps(verdict)` says whether it stays in the answer.
         """
         by_id = self._by_id(passages)
         sentences = self._sentences(units, set(by_id))
-        self._score_claims([s for s in sentences if not s["connective"] and s["ids"]], by_id)
+        premise = self._negated_words(question)
+        self._score_claims([s for s in sentences if not s["connective"] and s["ids"]], by_id, premise)
         if self.reattribute:
             self._reattribute([s for s in sentences if not s["connective"] and not s["supported"]
-                               and all(cue.startswith("number:") for cue in s["cues"])], by_id)
+                               and all(cue.startswith("number:") for cue in s["cues"])], by_id, premise)
         return sentences
 
-    def _reattribute(self, claims: list[dict[str, Any]], by_id: dict[str, Document]) -> None:
+    def _reattribute(self, claims: list[dict[str, Any]], by_id: dict[str, Document], premise: set[str]) -> None:
         """Point each claim at the passage that supports it best, when one does (see the class docstring)."""
         pairs = [(claim, {**claim, "ids": [source_id], "cues": []})
                  for claim in claims for source_id in by_id if source_id not in claim["ids"]]
-        self._score_claims([candidate for _, candidate in pairs], by_id)
+        self._score_claims([candidate for _, candidate in pairs], by_id, premise)
         for claim in claims:
             supporting = [c for owner, c in pairs if owner is claim
                           and not c["cues"] and c["score"] >= self.reattribute_threshold]
@@ -516,7 +525,7 @@ class CitationVerifier:
             )
         return sentences
 
-    def _score_claims(self, claims: list[dict[str, Any]], by_id: dict[str, Document]) -> None:
+    def _score_claims(self, claims: list[dict[str, Any]], by_id: dict[str, Document], premise: set[str]) -> None:
         if not claims:
             return
         self.warm_up()
@@ -525,11 +534,14 @@ class CitationVerifier:
         evidence: dict[str, list[str]] = {}
         for source_id in cited:
             content = by_id[source_id].content or ""
+            meta = by_id[source_id].meta or {}
+            # What the passage says includes the headings it sits under ("PORT" over "- Default: 1416").
+            headings = [str(h) for h in (meta.get("heading_path") or [meta.get("section")]) if h]
             pieces = [
                 strip_heading_markers(strip_list_marker(u.text))
                 for u in split_units(content, abbreviations=abbreviations, citation_pattern=self.citation_pattern)
             ]
-            evidence[source_id] = [p for p in pieces if p] + [normalize_space(content)]
+            evidence[source_id] = list(dict.fromkeys([p for p in pieces + headings if p])) + [normalize_space(content)]
         texts = list(dict.fromkeys([c["claim"] for c in claims] + [t for ts in evidence.values() for t in ts]))
         vectors = dict(zip(texts, self._backend.embed(texts)))
         words = {t: content_words(t, self.stopwords) for t in texts}
@@ -543,20 +555,24 @@ class CitationVerifier:
                     pair = self.embedding_weight * cosine + self.lexical_weight * containment
                     aligned.append((pair, piece if index < len(evidence[source_id]) - 1 else ""))
             best = max(pair for pair, _ in aligned)
-            available = set().union(*(numbers(by_id[i].content or "") for i in claim["ids"]))
+            available = set().union(*(numbers(" ".join(evidence[i])) for i in claim["ids"]))
             stated = numbers(claim["claim"])
             if stated - available:
                 best *= self.unmatched_number_penalty
+            cited_text = " ".join(evidence[i][-1] for i in claim["ids"])
+            if any(name not in cited_text for name in _CODE_SPAN.findall(claim["claim"])):
+                best *= self.unmatched_number_penalty  # a `name` the passage never writes ("TimeoutError")
             if self.detect_contradictions:
                 sentences = [piece for _, piece in sorted(aligned, key=lambda a: -a[0]) if piece]
-                claim["cues"] = self._contradiction(claim["claim"], sentences[: self.alignment_top_k], available)
+                claim["cues"] = self._contradiction(claim["claim"], sentences[: self.alignment_top_k], available,
+                                                    premise)
             claim["score"] = min(1.0, best)
             claim["supported"] = claim["score"] >= self.support_threshold and not claim["cues"]
 
-    def _contradiction(self, claim: str, aligned: list[str], available: set[str]) -> list[str]:
+    def _contradiction(self, claim: str, aligned: list[str], available: set[str], premise: set[str]) -> list[str]:
         """The cues by which `claim` contradicts one of its aligned evidence sentences; empty when it does not."""
         for sentence in aligned:
-            flips = self._polarity_cues(claim, sentence)
+            flips = self._polarity_cues(claim, sentence, premise)
             if len(flips) % 2:
                 return flips
             for number, unit in _numbers_with_units(claim):
@@ -566,11 +582,11 @@ class CitationVerifier:
                     return [f"number:{number} {unit}"]
         return []
 
-    def _polarity_cues(self, claim: str, sentence: str) -> list[str]:
+    def _polarity_cues(self, claim: str, sentence: str, premise: set[str] | None = None) -> list[str]:
         """Negations (in either sentence) and opposite words that bear on the content the two sentences share."""
         claim_tokens, sentence_tokens = _cue_tokens(claim), _cue_tokens(sentence)
-        cues = [f"negation:{cue}" for cue in self._negations_on(claim_tokens, sentence)]
-        cues += [f"negation:{cue}" for cue in self._negations_on(sentence_tokens, claim)]
+        cues = [f"negation:{cue}" for cue in self._negations_on(claim_tokens, sentence, premise)]
+        cues += [f"negation:{cue}" for cue in self._negations_on(sentence_tokens, claim, premise)]
         claim_hits, sentence_hits = self._antonym_hits(claim_tokens), self._antonym_hits(sentence_tokens)
         for pair, side, word, context in claim_hits:
             near = [(s, w) for p, s, w, c in sentence_hits if p == pair and c & context]
@@ -579,16 +595,27 @@ class CitationVerifier:
                 cues.append(f"antonym:{word}/{opposite[0]}")
         return cues
 
-    def _negations_on(self, tokens: list[str], other: str) -> list[str]:
-        """The negation cues of `tokens` followed, within `cue_window` words, by a content word of `other`."""
+    def _negations_on(self, tokens: list[str], other: str, premise: set[str] | None = None) -> list[str]:
+        """
+        The negation cues of `tokens` followed, within `cue_window` words, by a content word of `other`; a cue whose
+        words are among `premise` (what the question itself negates) is left out.
+        """
         shared = content_words(other, self.stopwords)
         found = []
         for start in range(len(tokens)):
             for cue in self._negations:
                 end = start + len(cue)
-                if tuple(tokens[start:end]) == cue and self._content(tokens[end : end + self.cue_window]) & shared:
+                window = self._content(tokens[end : end + self.cue_window])
+                if tuple(tokens[start:end]) == cue and window & shared and not (premise and window & premise):
                     found.append(" ".join(cue))
         return found
+
+    def _negated_words(self, question: str) -> set[str]:
+        """The content words the question's own negations bear on ("if I don't pass any *limits*")."""
+        tokens = _cue_tokens(question or "")
+        return {word for start in range(len(tokens)) for cue in self._negations
+                if tuple(tokens[start : start + len(cue)]) == cue
+                for word in self._content(tokens[start + len(cue) : start + len(cue) + self.cue_window])}
 
     def _antonym_hits(self, tokens: list[str]) -> list[tuple[int, int, str, set[str]]]:
         """`(pair, side, word, content words within cue_window on either side)` per opposite word in `tokens`;
@@ -617,15 +644,16 @@ class CitationVerifier:
         citations = []
         for source_id in order:
             passage = by_id[source_id]
+            source = (passage.meta or {}).get("source")
             scores = [c["score"] for c in claims if source_id in c["ids"]]
             citations.append(
                 {
                     "id": source_id,
-                    "text": self._display_text(passage, source_id),
-                    "snippet": self._snippet(passage.content or ""),
-                    "url": self._url(passage),
+                    "text": normalize_space(plain_text(self._display_text(passage, source_id))),
+                    "snippet": self._snippet(plain_text(passage.content or "")),
+                    "url": citation_url(self._url(passage)) or self._kb_url(passage),
                     "chunk_id": passage.id,
-                    "source": (passage.meta or {}).get("source"),
+                    "source": source if source is None else plain_text(str(source)),
                     "kb": (passage.meta or {}).get("kb"),
                     "confidence": round(max(scores), 3) if scores else 0.0,
                 }
@@ -658,9 +686,16 @@ class CitationVerifier:
         url = meta.get("url")
         if url:
             return str(url) if "#" in str(url) or not anchor else f"{url}{anchor}"
+        return self._kb_url(passage)
+
+    def _kb_url(self, passage: Document) -> str:
+        """The passage's link in its knowledge base (`url_template`): where a citation points without a page URL,
+        or when the page's URL is not a safe link."""
+        meta = passage.meta or {}
+        anchor = f"#{meta['section_id']}" if meta.get("section_id") else ""
         kb = meta.get("kb") or self.fallback_kb
         source = meta.get("source") or meta.get("doc_id") or passage.id
-        return self.url_template.format(kb=kb, source=source) + anchor
+        return printable(self.url_template.format(kb=kb, source=source) + anchor)
 
 
 def _loose(text: str) -> str:
