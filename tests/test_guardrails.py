@@ -111,7 +111,8 @@ def test_to_dict():
     assert params["hedge_phrases"] == ["perhaps"]
     assert params["allowed_tags"] == ["b"]
     assert params["max_query_chars"] == 2000
-    assert "code_generation" in params["capability_patterns"]
+    assert "external_action" in params["capability_patterns"]
+    assert "code_generation" not in params["capability_patterns"]  # the intent gate decides code requests
     assert params["allow_pii_from_sources"] is True
     assert Guardrails(stage="output", allow_pii_from_sources=False).to_dict()["init_parameters"][
         "allow_pii_from_sources"
@@ -172,7 +173,7 @@ def test_from_dict_in_yaml_pipeline():
     loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["gatehouse.components.guardrails.guardrails"])
     passed = loaded.run({"input_guardrails": {"state": new_state("What is the rate limit?")}})
     assert passed["output_guardrails"]["state"]["path"] == ["start", "input_guardrails", "output_guardrails"]
-    blocked = loaded.run({"input_guardrails": {"state": new_state("Write a python script for me")}})
+    blocked = loaded.run({"input_guardrails": {"state": new_state("Send an email to my manager about it")}})
     assert blocked["input_guardrails"]["blocked"]["status"] == "refused"
     assert "output_guardrails" not in blocked
 
@@ -406,15 +407,12 @@ def test_run_input_injection_soft_mode_and_scope():
     ["Write a python script that lists all users", "generate code for pagination",
      "Can you implement a function to parse dates?", "Write me a SQL query for the orders table"],
 )
-def test_run_input_refuses_code_writing(input_gate, query):
+def test_run_input_passes_code_requests_to_the_intent_gate(input_gate, query):
+    # Documentation is often code: whether a request for code is answered from it is the intent gate's decision,
+    # which knows what the knowledge bases document.
     route, state = run_input(input_gate, query)
-    assert route == "blocked"
-    assert state["status"] == "refused"
-    assert "cannot write code" in state["answer"]
-    assert state["validation"]["boundary_violations"] == ["capability:code_generation"]
-    assert state["validation"]["guardrail_actions"] == ["override:capability:code_generation"]
-    assert state["path"][-1] == "input_guardrails_blocked:capability:code_generation"
-    assert state["citations"] == []
+    assert route == "passed"
+    assert state["validation"]["boundary_violations"] == []
 
 
 @pytest.mark.parametrize(
@@ -486,10 +484,10 @@ def test_run_input_addressed_advice_requests_are_refused(input_gate, query, topi
 def test_run_input_custom_messages():
     gate = Guardrails(
         corpus_name="Widget",
-        capability_messages={"code_generation": "No code, only {corpus_name} {answers}."},
+        capability_messages={"external_action": "No actions, only {corpus_name} {answers}."},
     )
-    route, state = run_input(gate, "write code to sort a list")
-    assert state["answer"] == "No code, only Widget {answers}."
+    route, state = run_input(gate, "send an email to my team about the outage")
+    assert state["answer"] == "No actions, only Widget {answers}."
 
 
 def test_run_input_does_not_mutate_state(input_gate):

@@ -33,6 +33,7 @@ from typing import Any
 import nh3
 from haystack import component, default_from_dict, default_to_dict
 
+from gatehouse.components.guardrails.document_screen import drop_foreign_images
 from gatehouse.components.guardrails.injection import (
     DEFAULT_CAPABILITY_EXEMPTIONS,
     DEFAULT_CAPABILITY_MESSAGES,
@@ -169,6 +170,7 @@ class Guardrails:
         sanitize_markup: bool = True,
         dangerous_elements: list[str] | None = None,
         allowed_tags: list[str] | None = None,
+        allowed_image_hosts: list[str] | None = None,
         hedge_phrases: list[str] | None = None,
         fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
         warn_without_sources: bool = True,
@@ -228,6 +230,9 @@ class Guardrails:
             None by default: the answer is markdown, which has its own emphasis, code and links. Allow inline tags
             only (`b`, `i`, `sub`, `sup`, `kbd`, `br`, ...): after a block tag (`div`, `pre`) a markdown renderer
             reads the next lines as raw HTML, code included.
+        :param allowed_image_hosts: Hosts whose images (markdown or `<img>`) the output stage keeps in an answer;
+            every other image with an absolute URL is removed (a client rendering it would tell that host who read
+            the answer), recorded as `removed_external_image:<host>`. Relative image URLs are kept.
         :param hedge_phrases: Phrases that raise a confidence warning in the output stage.
         :param fallback_message: Answer that replaces an answer the citation verifier found unsupported.
         :param warn_without_sources: Whether to warn about a retrieved answer that has no citations.
@@ -276,6 +281,7 @@ class Guardrails:
         self.sanitize_markup = sanitize_markup
         self.dangerous_elements = _or_default(dangerous_elements, DEFAULT_DANGEROUS_ELEMENTS)
         self.allowed_tags = list(allowed_tags or [])
+        self.allowed_image_hosts = list(allowed_image_hosts or [])
         self.hedge_phrases = _or_default(hedge_phrases, DEFAULT_HEDGE_PHRASES)
         self.fallback_message = fallback_message
         self.warn_without_sources = warn_without_sources
@@ -372,6 +378,7 @@ class Guardrails:
             sanitize_markup=self.sanitize_markup,
             dangerous_elements=self.dangerous_elements,
             allowed_tags=self.allowed_tags,
+            allowed_image_hosts=self.allowed_image_hosts,
             hedge_phrases=self.hedge_phrases,
             fallback_message=self.fallback_message,
             warn_without_sources=self.warn_without_sources,
@@ -608,10 +615,12 @@ class Guardrails:
         :param text: The answer, or one sentence of it.
         :param state: Where the cited passages are: `passages` and `citations` (`[{"id": "S1"}, ...]`).
         :returns: The screened text and the guardrail actions taken (`redacted_pii:<kind>`, `kept_source_pii:<kind>`,
-            `sanitized_markup`).
+            `removed_external_image:<host>`, `sanitized_markup`).
         """
         masked, kinds, kept = self._detectors.redact(text, self._quoted_from_sources(state))
         actions = [f"redacted_pii:{kind}" for kind in kinds] + [f"kept_source_pii:{kind}" for kind in kept]
+        masked, hosts = drop_foreign_images(masked, {host.casefold() for host in self.allowed_image_hosts})
+        actions += [f"removed_external_image:{host}" for host in dict.fromkeys(hosts)]
         if self.sanitize_markup:
             sanitized = self._sanitize(masked)
             if sanitized != masked:
