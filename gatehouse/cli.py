@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gatehouse.components.state import PUBLIC_TENANT
+from gatehouse.components.text import printable
 from gatehouse import runtime, settings
 from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.llm.models import DEFAULT_MODEL, MODELS
@@ -62,14 +63,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if not args.kb:
             print("gatehouse: --kb is required when ingesting your own files.", file=sys.stderr)
             return 2
-        groups = path_groups(args.paths, args.kb, args.tenant)
-    else:
-        groups = [g for g in sample_groups() if (not args.kb or g.kb == args.kb)]
-        if args.tenant:
-            groups = [g for g in groups if g.tenant == args.tenant]
+    elif args.url_base:
+        print("gatehouse: --url-base applies to your own files (the sample KBs' pages name their url).",
+              file=sys.stderr)
+        return 2
     from haystack.core.errors import PipelineRuntimeError
 
     try:
+        if args.paths:
+            groups = path_groups(args.paths, args.kb, args.tenant, url_base=args.url_base)
+        else:
+            groups = [g for g in sample_groups() if (not args.kb or g.kb == args.kb)]
+            if args.tenant:
+                groups = [g for g in groups if g.tenant == args.tenant]
         summary = ingest(groups, force=args.force, progress=not args.json, prune_missing=args.prune)
     except (ValueError, PipelineRuntimeError) as error:
         print(f"gatehouse: {find_data_dir_error(error, settings.data_dir()) or error.__cause__ or error}",
@@ -286,15 +292,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_bench_claims(args: argparse.Namespace) -> int:
     """`gatehouse bench claims`: the citation verifier of ask.yml on SciFact claims, judged supported per label."""
-    return _bench("claims_bench", args, dataset=args.dataset, split=args.split, pipeline=args.pipeline,
-                  max_claims=args.max_claims, progress=not args.quiet)
+    from gatehouse.eval.claims_bench import SCIFACT_VERIFIER
+
+    return _bench("claims_bench", args, dataset=args.dataset, split=args.split,
+                  pipeline=args.pipeline or SCIFACT_VERIFIER, max_claims=args.max_claims, progress=not args.quiet)
 
 
 def cmd_bench_answerability(args: argparse.Namespace) -> int:
     """`gatehouse bench answerability`: the answerability gate of ask.yml on SQuAD 2.0 tune/report articles."""
     return _bench("answerability_bench", args, dataset=args.dataset, pipeline=args.pipeline, sample=args.sample,
                   seed=args.seed, top_k=args.top_k, fit_weights=args.fit,
-                  max_false_abstention=args.max_false_abstention, progress=not args.quiet)
+                  max_false_abstention=args.max_false_abstention,
+                  domains=[d.strip() for d in (args.domains or "").split(",") if d.strip()] or None,
+                  domains_workdir=args.domains_workdir, max_wrong_success=args.max_wrong_success,
+                  progress=not args.quiet)
 
 
 def cmd_bench_latency(args: argparse.Namespace) -> int:
@@ -317,6 +328,23 @@ def cmd_bench_tiers(args: argparse.Namespace) -> int:
                   timeout=args.timeout, max_tokens=args.max_tokens)
 
 
+def cmd_bench_domains(args: argparse.Namespace) -> int:
+    """`gatehouse bench domains`: documentation nobody here wrote, ingested as new KBs and asked, judged per set."""
+    split = lambda text: [item.strip() for item in (text or "").split(",") if item.strip()]  # noqa: E731
+    return _bench("domains_bench", args, generators=split(args.generators), sets=split(args.sets) or None,
+                  corpora=args.corpora, workdir=args.workdir, pipeline=args.pipeline, limit=args.limit,
+                  name_kb=args.name_kb, progress=not args.quiet)
+
+
+def cmd_bench_injection(args: argparse.Namespace) -> int:
+    """`gatehouse bench injection`: hostile documents ingested and asked; planted instructions relayed or not."""
+    generators = [item.strip() for item in (args.generators or "").split(",") if item.strip()]
+    from gatehouse.eval.injection_bench import set_path
+
+    return _bench("injection_bench", args, workdir=args.workdir, pipeline=args.pipeline, generators=generators,
+                  set_path=set_path(args.set), progress=not args.quiet)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = argparse.ArgumentParser(prog="gatehouse", description="Agentic RAG with verified citations.")
@@ -326,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("paths", nargs="*", help="files or folders (txt, md, html, pdf)")
     ingest.add_argument("--kb", help="knowledge base to ingest into (required with paths)")
     ingest.add_argument("--tenant", help="owning tenant (default: public)")
+    ingest.add_argument("--url-base", help="link files whose front matter names no url to <URL>/<path> (or put {path} "
+                                           "in the URL), with the heading's anchor; also url_base in the folder's kb.yml")
     ingest.add_argument("--force", action="store_true", help="rewrite unchanged files too")
     ingest.add_argument("--json", action="store_true", help="print the summary as JSON")
     ingest.add_argument("--prune", action="store_true",
@@ -445,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--dataset", help="SciFact folder (default: scifact under the shared data folder)")
     claims.add_argument("--split", default="dev", choices=["dev", "train"], help="claims split (default dev; tune on train)")
     claims.add_argument("--output", help="write the report as JSON to this file")
-    claims.add_argument("--pipeline", default="ask", help="pipeline name or YAML whose verifier is measured (default ask)")
+    claims.add_argument("--pipeline", help="pipeline name or YAML whose verifier is measured (default: "
+                        "eval/pipelines/scifact_verifier.yml, ask.yml's verifier with the SciFact-tuned lexicon)")
     claims.add_argument("--max-claims", type=int, help="only the first N claims of the split")
     claims.add_argument("--quiet", action="store_true", help="no progress bar")
     claims.set_defaults(handler=cmd_bench_claims)
@@ -459,6 +490,13 @@ def build_parser() -> argparse.ArgumentParser:
     answerability.add_argument("--fit", action="store_true", help="fit weights, bias and threshold on tune")
     answerability.add_argument("--max-false-abstention", type=float, default=0.15,
                                help="with --fit: largest false abstention rate on tune (default 0.15)")
+    answerability.add_argument("--domains", help="documentation sets of role tune (eval/sets/domains/) that join the "
+                                                 "fit and set the success threshold, e.g. httpx")
+    answerability.add_argument("--domains-workdir", help="the domain benchmark's workdir (default "
+                                                         "<data dir>/bench/domains)")
+    answerability.add_argument("--max-wrong-success", type=float, default=0.04,
+                               help="with --domains: largest share of questions answered wrongly above the success "
+                                    "threshold (default 0.04)")
     answerability.add_argument("--output", help="write the report as JSON to this file")
     answerability.add_argument("--quiet", action="store_true", help="no progress bar")
     answerability.set_defaults(handler=cmd_bench_answerability)
@@ -492,13 +530,65 @@ def build_parser() -> argparse.ArgumentParser:
     tiers.add_argument("--max-tokens", type=int, default=48, help="most tokens per LLM reply (default 48)")
     tiers.add_argument("--output", help="write the report as JSON to this file")
     tiers.set_defaults(handler=cmd_bench_tiers)
+    domains = benches.add_parser(
+        "domains", help="documentation corpora nobody here wrote (and the sample KBs): ingested as new KBs, asked the "
+                        "questions of eval/sets/domains/, judged per set")
+    domains.add_argument("--generators", default="extractive",
+                         help="comma-separated: extractive (ask.yml's own) and/or profiles such as llm (default "
+                              "extractive)")
+    domains.add_argument("--sets", help="comma-separated set names (default: every set of eval/sets/domains/)")
+    domains.add_argument("--corpora", help="folder of the documentation corpora (default: docs_corpora in the "
+                                           "shared data folder)")
+    domains.add_argument("--workdir", help="where the benchmark's data folder goes (default <data dir>/bench/domains)")
+    domains.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")
+    domains.add_argument("--limit", type=int, help="at most this many questions per set, each kind in turn")
+    domains.add_argument("--name-kb", action="store_true",
+                         help="name each set's KB in the request instead of routing (routing is then not measured)")
+    domains.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
+    domains.add_argument("--quiet", action="store_true", help="no line per question")
+    domains.set_defaults(handler=cmd_bench_domains)
+    injection = benches.add_parser(
+        "injection", help="documents carrying instructions, phishing, image beacons and hostile links "
+                          "(eval/sets/injection.yml), each ingested as its own KB and asked: relayed or not")
+    injection.add_argument("--set", default="injection",
+                           help="a set of eval/sets/ (injection, injection_2) or a YAML file (default injection)")
+    injection.add_argument("--generators", default="extractive", help="comma-separated: extractive, llm")
+    injection.add_argument("--workdir", help="where the data folder goes (default <data dir>/bench/injection)")
+    injection.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")
+    injection.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
+    injection.add_argument("--quiet", action="store_true", help="no line per case")
+    injection.set_defaults(handler=cmd_bench_injection)
     return parser
+
+
+class TerminalText:
+    """
+    A text stream that passes on only printable text (`printable`): what the command prints quotes documents, whose
+    escape sequences must not clear the user's screen or retitle the terminal.
+
+    Usage:
+    ```python
+    sys.stdout = TerminalText(sys.stdout)
+    print("Lockers are on level one.\x1b[2J")   # prints "Lockers are on level one."
+    ```
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(printable(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gatehouse` command."""
     runtime.configure()
     args = build_parser().parse_args(argv)
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalText(stdout), TerminalText(stderr)
     try:
         return args.handler(args)
     except Exception as error:
@@ -507,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"gatehouse: {operator_error}", file=sys.stderr)
         return 2
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 if __name__ == "__main__":
