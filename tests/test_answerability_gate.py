@@ -272,6 +272,14 @@ def test_run_typed_question_needs_a_unit_of_its_type(gate):
     assert "help@example.org" in out["answer_candidates"][0]["text"]
 
 
+def test_run_a_number_written_in_words_is_a_number():
+    passages = [Document(content="Employees receive sixteen weeks of paid parental leave.",
+                         meta={"source_id": "S1", "title": "Handbook", "section": "Parental leave"})]
+    out = AnswerabilityGate(cache_dir="off").run(
+        state=new_state("How many weeks of parental leave do employees get?", passages=passages))
+    assert "answerable" in out and "sixteen weeks" in out["answerable"]["answer_candidates"][0]["text"]
+
+
 def test_run_below_the_success_threshold_is_partial():
     passages = [Document(content="Keys are rotated from Settings at any time.", meta={"source_id": "S1"})]
     out = AnswerabilityGate(threshold=0.0, success_threshold=0.99, cache_dir="off").run(
