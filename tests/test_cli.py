@@ -70,15 +70,19 @@ def test_ingest_own_files_changes_and_failures(data_dir, tmp_path):
     assert "level three" not in public["answer"]
 
 
-def test_printed_text_carries_no_terminal_escapes(data_dir, tmp_path):
+def test_printed_text_carries_no_terminal_escapes(tmp_path, monkeypatch, capsys):
+    from gatehouse.cli import main
+
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
     hostile = tmp_path / "hostile.md"
     hostile.write_text("---\ntitle: \"Lockers\\e]0;pwned\\a\"\n---\n\n# Lockers\n\n"
                        "Lockers are on level one of the garage.\x1b[2J\x1b[31m\u202e\n")
-    assert run(["ingest", str(hostile), "--kb", "hostile", "--tenant", "acme"], data_dir).returncode == 0
-    result = run(["ask", "--kb", "hostile", "--tenant", "acme", "Where are the lockers?"], data_dir)
-    assert "level one" in result.stdout, result.stdout
-    assert not any(char in result.stdout for char in "\x1b\x07\x9b\u202e"), repr(result.stdout)
-
+    assert main(["ingest", str(hostile), "--kb", "hostile", "--tenant", "acme"]) == 0
+    capsys.readouterr()
+    assert main(["ask", "--kb", "hostile", "--tenant", "acme", "Where are the lockers?"]) == 0
+    out = capsys.readouterr().out
+    assert "level one" in out, out
+    assert not any(char in out for char in "\x1b\x07\x9b\u202e"), repr(out)
 
 def test_bad_input_gets_a_clear_error_not_a_traceback(data_dir):
     result = run(["ingest", "somewhere", "--kb", "Bad Name!"], data_dir)

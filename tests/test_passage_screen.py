@@ -23,7 +23,7 @@ def test_init():
 def test_to_dict():
     data = component_to_dict(PassageScreen(allowed_image_hosts=["cdn.example.org"]), "passage_screen")
     assert data == {"type": TYPE, "init_parameters": {"instruction_patterns": None, "credential_patterns": None,
-                                                      "request_patterns": None,
+                                                      "request_patterns": None, "fraud_patterns": None,
                                                       "allowed_image_hosts": ["cdn.example.org"]}}
 
 
