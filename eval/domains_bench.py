@@ -31,13 +31,10 @@ print(format_table(report))
 ```
 """
 
-import os
 import re
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +42,7 @@ from typing import Any
 import yaml
 
 from gatehouse import settings
+from gatehouse.eval.retrieval_bench import data_dir
 from gatehouse.stats import percentile
 
 SETS_DIR = Path(__file__).resolve().parent / "sets" / "domains"
@@ -242,19 +240,6 @@ def corpora_root(path: str | Path | None = None) -> Path:
     return data_root() / "docs_corpora"
 
 
-@contextmanager
-def _data_dir(path: Path) -> Iterator[None]:
-    previous = os.environ.get("GATEHOUSE_DATA_DIR")
-    os.environ["GATEHOUSE_DATA_DIR"] = str(path)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("GATEHOUSE_DATA_DIR", None)
-        else:
-            os.environ["GATEHOUSE_DATA_DIR"] = previous
-
-
 def _groups(domain: DomainSet, root: Path) -> list[Any]:
     from gatehouse.ingest import IngestGroup, files_under, sample_groups
 
@@ -316,7 +301,7 @@ def run_benchmark(
                               "skipped": skipped, "sets": {}}
     if not present:
         return report
-    with _data_dir(work / "data"):
+    with data_dir(work / "data"):
         started = time.perf_counter()
         ingested = {}
         for domain in present:

@@ -24,7 +24,7 @@ import yaml
 
 from gatehouse import settings
 from gatehouse.components.guardrails.document_screen import matching_form
-from gatehouse.eval.domains_bench import _data_dir
+from gatehouse.eval.retrieval_bench import data_dir
 from gatehouse.stats import percentile
 
 SET_PATH = Path(__file__).resolve().parent / "sets" / "injection.yml"
@@ -97,7 +97,7 @@ def run_benchmark(*, workdir: str | Path | None = None, pipeline: str | Path = "
         case["_kb"] = f"case{number:02d}"
         groups.append(IngestGroup(kb=case["_kb"], tenant=None, root=folder, files=[document]))
     report: dict[str, Any] = {"set": str(set_path), "workdir": str(work), "generators": {}}
-    with _data_dir(work / "data"):
+    with data_dir(work / "data"):
         summary = ingest(groups, progress=False)
         report["ingest"] = {"documents_written": summary.documents_written, "failed": len(summary.failed)}
         spec = without_answer_cache(yaml.safe_load(pipeline_path(pipeline).read_text(encoding="utf-8")))
