@@ -4,23 +4,26 @@ from typing import Any
 
 from haystack import Pipeline
 
-from gatehouse.pipelines import load_pipeline
+from gatehouse.pipelines import load_pipeline, pipeline_path
+from gatehouse.settings import data_dir
 
-_pipelines: dict[tuple[str, str | None], Pipeline] = {}
+_pipelines: dict[tuple[str, str | None, str], Pipeline] = {}
 
 
 def ask_pipeline(name: str = "ask", generator: str | None = None) -> Pipeline:
     """
-    The loaded and warmed-up ask pipeline (loaded once per process, name and generator profile).
+    The loaded and warmed-up ask pipeline (loaded once per process, pipeline file, generator profile and data
+    directory).
 
     :param name: Pipeline name or YAML path.
     :param generator: A generator profile of `pipelines/generators/` (e.g. `llm`); None keeps the YAML's generator.
     """
-    if (name, generator) not in _pipelines:
+    key = (str(pipeline_path(name)), generator, str(data_dir()))  # another data folder is another pipeline's stores
+    if key not in _pipelines:
         pipeline = load_pipeline(name, generator=generator)
         pipeline.warm_up()
-        _pipelines[(name, generator)] = pipeline
-    return _pipelines[(name, generator)]
+        _pipelines[key] = pipeline
+    return _pipelines[key]
 
 
 def ask(

@@ -71,8 +71,10 @@ def test_ingest_own_files_changes_and_failures(data_dir, tmp_path):
 
 
 def test_printed_text_carries_no_terminal_escapes(tmp_path, monkeypatch, capsys):
+    from gatehouse.ask import ask_pipeline
     from gatehouse.cli import main
 
+    ask_pipeline()  # loaded over the session's data folder: the asks below, over another, must not reuse it
     monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
     hostile = tmp_path / "hostile.md"
     hostile.write_text("---\ntitle: \"Lockers\\e]0;pwned\\a\"\n---\n\n# Lockers\n\n"
