@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.preprocessors.section_splitter import SectionSplitter, slugify
 
@@ -47,6 +48,7 @@ def test_init():
     assert (splitter.max_words, splitter.overlap_words, splitter.min_words, splitter.heading_level) == (100, 10, 2, 2)
     default = SectionSplitter()
     assert (default.max_words, default.overlap_words, default.min_words, default.heading_level) == (220, 30, 5, 3)
+    assert default.max_chunks == 5000
 
 
 def test_init_overlap_too_large():
@@ -55,15 +57,25 @@ def test_init_overlap_too_large():
 
 
 def test_to_dict():
-    assert SectionSplitter(max_words=50, overlap_words=5).to_dict() == {
+    assert component_to_dict(SectionSplitter(max_words=50, overlap_words=5), "splitter") == {
         "type": "gatehouse.components.preprocessors.section_splitter.SectionSplitter",
-        "init_parameters": {"max_words": 50, "overlap_words": 5, "min_words": 5, "heading_level": 3},
+        "init_parameters": {"max_words": 50, "overlap_words": 5, "min_words": 5, "heading_level": 3,
+                            "max_chunks": 5000},
     }
 
 
 def test_from_dict():
-    restored = SectionSplitter.from_dict(SectionSplitter(max_words=70, heading_level=2).to_dict())
+    data = component_to_dict(SectionSplitter(max_words=70, heading_level=2), "splitter")
+    restored = component_from_dict(SectionSplitter, data, "splitter")
     assert restored.max_words == 70 and restored.heading_level == 2 and restored.overlap_words == 30
+
+
+def test_run_a_document_over_max_chunks_raises_naming_the_limit():
+    long = Document(content="\n\n".join(f"## Part {n}\n\nText of part {n}." for n in range(12)),
+                    meta={"doc_id": "public/kb/long.md", "mime_type": "text/markdown"})
+    assert len(SectionSplitter(min_words=1, max_chunks=12).run(documents=[long])["documents"]) == 12
+    with pytest.raises(ValueError, match=r"long.md gives 12 chunks, over the limit of 11 .*splitter.max_chunks"):
+        SectionSplitter(min_words=1, max_chunks=11).run(documents=[long])
 
 
 def test_run_markdown_sections():

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 EXPLICIT_ID = re.compile(r"\s*\{#([A-Za-z0-9_-]+)\}\s*$")
@@ -50,20 +50,26 @@ class SectionSplitter:
     """
 
     def __init__(
-        self, *, max_words: int = 220, overlap_words: int = 30, min_words: int = 5, heading_level: int = 3
+        self, *, max_words: int = 220, overlap_words: int = 30, min_words: int = 5, heading_level: int = 3,
+        max_chunks: int = 5000,
     ) -> None:
         """
         :param max_words: Longest chunk, in words.
         :param overlap_words: Words repeated between consecutive windows of one long section.
         :param min_words: Sections with fewer words are dropped (a heading with no text).
         :param heading_level: Deepest heading level that starts a new section.
+        :param max_chunks: Most chunks one document may give (each is embedded and stored); a document over it
+            raises, so that a huge file fails alone instead of holding the ingest for a long time.
         """
         if overlap_words >= max_words:
             raise ValueError("overlap_words must be smaller than max_words.")
+        if max_chunks < 1:
+            raise ValueError("max_chunks must be at least 1.")
         self.max_words = max_words
         self.overlap_words = overlap_words
         self.min_words = min_words
         self.heading_level = heading_level
+        self.max_chunks = max_chunks
 
     def _windows(self, text: str) -> list[str]:
         paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
@@ -173,23 +179,14 @@ class SectionSplitter:
 
         :param documents: Converted documents (markdown keeps its headings).
         :returns: `documents`, the chunks, in document order.
+        :raises ValueError: When a document gives more than `max_chunks` chunks.
         """
         chunks: list[Document] = []
         for document in documents:
-            chunks.extend(self._chunk_document(document))
+            own = self._chunk_document(document)
+            if len(own) > self.max_chunks:
+                name = document.meta.get("doc_id") or document.meta.get("file_path") or "a document"
+                raise ValueError(f"{name} gives {len(own)} chunks, over the limit of {self.max_chunks} per file "
+                                 "(splitter.max_chunks in index.yml)")
+            chunks.extend(own)
         return {"documents": chunks}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            max_words=self.max_words,
-            overlap_words=self.overlap_words,
-            min_words=self.min_words,
-            heading_level=self.heading_level,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SectionSplitter":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

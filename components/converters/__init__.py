@@ -1,0 +1,1 @@
+"""Converters: files to documents, with bounds on what one file may cost."""

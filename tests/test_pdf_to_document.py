@@ -1,0 +1,81 @@
+"""PDFToDocument: real PDFs (made with pypdf) extracted in a child process, within a time and a character budget."""
+
+import io
+
+import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
+from haystack.dataclasses import ByteStream
+from pypdf import PdfWriter
+from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+from gatehouse.components.converters.pdf_to_document import PDFToDocument
+
+
+def pdf(*pages: bytes) -> bytes:
+    """A PDF whose pages draw these text operators in Helvetica, with compressed content streams."""
+    writer = PdfWriter()
+    font = writer._add_object(DictionaryObject({NameObject("/Type"): NameObject("/Font"),
+                                                NameObject("/Subtype"): NameObject("/Type1"),
+                                                NameObject("/BaseFont"): NameObject("/Helvetica")}))
+    for text in pages:
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = DictionaryObject(
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+        stream = DecodedStreamObject()
+        stream.set_data(b"BT /F1 12 Tf 72 720 Td " + text + b" ET")
+        page[NameObject("/Contents")] = writer._add_object(stream)
+        page.compress_content_streams()
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def bomb(lines: int) -> bytes:
+    """A small file whose one page expands to `lines` lines of text."""
+    return pdf((b"(" + b"A" * 90 + b") Tj T* ") * lines)
+
+
+def test_init():
+    converter = PDFToDocument(timeout_s=5, max_chars=100, max_memory_mb=256)
+    assert (converter.timeout_s, converter.max_chars, converter.max_memory_mb) == (5, 100, 256)
+    with pytest.raises(ValueError, match="must be positive"):
+        PDFToDocument(max_chars=0)
+
+
+def test_to_dict():
+    assert component_to_dict(PDFToDocument(max_chars=10), "pdf_converter") == {
+        "type": "gatehouse.components.converters.pdf_to_document.PDFToDocument",
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024},
+    }
+
+
+def test_from_dict():
+    data = component_to_dict(PDFToDocument(timeout_s=7, max_memory_mb=300), "pdf_converter")
+    restored = component_from_dict(PDFToDocument, data, "pdf_converter")
+    assert (restored.timeout_s, restored.max_chars, restored.max_memory_mb) == (7, 2_000_000, 300)
+
+
+def test_run_extracts_each_page_and_keeps_the_upload_meta():
+    upload = ByteStream(data=pdf(b"(Lockers are on level one.) Tj", b"(Bikes go in the yard.) Tj"),
+                        meta={"file_name": "office.pdf"})
+    documents = PDFToDocument().run(sources=[upload], meta={"kb": "office"})["documents"]
+    assert len(documents) == 1
+    assert documents[0].content.split("\f") == ["Lockers are on level one.", "Bikes go in the yard."]
+    assert documents[0].meta == {"file_name": "office.pdf", "kb": "office"}
+
+
+def test_run_skips_a_file_pypdf_cannot_read():
+    assert PDFToDocument().run(sources=[ByteStream(data=b"not a pdf at all")])["documents"] == []
+
+
+def test_run_a_compressed_file_expanding_over_max_chars_fails_naming_the_limit():
+    data = bomb(20_000)  # 1.8 M characters of text
+    assert len(data) < 20_000
+    with pytest.raises(ValueError, match=r"bomb.pdf: the PDF expands to over 100000 characters .*max_chars"):
+        PDFToDocument(max_chars=100_000).run(sources=[ByteStream(data=data, meta={"file_name": "bomb.pdf"})])
+
+
+def test_run_an_extraction_over_its_time_budget_is_stopped():
+    data = bomb(200_000)  # pypdf takes far longer than a second to lay out 18 M characters
+    with pytest.raises(ValueError, match=r"slow.pdf: text extraction took over 1 s .*timeout_s"):
+        PDFToDocument(timeout_s=1, max_chars=10**9).run(sources=[ByteStream(data=data, meta={"file_name": "slow.pdf"})])
