@@ -15,10 +15,11 @@ import pytest
 import yaml
 from haystack.dataclasses import ByteStream
 from server_process import running_server
+from test_pdf_to_document import bomb
 
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.bench import _markdown
-from gatehouse.serving.jobs import IngestJobs
+from gatehouse.serving.jobs import IngestJobs, QueueFull
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()
@@ -77,12 +78,12 @@ def _poll(client: httpx.Client, status_url: str, until, seconds: float = 900) ->
         job = response.json()
         if until(job):
             return job
-        assert job["status"] not in ("done", "failed") and time.monotonic() < deadline, job
+        assert not _finished(job) and time.monotonic() < deadline, job
         time.sleep(0.2)
 
 
 def _finished(job: dict) -> bool:
-    return job["status"] in ("done", "failed")
+    return job["status"] in ("done", "failed", "cancelled")
 
 
 def test_an_upload_is_a_job_polled_to_done_with_per_file_results(admin):
@@ -113,15 +114,18 @@ def test_an_upload_is_a_job_polled_to_done_with_per_file_results(admin):
 
 def test_a_bad_file_fails_alone_inside_a_done_job(admin):
     files = [_md("visitors.md", PARKING), ("files", ("broken.pdf", b"not a pdf at all", "application/pdf")),
-             ("files", ("tool.exe", b"MZ\x00\x01", "application/octet-stream"))]
+             ("files", ("tool.exe", b"MZ\x00\x01", "application/octet-stream")),
+             ("files", ("bomb.pdf", bomb(25_000), "application/pdf"))]  # 2.25 M characters from 20 kB
     response = admin.post("/index/run", files=files, data={"kb": "visitors"})
     assert response.status_code == 202, response.text
     job = _poll(admin, response.json()["status_url"], _finished)
-    assert job["status"] == "done" and job["progress"] == {"done": 3, "total": 3}
+    assert job["status"] == "done" and job["progress"] == {"done": 4, "total": 4}
     result = job["result"]
-    assert (result["written"], result["failed"]) == (1, 2)
+    assert (result["written"], result["failed"]) == (1, 3)
     reasons = {item["file"]: item["reason"] for item in result["files"]["failed"]}
     assert reasons["broken.pdf"] == "no text could be extracted"
+    assert reasons["bomb.pdf"] == ("pdf_converter failed: bomb.pdf: the PDF expands to over 2000000 characters of "
+                                   "text (pdf_converter.max_chars in index.yml)")
     assert "unsupported file type '.exe'" in reasons["tool.exe"]
     assert result["files"]["written"] == [{"file": "visitors.md", "reason": None}]
 
@@ -196,6 +200,24 @@ def test_a_large_upload_runs_in_the_background_and_a_full_queue_is_429(admin):
     assert _poll(admin, queued.json()["status_url"], _finished)["status"] == "done"
 
 
+def test_a_running_job_cancelled_stops_before_its_next_file(admin, acme):
+    job = admin.post("/index/run", data={"kb": "cancelled", "tenant": "initech"},
+                     files=[_md("intro.md", LEAVE), _md("large.md", _markdown(0.25).replace(b"gate", b"door")),
+                            _md("never.md", PARKING)])  # large.md: words of its own, none in the embedding cache
+    assert job.status_code == 202, job.text
+    status_url = job.json()["status_url"]
+    _poll(admin, status_url, lambda job: job["progress"]["done"] == 1)
+    assert acme.delete(status_url).status_code == 404  # another tenant's job: unknown to this key
+    cancelling = admin.delete(status_url)
+    assert cancelling.status_code == 200 and cancelling.json()["status"] == "cancelling"
+    cancelled = _poll(admin, status_url, _finished)
+    assert cancelled["status"] == "cancelled" and cancelled["error"] == "cancelled after 2 of 3 file(s)"
+    assert cancelled["progress"] == {"done": 2, "total": 3}
+    assert admin.delete(status_url).json()["status"] == "cancelled"  # a finished job is left as it is
+    kbs = admin.get("/kbs", params={"tenant": "initech"}).json()["knowledge_bases"]
+    assert [kb["documents"] for kb in kbs if kb["kb"] == "cancelled"] == [2]  # the files done stay written
+
+
 def test_openapi_documents_the_202_and_the_job_routes(admin):
     spec = admin.get("/openapi.json").json()
     responses = spec["paths"]["/index/run"]["post"]["responses"]
@@ -205,6 +227,7 @@ def test_openapi_documents_the_202_and_the_job_routes(admin):
     assert "429" in responses
     assert "wait" in str(spec["components"]["schemas"])
     assert {"/index/jobs", "/index/jobs/{job_id}"} <= set(spec["paths"])
+    assert {"get", "delete"} <= set(spec["paths"]["/index/jobs/{job_id}"])
 
 
 # -- IngestJobs over real index pipelines -----------------------------------------------------------------------------
@@ -227,7 +250,8 @@ def test_a_file_whose_component_raises_fails_alone(tmp_path, monkeypatch):
         spec["components"]["embedder"]["init_parameters"].update(batch_size=0, cache_dir="off")
 
     pipeline = load_pipeline(_variant(tmp_path, break_the_embedder))
-    jobs = IngestJobs(pipeline=pipeline, workers=1, max_queued=0, history=1, status_path="/index/jobs")
+    jobs = IngestJobs(pipeline=pipeline, workers=1, max_queued=0, max_queued_per_tenant=0, history=1,
+                      status_path="/index/jobs")
     accepted = jobs.submit(kb="notes", tenant="public", force=False,
                            files=[_upload("leave.md", LEAVE), _upload("tool.exe", b"MZ")])
     job = jobs.wait(accepted["job_id"])
@@ -241,6 +265,19 @@ def test_a_file_whose_component_raises_fails_alone(tmp_path, monkeypatch):
     assert [job["job_id"] for job in jobs.latest(tenants=None, limit=10)] == [second["job_id"]]
 
 
+def test_tenants_take_turns_and_each_has_a_share_of_the_queue():
+    jobs = IngestJobs(pipeline=None, workers=0, max_queued=10, max_queued_per_tenant=3, history=10,
+                      status_path="/index/jobs")  # no worker: the test takes the jobs in the order a worker would
+    submitted = [jobs.submit(kb="kb", tenant=tenant, force=False, files=[_upload(f"{tenant}{n}.md", LEAVE)])
+                 for tenant, n in (("flood", 1), ("flood", 2), ("flood", 3), ("quiet", 1))]
+    with pytest.raises(QueueFull, match="tenant 'flood' already has 3 upload"):
+        jobs.submit(kb="kb", tenant="flood", force=False, files=[_upload("flood4.md", LEAVE)])
+    assert jobs.cancel(submitted[1]["job_id"], tenants=["quiet"]) is None  # not this caller's job
+    assert jobs.cancel(submitted[1]["job_id"], tenants=["flood"])["status"] == "cancelled"
+    order = [jobs._next().names[0] for _ in range(3)]
+    assert order == ["flood1.md", "quiet1.md", "flood3.md"]  # the quiet tenant's upload waits for one job, not three
+
+
 def test_a_job_that_breaks_is_failed_with_a_clean_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
 
@@ -249,7 +286,7 @@ def test_a_job_that_breaks_is_failed_with_a_clean_reason(tmp_path, monkeypatch):
         spec["connections"] = [c for c in spec["connections"] if not c["receiver"].startswith("writer.")]
 
     jobs = IngestJobs(pipeline=load_pipeline(_variant(tmp_path, drop_the_writer)), workers=1, max_queued=1,
-                      history=10, status_path="/index/jobs")
+                      max_queued_per_tenant=1, history=10, status_path="/index/jobs")
     job = jobs.wait(jobs.submit(kb="notes", tenant="public", force=False, files=[_upload("a.md", LEAVE)])["job_id"])
     assert job["status"] == "failed" and job["finished_at"]
     assert job["error"] == "indexing stopped on an unexpected KeyError; see the server log"

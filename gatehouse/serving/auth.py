@@ -17,6 +17,7 @@ keyring.tenant_for(principal, requested="acme")     # raises AccessDenied when t
 ```
 """
 
+import asyncio
 import hmac
 import json
 import os
@@ -26,9 +27,11 @@ from typing import Any
 
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.serving.manifest import Manifest, ManifestError
+from gatehouse.serving.rate_limits import CallerLimits, RateLimiter
 
 OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}
 ADMIN_PATH_PREFIXES = ("/deploy", "/undeploy")
+REFUSAL_PAUSE_S = 1.0  # a request over its caller's limits is answered (429) after this pause, at most Retry-After
 MISSING_KEY = "missing or invalid API key: send `Authorization: Bearer <key>`"
 
 
@@ -155,13 +158,28 @@ def _error(status: int, message: str, extra_headers: list[tuple[bytes, bytes]] |
     return {"status": status, "headers": headers + (extra_headers or []), "body": body}
 
 
-class GuardMiddleware:
-    """ASGI middleware: body-size limit, bearer authentication, admin-only deployment routes."""
+def rate_limiter(manifest: Manifest) -> RateLimiter:
+    """The manifest's per-caller limits: `limits.requests_per_minute` and `limits.max_concurrent_requests`, and a
+    key's own where `auth.keys` gives it."""
+    default = CallerLimits(manifest.requests_per_minute, manifest.max_concurrent_requests)
+    per_key = {spec.env: CallerLimits(
+        default.requests_per_minute if spec.requests_per_minute is None else spec.requests_per_minute,
+        default.max_concurrent if spec.max_concurrent_requests is None else spec.max_concurrent_requests,
+    ) for spec in manifest.keys}
+    return RateLimiter(default, per_key)
 
-    def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int) -> None:
+
+class GuardMiddleware:
+    """
+    ASGI middleware: bearer authentication, admin-only deployment routes, per-caller request limits (429 with
+    `Retry-After`), body-size limit.
+    """
+
+    def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int, limiter: RateLimiter | None = None) -> None:
         self.app = app
         self.keyring = keyring
         self.max_body_bytes = max_body_bytes
+        self.limiter = limiter
 
     async def _send_error(self, send: Any, error: dict[str, Any]) -> None:
         await send({"type": "http.response.start", "status": error["status"], "headers": error["headers"]})
@@ -202,6 +220,31 @@ class GuardMiddleware:
         if error is not None:
             await self._send_error(send, error)
             return
+        caller = self._caller(scope, principal)
+        if caller is not None:
+            refusal = self.limiter.admit(caller)
+            if refusal is not None:
+                # a client that ignores Retry-After and asks again at once must not keep the server busy refusing it
+                await asyncio.sleep(min(refusal.retry_after, REFUSAL_PAUSE_S))
+                await self._send_error(send, _error(429, refusal.message,
+                                                    [(b"retry-after", str(refusal.retry_after).encode())]))
+                return
+        try:
+            await self._guarded(scope, receive, send, principal)
+        finally:
+            if caller is not None:
+                self.limiter.release(caller)
+
+    def _caller(self, scope: dict[str, Any], principal: Principal | None) -> str | None:
+        """Whom the request counts against: its key, else (no keys) the client address; None when not limited."""
+        if self.limiter is None or (scope["method"], scope["path"]) in OPEN_PATHS or scope["method"] == "OPTIONS":
+            return None
+        if principal is not None:
+            return principal.name  # an environment variable's name: never `address:...`
+        client = scope.get("client")
+        return f"address:{client[0] if client else 'unknown'}"
+
+    async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any, principal: Principal | None) -> None:
         messages, too_large = await self._read_body(scope, receive)
         if too_large:
             await self._send_error(send, _error(413, f"request body exceeds the limit of {self.max_body_bytes} bytes "

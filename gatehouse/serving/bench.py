@@ -20,7 +20,11 @@ It prints ratios rather than absolute numbers alone, since those depend on the m
   loopback socket that accepts connections and never answers. It then measures asks and retrievals unloaded and
   while one `ask_hanging` request waits on that endpoint (ratios of P50/P95), and when that request is answered
   (its time budget, `--budget`); with `--upload-mb M`, retrievals unloaded and during the upload of an M MB markdown
-  file into a scratch knowledge base (deleted afterwards).
+  file into a scratch knowledge base (deleted afterwards);
+- with `--flood THREADS` only: one key's sequential asks alone and while THREADS threads of another key ask back to
+  back (never waiting on `Retry-After`), once from a key without limits and once from a key under the manifest's
+  default per-key limits (`limits.requests_per_minute`, `limits.max_concurrent_requests`): the ratios of P50/P95 and
+  the flooding key's answers by status.
 
 Usage:
 ```
@@ -28,17 +32,21 @@ python -m gatehouse.serving.bench --concurrency 16                         # its
 python -m gatehouse.serving.bench --concurrency 16 --upload-mb 9           # ... and retrieval during a 9 MB upload
 python -m gatehouse.serving.bench --url http://127.0.0.1:1416 --calls 50 [--concurrency 16] [--key KEY]
 python -m gatehouse.serving.bench --stream --llm-url http://127.0.0.1:8080/v1 --streams 5   # verified streaming
+python -m gatehouse.serving.bench --flood 8         # one key's asks while another key floods, limited or not
 ```
 """
 
 import argparse
 import contextlib
+import os
 import random
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -228,6 +236,71 @@ def hang_report(client: httpx.Client, listener: socket.socket, calls: int, budge
     ]
 
 
+def _flood(client: httpx.Client, stop: threading.Event, counts: dict[int, int], lock: threading.Lock) -> None:
+    """Ask back to back, never waiting on Retry-After, until `stop`; count the answers by status (0: no answer)."""
+    index = 0
+    while not stop.is_set():
+        try:
+            status = ask(client)(index).status_code
+        except httpx.HTTPError:
+            status = 0
+        with lock:
+            counts[status] = counts.get(status, 0) + 1
+        index += 1
+
+
+def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int) -> list[str]:
+    """
+    A victim key's sequential asks alone, then while `flooders` threads of another key ask back to back: once with
+    a key that has no limits (the baseline) and once with a key under the manifest's default limits.
+
+    :param keys: `victim`, `unlimited` and `limited` to their secrets.
+    """
+    def client(key: str) -> httpx.Client:
+        return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=HANGING_LLM_TIMEOUT_S,
+                            limits=httpx.Limits(max_connections=flooders + 2))
+
+    lines = []
+    with client(keys["victim"]) as victim:
+        for index in range(len(QUESTIONS)):  # warm-up, not counted
+            ask(victim)(index).raise_for_status()
+        alone = timed_calls(ask(victim), calls)
+        for label in ("unlimited", "limited"):
+            stop, lock, counts = threading.Event(), threading.Lock(), {}
+            with client(keys[label]) as flooding, ThreadPoolExecutor(flooders) as pool:
+                for _ in range(flooders):
+                    pool.submit(_flood, flooding, stop, counts, lock)
+                time.sleep(1)  # the flood is under way
+                during = timed_calls(ask(victim), calls)
+                stop.set()
+            answered = ", ".join(f"{status or 'no answer'}: {count}" for status, count in sorted(counts.items()))
+            lines += [_ratio_line(f"victim's ask, {calls} calls", alone, during,
+                                  f"while {flooders} threads of a key {'with' if label == 'limited' else 'without'} "
+                                  "limits ask back to back"),
+                      f"  the flooding key's answers: {answered}"]
+    return lines
+
+
+@contextlib.contextmanager
+def flood_server(folder: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """`gatehouse serve` with ask (uncached) and three keys: `victim` and `limited` under the default limits,
+    `unlimited` without; yields its URL and the keys' secrets."""
+    names = {"victim": "BENCH_KEY_VICTIM", "unlimited": "BENCH_KEY_UNLIMITED", "limited": "BENCH_KEY_LIMITED"}
+    secrets = {label: uuid.uuid4().hex for label in names}
+    manifest = folder / "hayhooks.yml"
+    manifest.write_text(yaml.safe_dump({
+        "pipelines": {"ask": {"pipeline": str(uncached_ask_pipeline(folder)), "kind": "ask"}},
+        "mcp": False,
+        "auth": {"keys": [{"env": names["victim"], "tenants": ["public"]},
+                          {"env": names["limited"], "tenants": ["public"]},
+                          {"env": names["unlimited"], "tenants": ["public"], "requests_per_minute": 0,
+                           "max_concurrent_requests": 0}]},
+    }), encoding="utf-8")
+    env = {**os.environ, **{names[label]: secret for label, secret in secrets.items()}}
+    with serve_process(manifest, folder / "server.log", deployments=1, what="the flood benchmark", env=env) as url:
+        yield url, secrets
+
+
 def _markdown(megabytes: float) -> bytes:
     """A markdown document of about `megabytes` MB: headed sections of seeded pseudo-text."""
     rng = random.Random(0)
@@ -327,7 +400,8 @@ def own_server(folder: Path, llm_port: int, budget: float, llm_url: str | None =
     manifest.write_text(yaml.safe_dump({
         "pipelines": pipelines,
         "mcp": False,
-        "limits": {"request_timeout_s": budget, "max_body_bytes": 100_000_000},
+        "limits": {"request_timeout_s": budget, "max_body_bytes": 100_000_000,
+                   "requests_per_minute": 0, "max_concurrent_requests": 0},  # N clients from one address
     }), encoding="utf-8")
     with serve_process(manifest, folder / "server.log", deployments=len(pipelines), what="the benchmark") as url:
         yield url
@@ -431,7 +505,15 @@ def main() -> None:
     parser.add_argument("--llm-url", help="an OpenAI-compatible LLM server (e.g. http://127.0.0.1:8080/v1): the own "
                                           "server deploys ask_llm answering from it; with --url, the server must "
                                           "deploy ask_llm itself")
+    parser.add_argument("--flood", type=int, default=0, metavar="THREADS",
+                        help="only measure one key's asks while THREADS threads of another key ask back to back, "
+                             "with and without the default per-key limits (own server only)")
     args = parser.parse_args()
+    if args.flood:
+        print(f"starting gatehouse serve over {data_dir()} with three keys ...", flush=True)
+        with tempfile.TemporaryDirectory(prefix="gatehouse-bench-") as folder, flood_server(Path(folder)) as served:
+            _print(flood_report(*served, calls=args.hang_calls, flooders=args.flood))
+        return
     if args.url:
         run(args.url, args, None)
         return

@@ -1,10 +1,14 @@
 """
-Background ingest jobs: `POST /index/run` queues an upload and answers 202; `GET /index/jobs/{job_id}` reports it.
+Background ingest jobs: `POST /index/run` queues an upload and answers 202; `GET /index/jobs/{job_id}` reports it and
+`DELETE /index/jobs/{job_id}` cancels it.
 
 `IngestJobs` runs uploads through the index pipeline on a bounded pool of worker threads (`limits.ingest_workers`),
 one file per pipeline run, so a job's progress advances file by file and a file whose conversion, splitting or
-embedding raises fails alone. At most `limits.max_queued_jobs` jobs wait for a worker; one more is refused
-(`QueueFull`, a 429 with `Retry-After`). Jobs live in memory: the last `limits.ingest_job_history` finished jobs are
+embedding raises fails alone. At most `limits.max_queued_jobs` jobs wait for a worker, at most
+`limits.max_queued_jobs_per_tenant` of them of one tenant; one more is refused (`QueueFull`, a 429 with
+`Retry-After`). The workers take the waiting tenants in turn, so one tenant's backlog does not hold up another's
+upload. A cancelled job that waits never runs; a running one stops before its next file (the files done stay
+written). Jobs live in memory: the last `limits.ingest_job_history` finished jobs are
 kept, and a restart forgets them all. The documents written stay written; the workers are daemon threads, so a stop
 does not wait for a running job: upload its files again (unchanged files are skipped). A caller sees only the jobs
 of the tenants its API key holds; any other job id is unknown to it (404).
@@ -13,21 +17,23 @@ Usage:
 ```python
 from gatehouse.serving.jobs import IngestJobs
 
-jobs = IngestJobs(pipeline=index_pipeline, workers=1, max_queued=10, history=1000, status_path="/index/jobs")
+jobs = IngestJobs(pipeline=index_pipeline, workers=1, max_queued=10, max_queued_per_tenant=5, history=1000,
+                  status_path="/index/jobs")
 upload = ByteStream(data=b"# Leave", meta={"file_name": "leave.md"})
 accepted = jobs.submit(kb="handbook", tenant="public", force=False, files=[upload])
 jobs.wait(accepted["job_id"])["result"]["written"]       # 1
 jobs.get(accepted["job_id"], tenants=["acme"])            # None: another tenant's job
+jobs.cancel(accepted["job_id"], tenants=None)             # the job, "cancelled" (or "cancelling" while it runs)
 ```
 """
 
 import logging
 import math
-import queue
 import statistics
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,7 +53,8 @@ from gatehouse.settings import data_dir
 
 logger = logging.getLogger(__name__)
 
-JobStatus = Literal["queued", "running", "done", "failed"]
+JobStatus = Literal["queued", "running", "cancelling", "done", "failed", "cancelled"]
+UNFINISHED = ("queued", "running", "cancelling")
 RETRY_AFTER_UNKNOWN_S = 10  # the Retry-After of a full queue before any job has finished to estimate from
 RECENT_JOBS = 20  # how many finished jobs the Retry-After estimate looks at
 NOT_DEPLOYED = {503: {"description": "The index pipeline is not deployed"}}
@@ -182,22 +189,27 @@ class IngestJobs:
     the stores; the pool only bounds how many uploads index at once (the pipelines are CPU-bound).
     """
 
-    def __init__(self, *, pipeline: Pipeline, workers: int, max_queued: int, history: int, status_path: str) -> None:
+    def __init__(self, *, pipeline: Pipeline, workers: int, max_queued: int, max_queued_per_tenant: int,
+                 history: int, status_path: str) -> None:
         """
         :param pipeline: The index pipeline (`planner` in, `writer.report` out), warmed up.
         :param workers: How many jobs run at once (`limits.ingest_workers`).
         :param max_queued: How many more may wait for a worker (`limits.max_queued_jobs`); beyond, `QueueFull`.
+        :param max_queued_per_tenant: How many of those one tenant may hold (`limits.max_queued_jobs_per_tenant`;
+            0: no share of its own); beyond, `QueueFull`.
         :param history: How many finished jobs are kept (`limits.ingest_job_history`); older ones are forgotten.
         :param status_path: Where a job is reported, without its id (`/index/jobs`).
         """
         self.pipeline = pipeline
         self.workers = workers
         self.max_queued = max_queued
+        self.max_queued_per_tenant = max_queued_per_tenant
         self.history = history
         self.status_path = status_path
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
         self._jobs: dict[str, _Job] = {}  # in submission order
-        self._pending: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._waiting: dict[str, deque[_Job]] = {}  # per tenant, in submission order; tenants in the order served
         for index in range(workers):
             threading.Thread(target=self._work, name=f"gatehouse-ingest-{index}", daemon=True).start()
 
@@ -210,22 +222,28 @@ class IngestJobs:
         :param force: Rewrite unchanged files too.
         :param files: The uploaded files, each with `meta["file_name"]`.
         :returns: The queued job.
-        :raises QueueFull: When every worker is busy and `max_queued` jobs already wait.
+        :raises QueueFull: When every worker is busy and `max_queued` jobs already wait, or `max_queued_per_tenant`
+            of this tenant.
         """
         job_id = uuid.uuid4().hex
         job = _Job(job_id=job_id, kb=kb, tenant=tenant, force=force, status_url=f"{self.status_path}/{job_id}",
                    streams=list(files), names=[str(stream.meta["file_name"]) for stream in files])
         with self._lock:
-            unfinished = sum(1 for other in self._jobs.values() if other.status in ("queued", "running"))
+            unfinished = sum(1 for other in self._jobs.values() if other.status in UNFINISHED)
             if unfinished >= self.workers + self.max_queued:
                 raise QueueFull(f"the ingest queue is full: {self.workers} job(s) running and {self.max_queued} "
                                 "waiting (limits.ingest_workers, limits.max_queued_jobs); try again later",
                                 self._retry_after())
+            own = len(self._waiting.get(tenant, ()))
+            if self.max_queued_per_tenant and own >= self.max_queued_per_tenant:
+                raise QueueFull(f"tenant {tenant!r} already has {own} upload(s) waiting, its share of the ingest "
+                                "queue (limits.max_queued_jobs_per_tenant); try again when one has started",
+                                self._retry_after())
             self._jobs[job_id] = job
             self._forget_old_jobs()
-            accepted = job.accepted()
-        self._pending.put(job)
-        return accepted
+            self._waiting.setdefault(tenant, deque()).append(job)
+            self._ready.notify()
+            return job.accepted()
 
     def get(self, job_id: str, tenants: Collection[str] | None) -> IngestJob | None:
         """
@@ -236,9 +254,35 @@ class IngestJobs:
         :returns: The job, or None when there is no such job or it belongs to another tenant.
         """
         with self._lock:
-            job = self._jobs.get(job_id)
-            visible = job is not None and (tenants is None or job.tenant in tenants)
-            return job.view() if visible else None
+            job = self._visible(job_id, tenants)
+            return None if job is None else job.view()
+
+    def cancel(self, job_id: str, tenants: Collection[str] | None) -> IngestJob | None:
+        """
+        Cancel a job: a waiting one never runs (`cancelled`), a running one stops before its next file (`cancelling`,
+        then `cancelled`; the files done stay written). A finished job is left as it is.
+
+        :param job_id: The job.
+        :param tenants: The caller's tenants; None for every tenant.
+        :returns: The job after the request, or None when there is no such job or it belongs to another tenant.
+        """
+        with self._lock:
+            job = self._visible(job_id, tenants)
+            if job is None:
+                return None
+            if job.status == "queued":
+                self._waiting[job.tenant].remove(job)
+                if not self._waiting[job.tenant]:
+                    del self._waiting[job.tenant]
+                self._finish(job, "cancelled", "cancelled before it started")
+            elif job.status == "running":
+                job.status = "cancelling"
+            return job.view()
+
+    def _visible(self, job_id: str, tenants: Collection[str] | None) -> "_Job | None":
+        """The job, when the caller may see it (call with the lock held)."""
+        job = self._jobs.get(job_id)
+        return job if job is not None and (tenants is None or job.tenant in tenants) else None
 
     def latest(self, tenants: Collection[str] | None, limit: int) -> list[IngestJob]:
         """
@@ -253,7 +297,7 @@ class IngestJobs:
 
     def wait(self, job_id: str) -> IngestJob:
         """
-        Block until a job is done or failed.
+        Block until a job is finished (done, failed or cancelled).
 
         :param job_id: A job this process submitted (finished jobs are kept while they are among the last
             `history`, so wait right after `submit`).
@@ -265,16 +309,33 @@ class IngestJobs:
         with self._lock:
             return job.view()
 
+    def _next(self) -> _Job:
+        """The first waiting job of the tenant whose turn it is; that tenant goes to the back of the turns."""
+        with self._ready:
+            while not self._waiting:
+                self._ready.wait()
+            tenant = next(iter(self._waiting))
+            waiting = self._waiting.pop(tenant)
+            job = waiting.popleft()
+            if waiting:
+                self._waiting[tenant] = waiting  # re-inserted: last in turn
+            job.status, job.started_at = "running", _now()
+            return job
+
     def _work(self) -> None:
         while True:
-            self._run(self._pending.get())
+            self._run(self._next())
 
     def _run(self, job: _Job) -> None:
         started = time.perf_counter()
-        with self._lock:
-            job.status, job.started_at = "running", _now()
+        status: JobStatus = "done"
+        error_message = None
         try:
-            for stream in job.streams:
+            for index, stream in enumerate(job.streams):
+                with self._lock:
+                    if job.status == "cancelling":
+                        status, error_message = "cancelled", f"cancelled after {index} of {len(job.names)} file(s)"
+                        break
                 report = ingest_file(self.pipeline, stream, kb=job.kb, tenant=job.tenant, force=job.force)
                 record_ingest(report)
                 with self._lock:
@@ -284,8 +345,6 @@ class IngestJobs:
             cause = find_data_dir_error(error, data_dir())
             status, error_message = "failed", (str(cause) if cause else "indexing stopped on an unexpected "
                                                f"{type(error.__cause__ or error).__name__}; see the server log")
-        else:
-            status, error_message = "done", None
         with self._lock:
             job.run_seconds = time.perf_counter() - started
             self._finish(job, status, error_message)
@@ -322,7 +381,7 @@ def _visible_tenants(keyring: KeyRing, request: Request) -> tuple[str, ...] | No
 
 
 def _job_router(name: str, keyring: KeyRing) -> APIRouter:
-    """`GET /{name}/jobs` and `GET /{name}/jobs/{job_id}` over the jobs of the deployed index pipeline `name`."""
+    """`GET /{name}/jobs`, `GET` and `DELETE /{name}/jobs/{job_id}` over the jobs of the deployed index pipeline `name`."""
     from hayhooks.server.pipelines.registry import registry
 
     router = APIRouter(prefix=f"/{name}/jobs", tags=["ingest jobs"])
@@ -356,18 +415,34 @@ def _job_router(name: str, keyring: KeyRing) -> APIRouter:
         :param job_id: The id `POST /{name}/run` answered with.
         :returns: The job; 404 for an unknown job and for a job of a tenant the API key does not hold.
         """
-        job = jobs().get(job_id, _visible_tenants(keyring, request))
-        if job is None:
-            raise HTTPException(status_code=404, detail=f"no ingest job {job_id!r} (jobs are kept in memory: a "
-                                                        "restart forgets them)")
-        return job
+        return _found(jobs().get(job_id, _visible_tenants(keyring, request)), job_id)
+
+    @router.delete("/{job_id}", name=f"{name}_cancel_job", responses={
+        404: {"description": "No such job, or a job of a tenant the API key does not hold"}, **NOT_DEPLOYED})
+    def cancel_job(request: Request, job_id: str) -> IngestJob:
+        """
+        Cancel an ingest job: a queued one never runs (`cancelled`); a running one stops before its next file
+        (`cancelling`, then `cancelled`; the files it finished stay written); a finished one is left as it is.
+
+        :param job_id: The id `POST /{name}/run` answered with.
+        :returns: The job after the request; 404 for an unknown job and for a job of a tenant the API key does not
+            hold.
+        """
+        return _found(jobs().cancel(job_id, _visible_tenants(keyring, request)), job_id)
 
     return router
 
 
+def _found(job: IngestJob | None, job_id: str) -> IngestJob:
+    if job is None:
+        raise HTTPException(status_code=404, detail=f"no ingest job {job_id!r} (jobs are kept in memory: a restart "
+                                                    "forgets them)")
+    return job
+
+
 def ingest_job_routes(app: Any, *, keyring: KeyRing, index_pipelines: list[str]) -> None:
     """
-    Add `GET /{name}/jobs` and `GET /{name}/jobs/{job_id}` for each deployed index pipeline and document the 202
+    Add `GET /{name}/jobs`, `GET /{name}/jobs/{job_id}` and `DELETE /{name}/jobs/{job_id}` for each deployed index pipeline and document the 202
     and 429 answers of its `POST /{name}/run` in the OpenAPI document.
 
     :param app: The Hayhooks FastAPI app.
@@ -399,8 +474,8 @@ def _document_job_answers(app: Any, index_pipelines: list[str]) -> None:
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobAccepted"}}},
             }
             operation["responses"]["429"] = {
-                "description": "The ingest queue is full (limits.max_queued_jobs); the Retry-After header says when "
-                               "to try again",
+                "description": "The ingest queue is full (limits.max_queued_jobs), or the tenant's share of it "
+                               "(limits.max_queued_jobs_per_tenant); the Retry-After header says when to try again",
                 "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}},
             }
         return schema
