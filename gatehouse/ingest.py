@@ -26,6 +26,7 @@ from haystack.dataclasses import ByteStream
 
 from gatehouse.settings import data_dir, project_path
 from gatehouse.components.state import PUBLIC_TENANT
+from gatehouse.components.writers.ingest_planner import upload_name
 from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, StoredDocument
 from gatehouse.pipelines import load_pipeline
@@ -220,7 +221,7 @@ class FileOutcome:
 def _source_name(source: str | Path | ByteStream, root: Path | None) -> str:
     """A file's name as `IngestPlanner` stores it: an upload's file name, a path relative to `root` or its name."""
     if isinstance(source, ByteStream):
-        return Path(str(source.meta.get("file_name") or "upload")).name
+        return upload_name(str(source.meta.get("file_name") or "")) or "upload"
     path = Path(source).resolve()
     return path.relative_to(root).as_posix() if root and path.is_relative_to(root) else path.name
 

@@ -39,7 +39,7 @@ sys.exit(main(sys.argv[1:]))
 
 @contextlib.contextmanager
 def running_server(manifest: Path, *, env: dict[str, str], workdir: Path, pipelines: int,
-                   audit: Path | None = None) -> Iterator[str]:
+                   audit: Path | None = None, prefix: list[str] | None = None) -> Iterator[str]:
     """
     Run `gatehouse serve` with a manifest until the block ends.
 
@@ -48,6 +48,7 @@ def running_server(manifest: Path, *, env: dict[str, str], workdir: Path, pipeli
     :param workdir: The server's working directory; its log is `server.log` there.
     :param pipelines: How many pipelines are deployed once the server has started.
     :param audit: A file that gets a line per attempt the server makes to reach another machine.
+    :param prefix: A command the server runs under (`setpriv ... --`).
     :returns: (yields) The server's base URL.
     """
     port = free_port()
@@ -55,7 +56,7 @@ def running_server(manifest: Path, *, env: dict[str, str], workdir: Path, pipeli
     start = [sys.executable, "-c", AUDITED, str(audit)] if audit else [sys.executable, "-m", "gatehouse.cli"]
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [*start, "serve", "--port", str(port), "--manifest", str(manifest)],
+            [*(prefix or []), *start, "serve", "--port", str(port), "--manifest", str(manifest)],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
         )
         url = f"http://127.0.0.1:{port}"

@@ -1,3 +1,5 @@
+import sqlite3
+
 import numpy as np
 import pytest
 from haystack import Document
@@ -115,6 +117,19 @@ def test_run_cache_dir_reuse(tmp_path):
     assert all(np.allclose(a.embedding, b.embedding) for a, b in zip(first, second))
     DocumentEmbedder(cache_dir=str(cache)).run(documents=[*docs, Document(content="A new one.")])
     assert backend.encoded_count == before + 1
+
+
+def test_run_text_embedder_answers_when_the_cache_folder_turned_read_only(tmp_path, caplog):
+    cache = tmp_path / "cache"
+    embedder = TextEmbedder(cache_dir=str(cache))
+    expected = embedder.run(text="How do I rotate an API key?")["embedding"]
+    backend = EmbeddingBackend.get(cache_dir=str(cache))
+    # what the open cache meets once its folder is read-only: SQLite's own "attempt to write a readonly database"
+    backend.cache._conn = sqlite3.connect(f"file:{cache / 'embeddings.sqlite'}?mode=ro", uri=True,  # noqa: SLF001
+                                          check_same_thread=False)
+    vector = embedder.run(text="How do I revoke an API key?")["embedding"]  # not cached: its vector cannot be stored
+    assert len(vector) == len(expected) and embedder.run(text="How do I rotate an API key?")["embedding"] == expected
+    assert "embeddings not cached: the data directory" in caplog.text and "is read-only" in caplog.text
 
 
 def test_run_document_embedder_empty_and_type_errors():

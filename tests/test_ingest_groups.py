@@ -4,6 +4,7 @@ import pytest
 
 from gatehouse.cli import main
 from gatehouse.components.writers.ingest_planner import page_url
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.ingest import IngestSummary, folder_group, format_summary, path_groups, read_entry
 
 
@@ -61,3 +62,20 @@ def test_summary_counts_chunks_per_kb_not_per_sub_folder():
         "totals": {"documents_written": 2, "chunks_written": 3}})
     text = format_summary(summary)
     assert "  public/tool: 3 chunks" in text and "public/tool/guide" not in text
+
+
+def test_text_files_not_in_utf_8_are_ingested_decoded(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    texts = {"kantine.txt": ("Die Kantine öffnet um 11:30 Uhr; das Menü kostet 7 €.", "cp1252"),
+             "anfahrt.md": ("# Anfahrt\n\nDas Büro liegt an der Königstraße.", "latin-1"),
+             "notiz.txt": ("Große Notiz in UTF-16.", "utf-16")}
+    for name, (text, encoding) in texts.items():
+        (folder / name).write_bytes(text.encode(encoding))
+    assert main(["ingest", str(folder), "--kb", "legacy"]) == 0
+    assert "written: 3 documents" in capsys.readouterr().out
+    chunks = LexicalDocumentStore().filter_documents(filters={"field": "meta.kb", "operator": "==", "value": "legacy"})
+    contents = {chunk.meta["source"]: chunk.content for chunk in chunks}
+    assert contents["kantine.txt"] == texts["kantine.txt"][0]
+    assert "Königstraße" in contents["anfahrt.md"] and contents["notiz.txt"] == texts["notiz.txt"][0]

@@ -95,6 +95,34 @@ def test_run_bytestream_upload(store):
     assert out["report"]["failed"] == [{"source": "upload", "reason": "an uploaded file has no file name"}]
 
 
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [
+        ("C:\\Users\\me\\notes.md", "notes.md"),
+        ("uploads\\..\\notes.md", "notes.md"),
+        ("notes\x00.md", "notes.md"),
+        ("\x1b[31mnotes\x07.md\r\n", "notes.md"),
+        ("invoice\u202emd.exe\u2066.md", "invoicemd.exe.md"),
+        ("  notes.md  ", "notes.md"),
+    ],
+)
+def test_run_upload_names_are_base_names_without_control_or_bidi_characters(store, raw, name):
+    upload = ByteStream(data=b"# Notes\n\nText.", meta={"file_name": raw})
+    out = IngestPlanner(document_store=store).run(sources=[upload], kb="faq")
+    assert [(s.meta["source"], s.meta["doc_id"], s.meta["file_path"]) for s in out["sources"]] == [
+        (name, f"public/faq/{name}", name)]
+
+
+def test_run_an_upload_name_with_nothing_usable_fails_alone(store):
+    uploads = [ByteStream(data=b"Text.", meta={"file_name": name}) for name in ("\u202e\x00", "a\\..", "ok.md")]
+    out = IngestPlanner(document_store=store).run(sources=uploads, kb="faq")
+    assert [s.meta["source"] for s in out["sources"]] == ["ok.md"]
+    assert out["report"]["failed"] == [
+        {"source": "upload", "reason": "the file name '\\u202e\\x00' has no usable characters"},
+        {"source": "upload", "reason": "the file name 'a\\\\..' has no usable characters"},
+    ]
+
+
 def test_run_unchanged_skipped_changed_and_force(store, kb_dir):
     planner = IngestPlanner(document_store=store)
     path = kb_dir / "api-keys.md"

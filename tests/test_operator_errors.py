@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gatehouse.document_stores.errors import DataDirError, data_dir_errors, find_data_dir_error
+from gatehouse.document_stores.errors import (
+    DataDirError,
+    data_dir_errors,
+    find_data_dir_error,
+    require_writable_tree,
+)
 
 QUESTION = "How do I rotate an API key?"
 
@@ -75,6 +80,49 @@ def test_sqlite_errors_of_a_read_only_or_full_store_are_data_dir_errors(tmp_path
     with pytest.raises(DataDirError, match="is full") as raised, data_dir_errors(tmp_path):
         full.execute("INSERT INTO t VALUES (?)", (b"x" * 100_000,))
     assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+
+
+def _immutable(*paths: Path) -> None:
+    """Make files and folders immutable (root on a file system with the attribute): even open files take no writes."""
+    if os.geteuid() != 0 or shutil.which("chattr") is None:
+        pytest.skip("only root can make a folder read-only under a process's open files (chattr +i)")
+    if subprocess.run(["chattr", "+i", *map(str, paths)], capture_output=True, check=False).returncode:
+        pytest.skip("this file system has no immutable attribute")
+
+
+def test_a_write_to_an_open_database_whose_folder_turned_read_only_is_a_data_dir_error(tmp_path):
+    folder = tmp_path / "store"
+    folder.mkdir()
+    connection = sqlite3.connect(folder / "store.sqlite", isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("CREATE TABLE t (body BLOB)")
+    wal = folder / "store.sqlite-wal"
+    _immutable(folder, wal)  # SQLite then fails to append to the WAL it holds open: "disk I/O error"
+    try:
+        with pytest.raises(DataDirError, match=f"the data directory {folder} is read-only"), data_dir_errors(folder):
+            connection.execute("INSERT INTO t VALUES (x'00')")
+    finally:
+        subprocess.run(["chattr", "-i", str(folder), str(wal)], check=True)
+        connection.close()
+
+
+def test_the_data_dir_is_checked_for_writes_file_by_file(tmp_path):
+    data = tmp_path / "data"
+    (data / "bm25").mkdir(parents=True)
+    (data / "bm25" / "store.sqlite").write_bytes(b"")
+    require_writable_tree(data)
+    require_writable_tree(tmp_path / "not-yet")  # the stores create it
+    (data / "bm25" / "store.sqlite").chmod(0o444)
+    try:
+        done = subprocess.run([*_without_root_override(), sys.executable, "-c",
+                               "import sys; from pathlib import Path; "
+                               "from gatehouse.document_stores.errors import require_writable_tree; "
+                               "require_writable_tree(Path(sys.argv[1]))", str(data)],
+                              capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        (data / "bm25" / "store.sqlite").chmod(0o644)
+    assert done.returncode == 1
+    assert f"DataDirError: the data directory {data} is read-only (not every file in it can be written)" in done.stderr
 
 
 def test_other_errors_pass_unchanged(tmp_path):

@@ -45,7 +45,7 @@ def _manifest(tmp: Path, *, keys: bool) -> Path:
             {"env": "GATEHOUSE_TEST_ACME_KEY", "tenants": ["acme"]},
         ] if keys else []},
         "mcp": True,
-        "limits": {"max_body_bytes": MAX_BODY, "max_query_chars": 500},
+        "limits": {"max_body_bytes": MAX_BODY},
     }
     path = tmp / "hayhooks.yml"
     path.write_text(yaml.safe_dump(manifest), encoding="utf-8")
@@ -61,6 +61,13 @@ def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def _without_root_override() -> list[str]:
+    """Root writes anywhere: the server runs without the capabilities that bypass file permissions (when it can)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return []
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--"]
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A keyed server with the sample knowledge bases uploaded over HTTP."""
@@ -68,7 +75,7 @@ def server(tmp_path_factory):
     manifest = _manifest(tmp, keys=True)
     env = {key: value for key, value in _env(tmp).items() if key not in ("HAYSTACK_TELEMETRY_ENABLED", "DO_NOT_TRACK")}
     with running_server(manifest, env={**env, "HOME": str(tmp)}, workdir=tmp, pipelines=3,
-                        audit=tmp / "outbound.log") as url:
+                        audit=tmp / "outbound.log", prefix=_without_root_override()) as url:
         with httpx.Client(base_url=url, headers=_auth(ADMIN_KEY), timeout=120) as client:
             for kb in ("faq", "ops", "product"):
                 paths = sorted((PROJECT_ROOT / "kb" / kb).glob("*.md"))
@@ -149,7 +156,7 @@ def test_a_key_cannot_name_a_tenant_it_does_not_hold(server):
     ("payload", "status", "message"),
     [
         ({"query": "   "}, 422, "query must not be empty"),
-        ({"query": "x" * 501}, 422, "limits.max_query_chars"),
+        ({"query": "x" * 4001}, 422, "the limit is 4000 (max_query_chars of the ask pipeline's input guardrail)"),
         ({"query": QUESTION, "mode": "telepathy"}, 422, "full-corpus"),
         ({"query": QUESTION, "kb": "astrology"}, 422, "Unknown knowledge base 'astrology'"),
         ({"query": QUESTION, "kb": ""}, 422, "kb '' is not a valid knowledge base name"),
@@ -213,6 +220,22 @@ def test_drawing_is_disabled_and_the_connection_stays_usable(server, admin):
     assert "mermaid" not in (server["tmp"] / "server.log").read_text().lower()
 
 
+def test_the_openai_file_upload_routes_are_gone(admin):
+    for path in ("/v1/files", "/files"):
+        response = admin.post(path, files=[("file", ("notes.txt", b"Some notes.", "text/plain"))],
+                              data={"purpose": "assistants"})
+        assert response.status_code == 404
+        assert "POST /{name}/run" in response.json()["detail"]
+    assert not {"/v1/files", "/files"} & set(admin.get("/openapi.json").json()["paths"])
+
+
+def test_a_question_as_long_as_the_guardrail_allows_is_answered(admin):
+    question = QUESTION + " Please give me every step." * 140
+    assert len(question) == 3807
+    response = admin.post("/ask/run", json={"query": question + "x" * (3999 - len(question))})
+    assert response.status_code == 200, response.text  # the input guardrail's limit is the server's: 4000
+
+
 def test_oversized_bodies_are_refused(admin):
     response = admin.post("/ask/run", json={"query": QUESTION, "context": "x" * (MAX_BODY + 10)})
     assert response.status_code == 413
@@ -254,6 +277,42 @@ def test_upload_of_only_unsupported_files_is_415(admin):
                           data={"kb": "faq"})
     assert response.status_code == 415
     assert "x.exe" in response.json()["detail"]
+
+
+def _multipart(file_name: bytes, data: bytes, fields: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+    """A multipart body with one file under `file_name` exactly as given (HTTP clients escape what they send)."""
+    parts = [b'Content-Disposition: form-data; name="files"; filename="' + file_name + b'"\r\n'
+             b"Content-Type: text/plain\r\n\r\n" + data]
+    parts += [f'Content-Disposition: form-data; name="{key}"\r\n\r\n{value}'.encode() for key, value in fields.items()]
+    body = b"".join(b"--BOUNDARY\r\n" + part + b"\r\n" for part in parts) + b"--BOUNDARY--\r\n"
+    return body, {"Content-Type": "multipart/form-data; boundary=BOUNDARY"}
+
+
+def test_upload_names_lose_control_and_bidi_characters_and_folders(admin):
+    fields = {"kb": "names", "tenant": "initech", "wait": "true"}
+    raw = "C:\\Users\\me\\offsite\u202etxt.md\x00\x07".encode()
+    body, headers = _multipart(raw, b"# Offsite\n\nThe quarterly offsite is in Lisbon.\n", fields)
+    response = admin.post("/index/run", content=body, headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["files"]["written"] == [{"file": "offsitetxt.md", "reason": None}]
+    found = admin.post("/retrieve/run", json={"query": "quarterly offsite", "kbs": ["names"], "tenant": "initech"})
+    meta = found.json()["result"]["documents"][0]["meta"]
+    assert (meta["source"], meta["doc_id"]) == ("offsitetxt.md", "initech/names/offsitetxt.md")
+
+    body, headers = _multipart("..\\\u202e\x01".encode(), b"Some text.", fields)
+    refused = admin.post("/index/run", content=body, headers=headers)
+    assert refused.status_code == 422
+    assert refused.json()["detail"].startswith("files: no usable file name in '..\\\\\\u202e\\x01'")
+
+
+def test_an_upload_in_an_8_bit_encoding_is_decoded(admin):
+    text = "Die Kantine öffnet um 11:30 Uhr; das Menü kostet 7 €.\n"
+    response = admin.post("/index/run", files=[("files", ("kantine.txt", text.encode("cp1252"), "text/plain"))],
+                          data={"kb": "kantine", "tenant": "initech", "wait": "true"})
+    assert response.status_code == 200
+    assert response.json()["result"]["written"] == 1, response.text
+    found = admin.post("/retrieve/run", json={"query": "Kantine Menü", "kbs": ["kantine"], "tenant": "initech"})
+    assert found.json()["result"]["documents"][0]["content"] == text.strip()
 
 
 def test_openai_client_without_streaming(server):
@@ -365,6 +424,33 @@ def test_refuses_to_bind_beyond_loopback_without_keys(tmp_path):
     )
     assert done.returncode == 2
     assert "refusing to bind to 0.0.0.0 without auth keys" in done.stderr
+
+
+def test_a_data_dir_made_read_only_answers_reads_and_refuses_writes_with_503(server, admin):
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: a read-only folder cannot be simulated")
+    data = server["tmp"] / "data"
+    upload = [("files", ("rota.md", b"# Rota\n\nThe on-call rota changes on Mondays.\n", "text/markdown"))]
+    subprocess.run(["chmod", "-R", "a-w", str(data)], check=True)
+    try:
+        reads = [admin.post("/ask/run", json={"query": "How do I revoke an API key?"}),  # asked for the first time
+                 admin.post("/v1/chat/completions", json={"model": "ask", "messages": [
+                     {"role": "user", "content": "Which grace periods can an old API key get?"}]}),
+                 admin.post("/retrieve/run", json={"query": "revoke a key"}),
+                 admin.get("/kbs")]
+        writes = [admin.delete("/kbs/faq"),
+                  admin.post("/index/run", files=upload, data={"kb": "rota", "wait": "true"}),
+                  admin.post("/index/run", files=upload, data={"kb": "rota"})]
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(data)], check=True)
+    assert [read.status_code for read in reads] == [200] * 4, [read.text for read in reads]
+    for write in writes:
+        assert write.status_code == 503, write.text
+        assert write.json() == {"detail": f"the data directory {data.resolve()} is read-only (not every file in it can "
+                                          "be written): make it writable for this user or point GATEHOUSE_DATA_DIR at "
+                                          "another folder"}
+    assert "faq" in {kb["kb"] for kb in admin.get("/kbs").json()["knowledge_bases"]}  # nothing was deleted
+    assert admin.get("/index/jobs").json()["jobs"][0]["kb"] != "rota"  # nothing was queued
 
 
 def test_served_asks_reach_no_other_machine(server):

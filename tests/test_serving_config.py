@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from gatehouse.settings import bundled_dir
-from gatehouse.serving.auth import AccessDenied, GuardMiddleware, KeyRing, Principal, current_principal
+from gatehouse.serving.auth import AccessDenied, GuardMiddleware, KeyRing, Principal, current_principal, rate_limiter
 from gatehouse.serving.manifest import ManifestError, load_manifest
 from gatehouse.serving.server import ServeError, check_bind, is_loopback, prepare_deployments
 from gatehouse.serving.wrappers import AskWrapper, IndexWrapper, RetrieveWrapper, wrapper_class
@@ -32,6 +32,8 @@ def test_the_project_manifest_loads():
     assert manifest.keys == ()
     assert manifest.allowed_modules == ()
     assert (manifest.max_body_bytes, manifest.max_query_chars, manifest.request_timeout_s) == (10485760, 4000, 300)
+    assert (manifest.requests_per_minute, manifest.max_concurrent_requests) == (600, 2)
+    assert manifest.max_queued_jobs_per_tenant == 5
 
 
 @pytest.mark.parametrize(
@@ -45,6 +47,9 @@ def test_the_project_manifest_loads():
         ({"allowed_modules": ["*"]}, "would allow any class"),
         ({"log_level": "chatty"}, "log_level 'chatty'"),
         ({"limits": {"request_timeout_s": 0}}, "limits must be positive"),
+        ({"limits": {"requests_per_minute": -1}}, "limits.requests_per_minute must be a whole number"),
+        ({"auth": {"keys": [{"env": "K", "tenants": ["a"], "max_concurrent_requests": "many"}]}},
+         "auth.keys[0].max_concurrent_requests must be a whole number"),
     ],
 )
 def test_a_bad_manifest_names_the_field(tmp_path, overrides, message):
@@ -80,7 +85,7 @@ def test_tenant_resolution():
     assert missing.value.status == 401
 
 
-def _call(middleware, method, path, headers=(), body=b""):
+def _call(middleware, method, path, headers=(), body=b"", client="127.0.0.1"):
     sent, seen = [], {}
 
     async def app(scope, receive, send):
@@ -96,9 +101,11 @@ def _call(middleware, method, path, headers=(), body=b""):
         sent.append(message)
 
     middleware.app = app
-    scope = {"type": "http", "method": method, "path": path,
+    scope = {"type": "http", "method": method, "path": path, "client": (client, 50000),
              "headers": [(k.encode(), v.encode()) for k, v in headers]}
     asyncio.run(middleware(scope, receive, send))
+    if sent[0]["status"] == 429:
+        assert int(dict(sent[0]["headers"])[b"retry-after"]) >= 1
     return sent[0]["status"], sent[1]["body"], seen
 
 
@@ -117,6 +124,24 @@ def test_guard_middleware():
     status, body, _ = _call(guard, "POST", "/ask/run", [("authorization", "Bearer user")], b"x" * 11)
     assert status == 413
     assert current_principal.get() is None
+
+
+def test_guard_middleware_refuses_a_caller_over_its_limits_with_retry_after(tmp_path, monkeypatch):
+    monkeypatch.setattr("gatehouse.serving.auth.REFUSAL_PAUSE_S", 0.01)
+    manifest = load_manifest(_write(tmp_path, limits={"requests_per_minute": 2}, auth={"keys": [
+        {"env": "K_USER", "tenants": ["acme"]}, {"env": "K_BULK", "tenants": ["acme"], "requests_per_minute": 0}]}))
+    ring = KeyRing.from_manifest(manifest, environ={"K_USER": "user", "K_BULK": "bulk"})
+    guard = GuardMiddleware(None, keyring=ring, max_body_bytes=100, limiter=rate_limiter(manifest))
+    user = [("authorization", "Bearer user")]
+    assert [_call(guard, "POST", "/ask/run", user)[0] for _ in range(3)] == [200, 200, 429]
+    status, body, _ = _call(guard, "POST", "/ask/run", user)
+    assert status == 429 and "limits.requests_per_minute" in json.loads(body)["detail"]
+    assert all(_call(guard, "POST", "/ask/run", [("authorization", "Bearer bulk")])[0] == 200 for _ in range(5))
+    assert _call(guard, "GET", "/status")[0] == 200  # the health check is never limited
+
+    open_guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=100, limiter=rate_limiter(manifest))
+    assert [_call(open_guard, "POST", "/ask/run", client="10.0.0.1")[0] for _ in range(3)] == [200, 200, 429]
+    assert _call(open_guard, "POST", "/ask/run", client="10.0.0.2")[0] == 200  # without keys: per client address
 
 
 def test_binding_beyond_loopback_needs_keys_or_an_explicit_yes(tmp_path):
@@ -142,3 +167,20 @@ def test_prepare_deployments_writes_one_generic_wrapper_per_pipeline(tmp_path):
     spec = yaml.safe_load((folder / "ask" / "gatehouse.yml").read_text())
     assert spec == {"kind": "ask", "pipeline": str(PROJECT_ROOT / "pipelines" / "ask.yml"),
                     "manifest": str(PROJECT_ROOT / "hayhooks.yml")}
+
+
+def test_the_longest_question_is_the_ask_pipelines_input_guardrail_limit(tmp_path):
+    assert load_manifest(PROJECT_ROOT / "hayhooks.yml").max_query_chars == 4000  # input_guard in pipelines/ask.yml
+    spec = yaml.safe_load((PROJECT_ROOT / "pipelines" / "ask.yml").read_text(encoding="utf-8"))
+    guard = spec["components"]["input_guard"]["init_parameters"]
+    ask = tmp_path / "ask.yml"
+    for limit, expected in ((1234, 1234), (None, 2000)):  # unset: the guardrail's own default
+        guard.pop("max_query_chars", None)
+        if limit is not None:
+            guard["max_query_chars"] = limit
+        ask.write_text(yaml.safe_dump(spec), encoding="utf-8")
+        manifest = load_manifest(_write(tmp_path, pipelines={"ask": {"pipeline": str(ask), "kind": "ask"}}))
+        assert manifest.max_query_chars == expected
+    with pytest.raises(ManifestError, match=r"limits.max_query_chars is no longer read: .* \(input_guard in "
+                                            r"pipelines/ask.yml\), which the server applies too; set it there"):
+        load_manifest(_write(tmp_path, limits={"max_query_chars": 4000}))

@@ -15,6 +15,7 @@ vectors = backend.embed(["How do I rotate an API key?"])   # numpy array, one L2
 """
 
 import hashlib
+import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -23,6 +24,9 @@ from typing import ClassVar
 import numpy as np
 
 from gatehouse import settings
+from gatehouse.document_stores.errors import data_dir_error
+
+logger = logging.getLogger(__name__)
 
 
 class EmbeddingCache:
@@ -61,13 +65,25 @@ class EmbeddingCache:
         return found
 
     def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
-        """Store vectors by hash."""
+        """
+        Store vectors by hash. Best effort on a read-only or full data folder: nothing is stored and a warning is
+        logged, so a question is still answered (its vectors are only computed again next time).
+
+        :raises sqlite3.Error: Any other failure of the cache file.
+        """
         with self._lock:
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO embeddings (model, text_hash, vector) VALUES (?, ?, ?)",
-                [(model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items.items()],
-            )
-            self._conn.commit()
+            try:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO embeddings (model, text_hash, vector) VALUES (?, ?, ?)",
+                    [(model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items.items()],
+                )
+                self._conn.commit()
+            except sqlite3.Error as error:
+                operator_error = data_dir_error(error, self.path.parent)
+                if operator_error is None:
+                    raise
+                self._conn.rollback()
+                logger.warning("embeddings not cached: %s", operator_error)
 
 
 class EmbeddingBackend:

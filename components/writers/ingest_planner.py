@@ -2,16 +2,37 @@
 
 import hashlib
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ByteStream
 
 from gatehouse.components.state import PUBLIC_TENANT
+from gatehouse.components.text import printable
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"  # knowledge base and tenant names (they name folders and filters)
+
+
+def upload_name(raw: str) -> str:
+    r"""
+    The name an uploaded file is stored under (its `source`, the end of its `doc_id`): the base name, with `\` a
+    folder separator like `/`, without control characters, bidirectional controls or surrounding spaces.
+
+    ```python
+    upload_name("C:\\Users\\me\\notes.md")       # "notes.md"
+    upload_name("invoice\u202efdp.md\x00")      # "invoicefdp.md"
+    upload_name("../\x07")                      # "": nothing usable remains
+    ```
+
+    :param raw: The file name the client sent.
+    :returns: The name, or "" when nothing usable remains (also for `.` and `..`).
+    """
+    cleaned = "".join(char for char in printable(raw) if char not in "\n\t").replace("\\", "/")
+    name = PurePosixPath(cleaned).name.strip()
+    return "" if name in (".", "..") else name
+
 
 def page_url(url_base: str, name: str) -> str:
     """
@@ -83,10 +104,12 @@ class IngestPlanner:
 
     def _read(self, source: str | Path | ByteStream, root: Path | None) -> tuple[str, bytes]:
         if isinstance(source, ByteStream):
-            name = str(source.meta.get("file_name") or source.meta.get("file_path") or "")
+            raw = str(source.meta.get("file_name") or source.meta.get("file_path") or "")
+            name = upload_name(raw)
             if not name:
-                raise ValueError("an uploaded file has no file name")
-            return Path(name).name, source.data
+                raise ValueError(f"the file name {raw!r} has no usable characters" if raw else
+                                 "an uploaded file has no file name")
+            return name, source.data
         path = Path(source)
         if not path.is_file():
             raise ValueError("file not found")
@@ -133,7 +156,9 @@ class IngestPlanner:
         failed: list[dict[str, Any]] = []
         streams: list[ByteStream] = []
         for source in sources:
-            label = source.meta.get("file_name", "upload") if isinstance(source, ByteStream) else str(source)
+            label = str(source)
+            if isinstance(source, ByteStream):
+                label = upload_name(str(source.meta.get("file_name") or "")) or "upload"
             try:
                 name, data = self._read(source, root_path)
             except (OSError, ValueError) as error:

@@ -20,11 +20,15 @@ except Exception as error:
 
 import contextlib
 import errno
+import logging
+import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
 FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -71,6 +75,8 @@ def data_dir_error(error: BaseException, folder: Path) -> DataDirError | None:
         code = (error.sqlite_errorcode or 0) & 0xFF  # the primary result code
         if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
             return _read_only(folder, str(error))
+        if code == sqlite3.SQLITE_IOERR and not os.access(folder, os.W_OK):  # made read-only under an open database
+            return _read_only(folder, str(error))
         if code == sqlite3.SQLITE_FULL:
             return _full(folder, str(error))
     return None
@@ -104,6 +110,22 @@ def require_writable(folder: Path) -> None:
     with data_dir_errors(folder):
         folder.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
+
+
+def require_writable_tree(folder: Path) -> None:
+    """
+    Check that the data directory and every folder and file in it can be written now, so that a write on a data
+    directory made read-only while a server runs is refused before it starts rather than failing halfway.
+
+    :param folder: The data directory (nothing to check while it does not exist: the stores create it).
+    :raises DataDirError: Naming the first folder or file that cannot be written.
+    """
+    if not folder.exists():
+        return
+    for path in (folder, *sorted(folder.rglob("*"))):
+        if not os.access(path, os.W_OK):
+            logger.warning("%s cannot be written: the data directory is read-only", path)
+            raise _read_only(folder, "not every file in it can be written")
 
 
 def _inside(filename: Any, folder: Path) -> bool:

@@ -23,10 +23,11 @@ from typing_extensions import TypedDict
 
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, KnowledgeBaseNotFoundError
 from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
-from gatehouse.serving.jobs import NOT_DEPLOYED
-from gatehouse.serving.wrappers import Name, check_name, denied
+from gatehouse.serving.wrappers import Name, check_name, data_dir_unavailable, denied, require_writable_data_dir
 
 NOT_MANAGED = {403: {"description": "The API key may not manage the tenant"}}
+UNAVAILABLE = {503: {"description": "The index pipeline is not deployed, or the data directory cannot be used "
+                                    "(read-only, full)"}}
 
 
 class KnowledgeBaseInfo(TypedDict):
@@ -68,7 +69,7 @@ def knowledge_base_routes(*, keyring: KeyRing, index_pipeline: str) -> APIRouter
             raise HTTPException(status_code=503, detail=f"the index pipeline {index_pipeline!r} is not deployed")
         return KnowledgeBaseCatalogue.from_index_pipeline(wrapper.pipeline)
 
-    @router.get("", responses={**NOT_MANAGED, **NOT_DEPLOYED})
+    @router.get("", responses={**NOT_MANAGED, **UNAVAILABLE})
     def list_knowledge_bases(request: Request, tenant: Name | None = None) -> KnowledgeBaseList:
         """
         List the knowledge bases with their document and chunk counts.
@@ -83,18 +84,20 @@ def knowledge_base_routes(*, keyring: KeyRing, index_pipeline: str) -> APIRouter
                        else keyring.managed_tenants(principal))
         except AccessDenied as error:
             raise denied(error) from error
-        held = catalogue().knowledge_bases(tenants=tenants)
+        with data_dir_unavailable():
+            held = catalogue().knowledge_bases(tenants=tenants)
         return {"knowledge_bases": [KnowledgeBaseInfo(**asdict(kb)) for kb in held]}
 
     @router.delete("/{kb}", responses={
-        **NOT_MANAGED, 404: {"description": "The tenant holds no such knowledge base"}, **NOT_DEPLOYED})
+        **NOT_MANAGED, 404: {"description": "The tenant holds no such knowledge base"}, **UNAVAILABLE})
     def delete_knowledge_base(request: Request, kb: Name, tenant: Name | None = None) -> DeletedKnowledgeBase:
         """
         Delete a knowledge base of one tenant from the dense and the lexical store; other tenants' stay.
 
         :param kb: The knowledge base.
         :param tenant: Its tenant (one the API key may manage); default the key's first tenant.
-        :returns: The deleted knowledge base with the counts it had; 404 when the tenant holds no such knowledge base.
+        :returns: The deleted knowledge base with the counts it had; 404 when the tenant holds no such knowledge base,
+            503 when the data directory cannot be written.
         """
         check_name(kb, field="kb", kind="knowledge base")
         check_name(tenant, field="tenant", kind="tenant")
@@ -102,8 +105,10 @@ def knowledge_base_routes(*, keyring: KeyRing, index_pipeline: str) -> APIRouter
             tenant_name = keyring.managed_tenant(resolve_principal(keyring, request.headers), tenant)
         except AccessDenied as error:
             raise denied(error) from error
+        require_writable_data_dir()
         try:
-            deleted = catalogue().delete(kb=kb, tenant=tenant_name)
+            with data_dir_unavailable():
+                deleted = catalogue().delete(kb=kb, tenant=tenant_name)
         except KnowledgeBaseNotFoundError as error:
             raise HTTPException(status_code=404, detail=str(error)) from error
         return {"deleted": KnowledgeBaseInfo(**asdict(deleted))}

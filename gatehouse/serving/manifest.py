@@ -10,6 +10,7 @@ manifest.pipelines["ask"].kind        # "ask"
 ```
 """
 
+import inspect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,8 @@ class KeySpec:
     env: str
     tenants: tuple[str, ...]
     admin: bool = False
+    requests_per_minute: int | None = None  # None: the manifest's limits.requests_per_minute
+    max_concurrent_requests: int | None = None  # None: the manifest's limits.max_concurrent_requests
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,13 @@ class Manifest:
     mcp: bool = True
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 10 * 1024 * 1024
-    max_query_chars: int = 4000
+    max_query_chars: int = 2000  # the ask pipeline's input guardrail's max_query_chars (see `question_limit`)
     request_timeout_s: float = 300.0  # an ask's whole time budget, LLM calls and retries included
+    requests_per_minute: int = 600  # per caller (API key, or client address without keys); 0 = no limit
+    max_concurrent_requests: int = 2  # per caller, requests running at once; 0 = no cap
     ingest_workers: int = 1  # upload jobs indexing at once
     max_queued_jobs: int = 10  # upload jobs waiting for a worker; one more is refused with 429
+    max_queued_jobs_per_tenant: int = 5  # of those, how many one tenant may hold
     ingest_job_history: int = 1000  # finished upload jobs kept in memory (and reported); older ones are forgotten
     openwebui_sources: bool = False  # streamed chat: Open WebUI `source` events, markers written `[n]`
 
@@ -104,6 +110,38 @@ def _pipelines(raw: Any, path: Path) -> dict[str, DeployedPipeline]:
     return pipelines
 
 
+def question_limit(pipelines: dict[str, DeployedPipeline], path: Path) -> int:
+    """
+    The longest question the server accepts: `max_query_chars` of the input guardrail of the deployed ask pipeline (the
+    smallest, should there be several), read from its YAML, so the server refuses exactly the questions that guardrail
+    would and the limit is one number in one place; the guardrail's default when no ask pipeline states one.
+
+    :param pipelines: The manifest's pipelines.
+    :param path: The manifest, named in an error.
+    :raises ManifestError: When an ask pipeline's YAML cannot be read.
+    """
+    from gatehouse.components.guardrails.guardrails import Guardrails
+
+    default = inspect.signature(Guardrails.__init__).parameters["max_query_chars"].default
+    guardrails = f"{Guardrails.__module__}.{Guardrails.__name__}"
+    limits = []
+    for name, deployed in pipelines.items():
+        if deployed.kind != "ask":
+            continue
+        try:
+            spec = yaml.safe_load(deployed.pipeline.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise ManifestError(f"{path}: pipelines.{name}.pipeline cannot be read: {error}") from error
+        components = (spec.get("components") if isinstance(spec, dict) else None) or {}
+        for component in components.values():
+            if not isinstance(component, dict) or component.get("type") != guardrails:
+                continue
+            params = component.get("init_parameters") or {}
+            if params.get("stage", "input") == "input":
+                limits.append(int(params.get("max_query_chars", default)))
+    return min(limits, default=default)
+
+
 def _keys(raw: Any, path: Path) -> tuple[KeySpec, ...]:
     _require(isinstance(raw, list), path, "`auth.keys` must be a list.")
     keys = []
@@ -114,8 +152,17 @@ def _keys(raw: Any, path: Path) -> tuple[KeySpec, ...]:
         tenants = entry.get("tenants")
         _require(isinstance(tenants, list) and tenants and all(isinstance(t, str) for t in tenants), path,
                  f"{where} needs `tenants`: a non-empty list of tenant names.")
-        keys.append(KeySpec(env=entry["env"], tenants=tuple(tenants), admin=bool(entry.get("admin", False))))
+        limits = {name: _count(entry.get(name), path, f"{where}.{name}")
+                  for name in ("requests_per_minute", "max_concurrent_requests") if entry.get(name) is not None}
+        keys.append(KeySpec(env=entry["env"], tenants=tuple(tenants), admin=bool(entry.get("admin", False)), **limits))
     return tuple(keys)
+
+
+def _count(value: Any, path: Path, where: str) -> int:
+    """A limit that is a whole number, 0 or more (0 switches it off)."""
+    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, path,
+             f"{where} must be a whole number, 0 or more (0: no limit), not {value!r}.")
+    return value
 
 
 def _flag(raw: dict[str, Any], key: str, path: Path) -> bool:
@@ -155,27 +202,36 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
     modules = raw.get("allowed_modules") or []
     _require(isinstance(modules, list) and "*" not in modules, path,
              "`allowed_modules` must list module patterns (a bare '*' would allow any class).")
+    _require("max_query_chars" not in limits, path,
+             "limits.max_query_chars is no longer read: the longest question is max_query_chars of the ask pipeline's "
+             "input guardrail (input_guard in pipelines/ask.yml), which the server applies too; set it there.")
+    pipelines = _pipelines(raw.get("pipelines"), path)
     manifest = Manifest(
         path=path,
         host=str(raw.get("host", "127.0.0.1")),
         port=int(raw.get("port", 1416)),
         log_level=log_level,
         logging=_log_settings(raw.get("logging") or {}, path),
-        pipelines=_pipelines(raw.get("pipelines"), path),
+        pipelines=pipelines,
         allowed_modules=tuple(modules),
         keys=_keys(auth.get("keys") or [], path),
         allow_remote_without_keys=bool(auth.get("allow_remote_without_keys", False)),
         mcp=bool(raw.get("mcp", True)),
         cors_allow_origins=tuple(cors.get("allow_origins") or ()),
         max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),
-        max_query_chars=int(limits.get("max_query_chars", 4000)),
+        max_query_chars=question_limit(pipelines, path),
         request_timeout_s=float(limits.get("request_timeout_s", 300.0)),
+        requests_per_minute=_count(limits.get("requests_per_minute", 600), path, "limits.requests_per_minute"),
+        max_concurrent_requests=_count(limits.get("max_concurrent_requests", 2), path,
+                                       "limits.max_concurrent_requests"),
         ingest_workers=int(limits.get("ingest_workers", 1)),
         max_queued_jobs=int(limits.get("max_queued_jobs", 10)),
+        max_queued_jobs_per_tenant=_count(limits.get("max_queued_jobs_per_tenant", 5), path,
+                                          "limits.max_queued_jobs_per_tenant"),
         ingest_job_history=int(limits.get("ingest_job_history", 1000)),
         openwebui_sources=_flag(raw, "openwebui_sources", path),
     )
-    _require(manifest.max_body_bytes > 0 and manifest.max_query_chars > 0 and manifest.request_timeout_s > 0, path,
+    _require(manifest.max_body_bytes > 0 and manifest.request_timeout_s > 0, path,
              "limits must be positive.")
     _require(manifest.ingest_workers >= 1 and manifest.ingest_job_history >= 1 and manifest.max_queued_jobs >= 0,
              path, "limits.ingest_workers and limits.ingest_job_history must be at least 1, limits.max_queued_jobs "

@@ -27,29 +27,34 @@ from typing import Any
 import yaml
 
 from gatehouse.settings import data_dir
-from gatehouse.serving.auth import OPEN_PATHS, GuardMiddleware, KeyRing
+from gatehouse.serving.auth import OPEN_PATHS, GuardMiddleware, KeyRing, rate_limiter
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 
 GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
-UNADVERTISED_PATHS = ("/draw/{pipeline_name}", "/v1/responses", "/responses")
+# Hayhooks' generic OpenAI file upload: no Gatehouse pipeline takes it (uploads are `POST /{index}/run`): refused.
+REMOVED_PATHS = ("/v1/files", "/files")
+UNADVERTISED_PATHS = ("/draw/{pipeline_name}", "/v1/responses", "/responses", *REMOVED_PATHS)
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 # What the pipeline routes answer beyond Hayhooks' 200 and 422, by kind (`POST /{name}/run`; chat for `ask`). An index
 # pipeline's 202 and 429 are documented with its jobs (`gatehouse.serving.jobs`).
 NOT_THE_TENANT = "The API key does not hold the tenant"
 LLM_FAILED = "The LLM endpoint failed and no fallback answer could be made"
+DATA_DIR_UNUSABLE = "The data directory cannot be used (read-only, full): the detail says what to do"
 PIPELINE_ANSWERS = {
-    "ask": {"403": NOT_THE_TENANT, "502": LLM_FAILED},
-    "retrieve": {"403": NOT_THE_TENANT},
+    "ask": {"403": NOT_THE_TENANT, "502": LLM_FAILED, "503": DATA_DIR_UNUSABLE},
+    "retrieve": {"403": NOT_THE_TENANT, "503": DATA_DIR_UNUSABLE},
     "index": {"403": NOT_THE_TENANT, "415": "No uploaded file has a supported type",
-              "500": "With `wait=true`: the ingest job failed"},
+              "500": "With `wait=true`: the ingest job failed", "503": DATA_DIR_UNUSABLE},
 }
 CHAT_ANSWERS = {"403": NOT_THE_TENANT, "404": "No pipeline of that name is deployed (`GET /v1/models` lists them)",
-                "501": "The model is a pipeline that does not chat (retrieve, index)", "502": LLM_FAILED}
+                "501": "The model is a pipeline that does not chat (retrieve, index)", "502": LLM_FAILED,
+                "503": DATA_DIR_UNUSABLE}
 CHAT_MESSAGE = {"type": "object", "required": ["role", "content"], "properties": {
     "role": {"enum": ["system", "user", "assistant"]},
     "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
         "type": "object", "required": ["type", "text"],
         "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}
+RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
 ERROR_DETAIL = {"title": "ErrorDetail", "type": "object", "properties": {"detail": {"type": "string"}},
                 "required": ["detail"]}
 
@@ -188,7 +193,8 @@ def _restrict_hayhooks_routes(app: Any) -> None:
 
     `/v1/models` (and `/models`) list only the pipelines that answer chat (`ask`; the others answer it with 501);
     `/draw/{name}`, which renders through an internet service, is disabled (404, no outbound connection); neither
-    drawing nor `/v1/responses` (no Gatehouse pipeline implements it: 501) is in the OpenAPI document. The
+    drawing nor `/v1/responses` (no Gatehouse pipeline implements it: 501) is in the OpenAPI document; `/v1/files`
+    and `/files` (`REMOVED_PATHS`: Hayhooks' file upload, which stores nothing here) answer 404 and are not in it. The
     replacements are put in front of Hayhooks' routes, which match in order. The document states chat's `model` (one
     of the chat pipelines), message shape (`CHAT_MESSAGE`) and streamed answer (server-sent events), and chat with an
     unknown model is a 404 naming `/v1/models` rather than Hayhooks' wrappers.
@@ -214,6 +220,13 @@ def _restrict_hayhooks_routes(app: Any) -> None:
         """Refuse Hayhooks' pipeline drawing."""
         raise HTTPException(status_code=404, detail="drawing pipelines is disabled on this server")
 
+    def file_upload_removed() -> None:
+        """Refuse Hayhooks' generic file upload, which would answer "processed" and store nothing."""
+        raise HTTPException(status_code=404, detail="no such route: files are uploaded into a knowledge base with the "
+                                                    "index pipeline's POST /{name}/run")
+
+    for path in REMOVED_PATHS:
+        replacements.add_api_route(path, file_upload_removed, methods=["POST"])
     for route in replacements.routes:
         route.include_in_schema = False  # Hayhooks' own entries document the models listing
     app.router.routes[:0] = replacements.routes
@@ -271,6 +284,10 @@ def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> N
                     answers.setdefault(status, {"description": description})
                 if keyring.enabled and (method.upper(), path) not in OPEN_PATHS:
                     answers.setdefault("401", {"description": "Missing or invalid API key"})
+                if (method.upper(), path) not in OPEN_PATHS:
+                    answers.setdefault("429", {"description": "Over the caller's limits.requests_per_minute or "
+                                                              "limits.max_concurrent_requests; see Retry-After",
+                                               "headers": RETRY_AFTER})
                 if "requestBody" in operation:
                     answers.setdefault("400", {"description": "The body cannot be parsed"})
                     answers.setdefault("413", {"description": "The body exceeds limits.max_body_bytes"})
@@ -322,7 +339,8 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     if manifest.mcp:
         _mount_mcp(app)
     app.include_router(metrics_router())
-    app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes)
+    app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
+                       limiter=rate_limiter(manifest))
     app.add_middleware(ObservabilityMiddleware)  # outermost: request ids and metrics for refused requests too
     return app
 

@@ -26,12 +26,13 @@ PipelineWrapper = wrapper_class("data/serve/pipelines/ask/gatehouse.yml")   # wh
 ```
 """
 
+import contextlib
 import contextvars
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -50,18 +51,21 @@ from starlette.datastructures import Headers
 from typing_extensions import TypedDict
 
 from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
+from gatehouse.components.writers.ingest_planner import upload_name
 from gatehouse.components.builders.response_builder import ResponseBuilder
 from gatehouse.components.generators.openai_compatible_generator import REQUEST_DEADLINE
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
+from gatehouse.document_stores.errors import DataDirError, find_data_dir_error, require_writable_tree
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
 from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
 from gatehouse.serving.manifest import Manifest, load_manifest
 from gatehouse.serving.observability import record_ask
 from gatehouse.serving.streaming import answer_checks, stream_answer
+from gatehouse.settings import data_dir
 
 NAME_PATTERN = re.compile(KB_NAME_PATTERN)
 # Ask pipelines run at most this many at a time, each in a thread of its own (see `_in_background`).
@@ -163,6 +167,38 @@ def check_name(value: Any, *, field: str, kind: str) -> None:
                                                     "(lower-case letters, digits, '-', '_')")
 
 
+@contextlib.contextmanager
+def data_dir_unavailable() -> Iterator[None]:
+    """
+    Answer a request the data directory cannot serve (read-only, full) with a 503 and the one-line reason, instead of
+    the error of the component or store that met it; other errors pass unchanged.
+
+    :raises HTTPException: 503 naming the data directory's problem and what to do.
+    """
+    try:
+        yield
+    except HTTPException:
+        raise
+    except Exception as error:
+        cause = find_data_dir_error(error, data_dir())
+        if cause is None:
+            raise
+        raise HTTPException(status_code=503, detail=str(cause)) from error
+
+
+def require_writable_data_dir() -> None:
+    """
+    Refuse a write (an upload, a deletion) before it starts when the data directory cannot be written now (made
+    read-only while the server runs), rather than failing halfway.
+
+    :raises HTTPException: 503 naming the read-only data directory and what to do.
+    """
+    try:
+        require_writable_tree(data_dir())
+    except DataDirError as error:
+        raise HTTPException(status_code=503, detail=str(error)) from error
+
+
 class GatehouseWrapper(BasePipelineWrapper):
     """Shared set-up: the manifest (auth, limits) and the pipeline YAML this deployment serves."""
 
@@ -196,7 +232,8 @@ class GatehouseWrapper(BasePipelineWrapper):
             raise HTTPException(status_code=422, detail=f"{field} must not be empty")
         if len(text) > self.manifest.max_query_chars:
             raise HTTPException(status_code=422, detail=f"{field} is {len(text)} characters long; the limit is "
-                                                         f"{self.manifest.max_query_chars} (limits.max_query_chars)")
+                                                         f"{self.manifest.max_query_chars} (max_query_chars of the ask "
+                                                         "pipeline's input guardrail)")
         return text
 
 
@@ -216,7 +253,8 @@ class AskWrapper(GatehouseWrapper):
         finally:
             REQUEST_DEADLINE.reset(deadline)
         try:
-            response = run.result(timeout=budget)
+            with data_dir_unavailable():
+                response = run.result(timeout=budget)
         except TimeoutError:
             run.cancel()
             response = _out_of_time(budget, started, kb=kb, tenant=tenant, mode=mode)
@@ -382,7 +420,8 @@ class RetrieveWrapper(GatehouseWrapper):
         for kb in kbs or []:
             check_name(kb, field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
-        documents = self.retrieval.run(query=text, tenant=tenant_name, kbs=kbs or None, top_k=top_k)["documents"]
+        with data_dir_unavailable():
+            documents = self.retrieval.run(query=text, tenant=tenant_name, kbs=kbs or None, top_k=top_k)["documents"]
         return {
             "documents": [{"id": d.id, "content": d.content or "", "score": d.score, "meta": d.meta} for d in documents],
             "tenant": tenant_name,
@@ -403,9 +442,11 @@ class IndexWrapper(GatehouseWrapper):
         super().setup()
         name = next((name for name, deployed in self.manifest.pipelines.items()
                      if deployed.kind == "index" and deployed.pipeline == self.pipeline_file), self.pipeline_file.stem)
-        self.jobs = IngestJobs(pipeline=self.pipeline, workers=self.manifest.ingest_workers,
-                               max_queued=self.manifest.max_queued_jobs, history=self.manifest.ingest_job_history,
-                               status_path=f"/{name}/jobs")
+        manifest = self.manifest
+        self.jobs = IngestJobs(pipeline=self.pipeline, workers=manifest.ingest_workers,
+                               max_queued=manifest.max_queued_jobs,
+                               max_queued_per_tenant=manifest.max_queued_jobs_per_tenant,
+                               history=manifest.ingest_job_history, status_path=f"/{name}/jobs")
 
     def run_api(
         self,
@@ -427,15 +468,20 @@ class IndexWrapper(GatehouseWrapper):
         :param force: Re-index files whose content did not change.
         :param wait: Answer when the job has finished, with its report (200), instead of at once (202).
         :returns: With `wait=true`, counts of written, skipped and failed files, with a reason per failed file.
-        :raises HTTPException: 422 for a bad `kb`, no files or two files of the same name (nothing is stored), 415
-            when no file has a supported type, 429 (with Retry-After) when the ingest queue is full, 500 when a
-            waited-for job fails.
+        :raises HTTPException: 422 for a bad `kb`, no files, a file name with nothing usable in it or two files of the
+            same name (nothing is stored), 415 when no file has a supported type, 429 (with Retry-After) when the ingest
+            queue is full, 503 when the data directory cannot be written, 500 when a waited-for job fails.
         """
         check_name(kb or "", field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
         if not files:
             raise HTTPException(status_code=422, detail="no files were uploaded (multipart field `files`)")
-        names = [Path(upload.filename or "").name for upload in files]
+        names = [upload_name(upload.filename or "") for upload in files]
+        unusable = [repr(upload.filename or "") for upload, name in zip(files, names) if not name]
+        if unusable:
+            raise HTTPException(status_code=422, detail=f"files: no usable file name in {', '.join(unusable)} (control "
+                                                        "characters, bidirectional controls and folders are removed "
+                                                        "from file names); rename the file")
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise HTTPException(status_code=422, detail=f"files: duplicate file names in one upload: "
@@ -445,9 +491,10 @@ class IndexWrapper(GatehouseWrapper):
         planner = self.pipeline.get_component("planner")
         supported = set(planner.mime_types)
         if not any(Path(s.meta["file_name"]).suffix.lower() in supported for s in streams):
-            names = ", ".join(s.meta["file_name"] or "(unnamed)" for s in streams)
+            names = ", ".join(s.meta["file_name"] for s in streams)
             raise HTTPException(status_code=415, detail=f"unsupported file type: {names}; accepted: "
                                                         f"{', '.join(sorted(supported))}")
+        require_writable_data_dir()
         try:
             accepted = self.jobs.submit(kb=kb, tenant=tenant_name, force=force, files=streams)
         except QueueFull as error:
@@ -457,6 +504,7 @@ class IndexWrapper(GatehouseWrapper):
             return JSONResponse(status_code=202, content=accepted, headers={"Location": accepted["status_url"]})
         job = self.jobs.wait(accepted["job_id"])
         if job["status"] == "failed":
+            require_writable_data_dir()  # the data directory turned read-only while the job ran: 503, as at once
             raise HTTPException(status_code=500, detail=f"ingest job {job['job_id']} failed: {job['error']}")
         return job["result"]
 

@@ -1,0 +1,111 @@
+"""
+TextToDocument: text and markdown files to documents, whatever their encoding.
+
+Haystack's `TextFileToDocument` decodes with one encoding and skips a file it cannot decode, so a file saved in Windows'
+cp1252 or in latin-1 gave no text at all. Here a byte order mark decides first (UTF-8, UTF-16, UTF-32), then UTF-8,
+then the fallback encodings in order (cp1252, then latin-1, which decodes any byte). A file holding NUL bytes is
+UTF-16 without a byte order mark or not text: no 8-bit encoding or UTF-8 text has them.
+
+Usage:
+```python
+from gatehouse.components.converters.text_to_document import TextToDocument
+
+converter = TextToDocument()
+converter.run(sources=["notes.txt"])["documents"][0].content
+```
+"""
+
+import codecs
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from haystack import Document, component
+from haystack.components.converters.utils import get_bytestream_from_source, normalize_metadata
+from haystack.dataclasses import ByteStream
+
+logger = logging.getLogger(__name__)
+
+# UTF-32's marks first: UTF-32-LE's begins with UTF-16-LE's.
+BYTE_ORDER_MARKS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+DEFAULT_FALLBACK_ENCODINGS = ["cp1252", "latin-1"]
+
+
+def _candidates(data: bytes, fallback_encodings: list[str]) -> list[str]:
+    """The encodings to try on `data`, in order."""
+    for mark, encoding in BYTE_ORDER_MARKS:
+        if data.startswith(mark):
+            return [encoding]
+    if b"\x00" in data:  # UTF-16 without a mark: the NULs are the high bytes of its ASCII characters
+        return ["utf-16-le" if data[1::2].count(0) >= data[0::2].count(0) else "utf-16-be"]
+    return ["utf-8", *fallback_encodings]
+
+
+@component
+class TextToDocument:
+    """Converts text and markdown files to documents: UTF-8, UTF-16/32 with or without a mark, and 8-bit text."""
+
+    def __init__(self, *, fallback_encodings: list[str] | None = None) -> None:
+        """
+        :param fallback_encodings: Tried in order on text that has no byte order mark and is not UTF-8; default
+            `["cp1252", "latin-1"]`.
+        :raises ValueError: When an encoding is unknown.
+        """
+        self.fallback_encodings = list(DEFAULT_FALLBACK_ENCODINGS if fallback_encodings is None else fallback_encodings)
+        for encoding in self.fallback_encodings:
+            try:
+                codecs.lookup(encoding)
+            except LookupError as error:
+                raise ValueError(f"TextToDocument: unknown fallback encoding {encoding!r}") from error
+
+    def decode(self, data: bytes, name: str) -> str:
+        """
+        The text of a file.
+
+        :param data: The file's bytes.
+        :param name: The file, named in the error.
+        :returns: The text, without a byte order mark.
+        :raises ValueError: When no encoding to try decodes it (naming those tried).
+        """
+        candidates = _candidates(data, self.fallback_encodings)
+        for encoding in candidates:
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError:
+                continue
+        raise ValueError(f"{name}: not text in {', '.join(candidates)} "
+                         "(text_converter.fallback_encodings in index.yml)")
+
+    @component.output_types(documents=list[Document])
+    def run(
+        self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
+    ) -> dict[str, list[Document]]:
+        """
+        Convert text files to documents.
+
+        :param sources: File paths or ByteStreams.
+        :param meta: Metadata for all documents (a dict) or per source (a list as long as `sources`); a ByteStream's
+            own `meta` comes first.
+        :returns: `{"documents": [...]}`, one per file.
+        :raises ValueError: When a file cannot be decoded (see `decode`).
+        """
+        documents = []
+        for source, metadata in zip(sources, normalize_metadata(meta, sources_count=len(sources)), strict=True):
+            try:
+                stream = get_bytestream_from_source(source)
+            except Exception as error:  # noqa: BLE001 - an unreadable source is skipped, as Haystack's converters do
+                logger.warning("Could not read %s, skipping it: %s", source, error)
+                continue
+            name = Path(str(stream.meta.get("file_name") or stream.meta.get("file_path") or "text file")).name
+            merged = {**stream.meta, **metadata}
+            if file_path := merged.get("file_path"):
+                merged["file_path"] = os.path.basename(file_path)
+            documents.append(Document(content=self.decode(stream.data, name), meta=merged))
+        return {"documents": documents}
