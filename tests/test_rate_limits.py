@@ -34,12 +34,15 @@ def test_a_caller_at_its_concurrency_cap_is_refused_until_one_finishes():
 
 
 def test_while_others_are_busy_a_caller_gets_its_share_of_the_cap():
-    limiter = RateLimiter(CallerLimits(max_concurrent=2), clock=Clock())
+    clock = Clock()
+    limiter = RateLimiter(CallerLimits(max_concurrent=2), clock=clock)
     assert limiter.admit("flood") is None
     assert limiter.admit("quiet") is None  # its share: 2 divided by 2 busy callers
     refused = limiter.admit("flood")
-    assert refused is not None and "1 while 1 other caller(s)" in refused.message
+    assert refused is not None and "1 while 1 other caller(s) are busy" in refused.message
     limiter.release("quiet")
+    assert limiter.admit("flood") is not None  # the quiet caller's next request is on its way
+    clock.now += 1.5
     assert limiter.admit("flood") is None  # alone again: the whole cap
 
 

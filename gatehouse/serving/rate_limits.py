@@ -2,8 +2,8 @@
 Per-caller request limits: a request rate (token bucket) and a cap on requests running at once.
 
 A caller is an API key (its environment variable's name) or, on a server without keys, the client's address. While
-other callers have requests running, a caller's cap is its share: `max_concurrent` divided by the busy callers, at
-least 1. A request over the rate or over the cap is refused at once (429 with `Retry-After`) instead of queueing for
+other callers are busy (a request running, or finished within `ACTIVE_S`), a caller's cap is its share:
+`max_concurrent` divided by the busy callers, at least 1. A request over the rate or over the cap is refused at once (429 with `Retry-After`) instead of queueing for
 a share of the CPU, so one caller flooding the server cannot hold up the others.
 
 Usage:
@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+ACTIVE_S = 1.0  # a caller whose request finished this recently still counts as busy (its next one is on its way)
 MAX_TRACKED_CALLERS = 10_000  # beyond, callers idle for a minute (their buckets full again) are forgotten
 
 
@@ -47,6 +48,7 @@ class _Caller:
     tokens: float
     updated: float
     running: int = 0
+    finished: float = float("-inf")  # when its last request finished
 
 
 class RateLimiter:
@@ -86,11 +88,12 @@ class RateLimiter:
             if state is None:
                 state = self._callers[caller] = _Caller(tokens=float(limits.requests_per_minute), updated=now)
             if limits.max_concurrent:
-                busy = sum(1 for name, other in self._callers.items() if other.running and name != caller)
+                busy = sum(1 for name, other in self._callers.items()
+                           if name != caller and (other.running or now - other.finished < ACTIVE_S))
                 share = max(1, limits.max_concurrent // (busy + 1))
                 if state.running >= share:
                     return Refusal(f"too many requests at once: this caller may run {limits.max_concurrent} at a "
-                                   f"time, {share} while {busy} other caller(s) have requests running "
+                                   f"time, {share} while {busy} other caller(s) are busy "
                                    "(limits.max_concurrent_requests in hayhooks.yml)", 1)
             if limits.requests_per_minute:
                 rate = limits.requests_per_minute / 60
@@ -112,7 +115,9 @@ class RateLimiter:
 
     def release(self, caller: str) -> None:
         """Count a finished request of `caller` out."""
+        now = self.clock()
         with self._lock:
             state = self._callers.get(caller)
             if state is not None:
                 state.running = max(0, state.running - 1)
+                state.finished = now
