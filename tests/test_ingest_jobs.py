@@ -27,7 +27,7 @@ ADMIN_KEY = "jobs-admin-secret"
 ACME_KEY = "jobs-acme-secret"
 LEAVE = b"# Leave policy\n\nEmployees of Initech get 30 days of paid leave per year.\n"
 PARKING = b"# Parking\n\nVisitors park on level two of the garage behind the office.\n"
-LARGE_MB = 0.4  # still indexing while the test looks (uploads index at ~10 s per MB on two idle cores, slower loaded)
+LARGE_MB = 0.2  # still indexing while the test looks (uploads index at ~10 s per MB on two idle cores, slower loaded)
 
 
 def _auth(key: str) -> dict[str, str]:
@@ -202,7 +202,7 @@ def test_a_large_upload_runs_in_the_background_and_a_full_queue_is_429(admin):
 
 def test_a_running_job_cancelled_stops_before_its_next_file(admin, acme):
     job = admin.post("/index/run", data={"kb": "cancelled", "tenant": "initech"},
-                     files=[_md("intro.md", LEAVE), _md("large.md", _markdown(0.25).replace(b"gate", b"door")),
+                     files=[_md("intro.md", LEAVE), _md("large.md", _markdown(0.1).replace(b"gate", b"door")),
                             _md("never.md", PARKING)])  # large.md: words of its own, none in the embedding cache
     assert job.status_code == 202, job.text
     status_url = job.json()["status_url"]
