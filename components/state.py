@@ -14,6 +14,8 @@ from typing import Any, TypedDict
 
 from haystack import Document
 
+from gatehouse.settings import PUBLIC_TENANT  # the tenant of shared documents (defined where the CLI reads it cheaply)
+
 
 
 class State(TypedDict, total=False):
@@ -92,7 +94,6 @@ class State(TypedDict, total=False):
 
 
 VALIDATION_KEYS = ("boundary_violations", "confidence_warnings", "guardrail_actions", "unsupported_sentences")
-PUBLIC_TENANT = "public"
 
 
 def new_state(query: str, **fields: Any) -> State:

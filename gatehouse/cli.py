@@ -7,9 +7,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.components.text import printable
 from gatehouse import runtime, settings
+from gatehouse.settings import PUBLIC_TENANT
 from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.llm.models import DEFAULT_MODEL, MODELS
 from gatehouse.llm.server import DEFAULT_CONTEXT, DEFAULT_PORT, DEFAULT_URL

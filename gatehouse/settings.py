@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+PUBLIC_TENANT = "public"  # the tenant whose documents every tenant may read
 
 
 def bundled_dir() -> Path:

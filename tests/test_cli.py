@@ -106,6 +106,13 @@ def test_printed_text_carries_no_terminal_escapes(tmp_path, monkeypatch, capsys)
     assert "level one" in out, out
     assert not any(char in out for char in "\x1b\x07\x9b\u202e"), repr(out)
 
+def test_help_loads_neither_haystack_nor_a_model():
+    probe = ("import sys\nfrom gatehouse.cli import build_parser\nbuild_parser().format_help()\n"
+             "print(sorted(m for m in ('haystack', 'torch', 'sentence_transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_bad_input_gets_a_clear_error_not_a_traceback(cli):
     code, _, err = cli(["ingest", "somewhere", "--kb", "Bad Name!"])
     assert code == 2
