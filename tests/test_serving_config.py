@@ -138,6 +138,9 @@ def test_guard_middleware_refuses_a_caller_over_its_limits_with_retry_after(tmp_
     assert status == 429 and "limits.requests_per_minute" in json.loads(body)["detail"]
     assert all(_call(guard, "POST", "/ask/run", [("authorization", "Bearer bulk")])[0] == 200 for _ in range(5))
     assert _call(guard, "GET", "/status")[0] == 200  # the health check is never limited
+    nobody = [_call(guard, "POST", "/ask/run", [("authorization", "Bearer guess")], client="10.0.0.9")[0]
+              for _ in range(3)]
+    assert nobody == [401, 401, 429]  # without a valid key a request counts against its address
 
     open_guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=100, limiter=rate_limiter(manifest))
     assert [_call(open_guard, "POST", "/ask/run", client="10.0.0.1")[0] for _ in range(3)] == [200, 200, 429]

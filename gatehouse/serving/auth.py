@@ -217,10 +217,7 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         principal, error = self._check_access(scope)
-        if error is not None:
-            await self._send_error(send, error)
-            return
-        caller = self._caller(scope, principal)
+        caller = self._caller(scope, principal)  # a request without a valid key counts against its address
         if caller is not None:
             refusal = self.limiter.admit(caller)
             if refusal is not None:
@@ -230,13 +227,17 @@ class GuardMiddleware:
                                                     [(b"retry-after", str(refusal.retry_after).encode())]))
                 return
         try:
-            await self._guarded(scope, receive, send, principal)
+            if error is not None:
+                await self._send_error(send, error)
+            else:
+                await self._guarded(scope, receive, send, principal)
         finally:
             if caller is not None:
                 self.limiter.release(caller)
 
     def _caller(self, scope: dict[str, Any], principal: Principal | None) -> str | None:
-        """Whom the request counts against: its key, else (no keys) the client address; None when not limited."""
+        """Whom the request counts against: its key, else (no keys, or no valid key) the client address; None when not
+        limited."""
         if self.limiter is None or (scope["method"], scope["path"]) in OPEN_PATHS or scope["method"] == "OPTIONS":
             return None
         if principal is not None:
