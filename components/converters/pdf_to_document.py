@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Document, component
-from haystack.components.converters.utils import get_bytestream_from_source, normalize_metadata
 from haystack.dataclasses import ByteStream
+
+from gatehouse.components.converters.sources import read_sources
 
 logger = logging.getLogger(__name__)
 
@@ -88,19 +89,10 @@ class PDFToDocument:
         :raises ValueError: When a file goes over `timeout_s`, `max_chars` or `max_memory_mb`.
         """
         documents = []
-        for source, metadata in zip(sources, normalize_metadata(meta, sources_count=len(sources)), strict=True):
-            try:
-                stream = get_bytestream_from_source(source)
-            except Exception as error:  # noqa: BLE001 - an unreadable source is skipped, as Haystack's converters do
-                logger.warning("Could not read %s, skipping it: %s", source, error)
-                continue
-            name = Path(str(stream.meta.get("file_name") or stream.meta.get("file_path") or "PDF")).name
-            answer = self._extract(stream.data, name)
+        for data, name, document_meta in read_sources(sources, meta, unnamed="PDF"):
+            answer = self._extract(data, name)
             if "error" in answer:
                 logger.warning("Could not convert %s, skipping it: %s", name, answer["error"])
                 continue
-            merged = {**stream.meta, **metadata}
-            if file_path := merged.get("file_path"):
-                merged["file_path"] = os.path.basename(file_path)
-            documents.append(Document(content="\f".join(answer["pages"]), meta=merged))
+            documents.append(Document(content="\f".join(answer["pages"]), meta=document_meta))
         return {"documents": documents}

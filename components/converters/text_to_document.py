@@ -16,16 +16,13 @@ converter.run(sources=["notes.txt"])["documents"][0].content
 """
 
 import codecs
-import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from haystack import Document, component
-from haystack.components.converters.utils import get_bytestream_from_source, normalize_metadata
 from haystack.dataclasses import ByteStream
 
-logger = logging.getLogger(__name__)
+from gatehouse.components.converters.sources import read_sources
 
 # UTF-32's marks first: UTF-32-LE's begins with UTF-16-LE's.
 BYTE_ORDER_MARKS = (
@@ -96,16 +93,6 @@ class TextToDocument:
         :returns: `{"documents": [...]}`, one per file.
         :raises ValueError: When a file cannot be decoded (see `decode`).
         """
-        documents = []
-        for source, metadata in zip(sources, normalize_metadata(meta, sources_count=len(sources)), strict=True):
-            try:
-                stream = get_bytestream_from_source(source)
-            except Exception as error:  # noqa: BLE001 - an unreadable source is skipped, as Haystack's converters do
-                logger.warning("Could not read %s, skipping it: %s", source, error)
-                continue
-            name = Path(str(stream.meta.get("file_name") or stream.meta.get("file_path") or "text file")).name
-            merged = {**stream.meta, **metadata}
-            if file_path := merged.get("file_path"):
-                merged["file_path"] = os.path.basename(file_path)
-            documents.append(Document(content=self.decode(stream.data, name), meta=merged))
+        documents = [Document(content=self.decode(data, name), meta=document_meta)
+                     for data, name, document_meta in read_sources(sources, meta, unnamed="text file")]
         return {"documents": documents}
