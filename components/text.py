@@ -259,7 +259,7 @@ def split_sentences(
 @lru_cache(maxsize=1)
 def _stemmer():
     try:
-        import Stemmer  # PyStemmer, a project dependency (also used by bm25s)
+        import Stemmer  # PyStemmer, a project dependency (also used by the store's BM25 analysis)
     except ImportError:  # pragma: no cover - optional
         return None
     return Stemmer.Stemmer("english")

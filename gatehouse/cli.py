@@ -108,7 +108,12 @@ def format_knowledge_bases(knowledge_bases: list["KnowledgeBase"]) -> str:
 
 def cmd_kb_list(args: argparse.Namespace) -> int:
     """`gatehouse kb list`: the knowledge bases per tenant with their document and chunk counts."""
-    held = _catalogue().knowledge_bases(tenants=[args.tenant] if args.tenant else None)
+    from gatehouse.knowledge_bases import list_local_knowledge_bases, local_store_folder
+
+    tenants = [args.tenant] if args.tenant else None
+    folder = local_store_folder()
+    held = (_catalogue().knowledge_bases(tenants=tenants) if folder is None
+            else list_local_knowledge_bases(folder, tenants=tenants))
     print(json.dumps([asdict(kb) for kb in held], indent=2) if args.json else format_knowledge_bases(held))
     return 0
 
@@ -313,6 +318,11 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
     return _bench("latency_bench", args, pipeline=args.pipeline, repeats=args.repeats, limit=args.limit)
 
 
+def cmd_bench_startup(args: argparse.Namespace) -> int:
+    """`gatehouse bench startup`: new-process costs (help, kb list, ask, server) beside the floor, asks per CPU-s."""
+    return _bench("startup_bench", args, repeats=args.repeats, asks=args.asks)
+
+
 def cmd_bench_planner(args: argparse.Namespace) -> int:
     """`gatehouse bench planner`: the planner's parallel sub-retrieval beside its parts searched one by one."""
     return _bench("planner_bench", args, pipeline=args.pipeline, repeats=args.repeats, limit=args.limit)
@@ -507,6 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
     latency.add_argument("--repeats", type=int, default=1, help="times each question is asked (default 1)")
     latency.add_argument("--limit", type=int, help="at most this many golden questions")
     latency.set_defaults(handler=cmd_bench_latency)
+    startup = benches.add_parser(
+        "startup", help="new-process costs: --help, kb list, ask (import / load / warm-up split), server ready; "
+                        "asks per CPU-second")
+    startup.add_argument("--repeats", type=int, default=3, help="new processes per figure (default 3; median)")
+    startup.add_argument("--asks", type=int, default=20, help="distinct questions for asks per CPU-second (default 20)")
+    startup.add_argument("--output", help="write the report as JSON to this file")
+    startup.set_defaults(handler=cmd_bench_startup)
     planner = benches.add_parser(
         "planner", help="parallel sub-retrieval of the golden multi-part questions beside one part at a time")
     planner.add_argument("--pipeline", default="ask", help="ask pipeline name or YAML (default ask)")

@@ -3,8 +3,9 @@ The knowledge bases held by the stores `index.yml` writes to: what each tenant h
 knowledge base), and deleting a knowledge base or single documents from both stores.
 
 A document is what ingestion wrote under one `doc_id` (`<tenant>/<kb>/<source>`: one file). Counts come from the
-lexical store's cached `metadata_counts`; deletions go through both stores' `delete_by_filter`, which bump the
-BM25 store's generation, so every BM25 index and count cache (of this process or another) reloads on its next read.
+lexical store's `metadata_counts` (counted once per write); deletions go through both stores' `delete_by_filter` (the
+second finds nothing when both are the local shard), which move the KBs' write counters, so caches of derived data
+(answers, KB profiles) are rebuilt. `gatehouse kb list` reads a local shard directly (`list_local_knowledge_bases`).
 
 Usage:
 ```python
@@ -20,12 +21,19 @@ catalogue.delete(kb="faq", tenant="public")     # the deleted KnowledgeBase (Kno
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from haystack import Pipeline
+import yaml
 
-from gatehouse.document_stores.dense_document_store import DenseDocumentStore
-from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+from gatehouse import settings
+from gatehouse.document_stores.migration import legacy_collections
+
+if TYPE_CHECKING:
+    from haystack import Pipeline
+
+    from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+    from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 DOCUMENT_FIELDS = ["tenant", "kb", "doc_id", "source"]
 
@@ -67,7 +75,7 @@ class KnowledgeBaseCatalogue:
     first, so a deletion that fails half-way still lists what remains and can simply be repeated.
     """
 
-    def __init__(self, *, dense_store: DenseDocumentStore, lexical_store: LexicalDocumentStore) -> None:
+    def __init__(self, *, dense_store: "DenseDocumentStore", lexical_store: "LexicalDocumentStore") -> None:
         """
         :param dense_store: The vector store.
         :param lexical_store: The BM25 index, whose `metadata_counts` lists the documents.
@@ -76,7 +84,7 @@ class KnowledgeBaseCatalogue:
         self.lexical_store = lexical_store
 
     @classmethod
-    def from_index_pipeline(cls, pipeline: Pipeline) -> "KnowledgeBaseCatalogue":
+    def from_index_pipeline(cls, pipeline: "Pipeline") -> "KnowledgeBaseCatalogue":
         """
         The catalogue of the stores an index pipeline writes to.
 
@@ -148,3 +156,42 @@ class KnowledgeBaseCatalogue:
     def _delete(self, filters: dict[str, Any]) -> None:
         self.dense_store.delete_by_filter(filters)
         self.lexical_store.delete_by_filter(filters)
+
+
+def local_store_folder(index_yaml: Path | None = None) -> Path | None:
+    """
+    The folder of the local shard `index.yml`'s writer writes to, read from the YAML (no Haystack, no model), or
+    None when it writes to a Qdrant server or Elasticsearch.
+
+    :param index_yaml: The index pipeline file; defaults to `index.yml` of the pipelines folder.
+    """
+    if settings.qdrant_url() or settings.elasticsearch_url():
+        return None
+    spec = yaml.safe_load((index_yaml or settings.pipelines_dir() / "index.yml").read_text(encoding="utf-8"))
+    writer = (spec.get("components") or {}).get("writer", {}).get("init_parameters", {})
+    dense = (writer.get("dense_store") or {}).get("init_parameters") or {}
+    lexical = (writer.get("lexical_store") or {}).get("init_parameters") or {}
+    if dense.get("url") or lexical.get("backend") == "elasticsearch" or lexical.get("elasticsearch_url"):
+        return None
+    path = (lexical.get("local") or {}).get("path")
+    if path != dense.get("path"):
+        return None  # two folders: only the pipeline knows how they relate
+    if path is None and legacy_collections(settings.data_dir()) and not (settings.data_dir() / "store").is_dir():
+        return None  # written by an older Gatehouse: opening the pipeline's stores moves it first
+    return Path(path).expanduser() if path else settings.data_dir() / "store"
+
+
+def list_local_knowledge_bases(folder: Path, *, tenants: Collection[str] | None = None) -> list[KnowledgeBase]:
+    """
+    The knowledge bases of a local shard folder, read without loading a pipeline (`gatehouse kb list`).
+
+    :param folder: The shard folder (`local_store_folder()`); none there yet means no knowledge base.
+    :param tenants: Only these tenants' knowledge bases; None for every tenant.
+    """
+    from gatehouse.document_stores.edge_shard import Shard, shard_settings
+
+    if not (folder / "edge_config.json").is_file():
+        return []
+    return KnowledgeBaseCatalogue(dense_store=None, lexical_store=Shard.at(folder, shard_settings())).knowledge_bases(
+        tenants=tenants
+    )

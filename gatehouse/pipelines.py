@@ -1,6 +1,5 @@
 """Loading Gatehouse's YAML pipelines safely: an allowlist for our own modules, never unsafe deserialisation."""
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +7,7 @@ import yaml
 from haystack import Pipeline
 from haystack.marshal import YamlMarshaller
 
-from gatehouse.settings import project_path
+from gatehouse.settings import pipelines_dir
 
 ALLOWED_MODULES = ["gatehouse.components.*", "gatehouse.document_stores.*"]
 
@@ -39,7 +38,6 @@ RENAMED_MODULES = {
     "components.section_splitter": "gatehouse.components.preprocessors.section_splitter",
     "components.sentence_embedder": "gatehouse.components.embedders.sentence_embedder",
     "components.sentence_scorer": "gatehouse.components.rankers.sentence_scorer",
-    "components.stores.bm25_document_store": "gatehouse.document_stores.bm25_document_store",
     "components.stores.dense_document_store": "gatehouse.document_stores.dense_document_store",
     "components.stores.lexical_document_store": "gatehouse.document_stores.lexical_document_store",
     "components.tenant_filter": "gatehouse.components.retrievers.tenant_filter",
@@ -49,14 +47,6 @@ RENAMED_MODULES = {
 
 class PipelineYAMLError(ValueError):
     """A pipeline YAML that cannot be loaded as written (the message says what to change)."""
-
-
-def pipelines_dir() -> Path:
-    """
-    The folder of the YAML pipelines: `GATEHOUSE_PIPELINES_DIR`, else `./pipelines` when it holds your own copies
-    (`gatehouse init`), else the pipelines Gatehouse ships.
-    """
-    return Path(os.environ.get("GATEHOUSE_PIPELINES_DIR") or project_path("pipelines")).resolve()
 
 
 def pipeline_path(name_or_path: str | Path) -> Path:

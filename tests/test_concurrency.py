@@ -1,23 +1,23 @@
 """
 Store-level concurrency with real stores and threads: searches run during an ingest and see whole committed writes,
-a write in progress neither blocks a read nor shows in it, and the readers-writer lock lets readers overlap.
+a write in progress neither blocks a read nor shows in it, and writes through different stores of one folder (they
+share one shard) run one at a time.
 """
 
-import json
-import sqlite3
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 from haystack import Document
 
 from gatehouse.components.retrievers.dense_retriever import DenseRetriever
-from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
-from gatehouse.document_stores.locking import ReadWriteLock
+from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 BATCHES = 30
 BATCH_SIZE = 20
@@ -83,10 +83,17 @@ def _assert_whole_batches_and_overlap(outcome: dict) -> None:
     assert any(first < finished < last for finished in outcome["read_times"])  # reads ran between writes
 
 
-def test_bm25_searches_during_an_ingest_see_whole_committed_writes(tmp_path):
-    writer = BM25DocumentStore(path=str(tmp_path))
-    words = BM25DocumentStore(path=str(tmp_path))  # the retrieval pipeline's stores read the same file
-    grams = BM25DocumentStore(path=str(tmp_path), char_ngrams=3)
+@pytest.fixture
+def local_store(monkeypatch):
+    """The local shard, whatever servers the environment names."""
+    monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
+    monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+
+
+def test_bm25_searches_during_an_ingest_see_whole_committed_writes(local_store, tmp_path):
+    writer = EdgeDocumentStore(path=str(tmp_path))
+    words = LexicalDocumentStore(local={"path": str(tmp_path)})  # the retrieval pipeline's stores share the shard
+    grams = LexicalDocumentStore(analysis="ngrams", local={"path": str(tmp_path)})
     writer.write_documents([Document(id="anchor", content="gateway rotation anchor", meta={"tenant": "public"})])
 
     def write(number: int) -> None:
@@ -101,37 +108,105 @@ def test_bm25_searches_during_an_ingest_see_whole_committed_writes(tmp_path):
     ])
     _assert_whole_batches_and_overlap(outcome)
     expected = {number for number in range(BATCHES) if number % 3 != 1}
-    for store in (writer, words, grams):  # every reader ends on the last committed state
+    for store in (words, grams):  # every reader ends on the last committed state
         assert {d.meta["batch"] for d in store.bm25_retrieval("batch", top_k=10_000)} == expected
+    assert {d.meta["batch"] for d in writer.bm25_retrieval("batch", top_k=10_000)} == expected
     assert words.count_documents() == 1 + len(expected) * BATCH_SIZE
 
 
-def test_bm25_write_in_progress_neither_blocks_nor_shows_in_reads(tmp_path):
-    store = BM25DocumentStore(path=str(tmp_path))
-    store.write_documents([Document(id="a", content="Rotate API keys from the console.")])
+class _HeldEngine:
+    """The shard's engine, with each update held until `release` is set (a write in progress)."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self.updating = threading.Event()
+        self.release = threading.Event()
+
+    def update(self, operation: Any) -> Any:
+        self.updating.set()
+        self.release.wait(timeout=30)
+        return self._engine.update(operation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+def test_bm25_write_in_progress_neither_blocks_nor_shows_in_reads(local_store, tmp_path, monkeypatch):
+    store = LexicalDocumentStore(local={"path": str(tmp_path)})
+    store.write_documents([Document(id="a", content="Rotate API keys from the console.", meta={"kb": "faq"})])
     assert [d.id for d in store.bm25_retrieval("rotate")] == ["a"]
-    # Another process writes: its transaction is open (not committed) while this process searches.
-    other = sqlite3.connect(store.database_path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    body = json.dumps(Document(id="b", content="Rotate the signing secret yearly.").to_dict(flatten=False))
-    other.execute("INSERT INTO documents (id, body) VALUES (?, ?)", ("b", body))
-    other.execute("UPDATE state SET value = value + 1 WHERE key = 'generation'")
-    fresh = BM25DocumentStore(path=str(tmp_path), char_ngrams=3)
-    assert [d.id for d in store.bm25_retrieval("rotate")] == ["a"]
-    assert [d.id for d in fresh.filter_documents()] == ["a"]
-    assert store.count_documents() == 1
-    other.execute("COMMIT")
-    other.close()
-    assert {d.id for d in store.bm25_retrieval("rotate")} == {"a", "b"}  # the committed write is seen at once
+    counters = store.kb_generations()
+    shard = store.store._shard  # noqa: SLF001 - the one open shard of the folder
+    held = _HeldEngine(shard.engine)
+    monkeypatch.setattr(shard, "engine", held)
+    # Another store of the folder (the index pipeline's writer) writes: its update is under way while this one reads.
+    writer = EdgeDocumentStore(path=str(tmp_path))
+    writing = threading.Thread(target=writer.write_documents, args=(
+        [Document(id="b", content="Rotate the signing secret yearly.", meta={"kb": "faq"})],))
+    writing.start()
+    try:
+        assert held.updating.wait(timeout=30)
+        started = time.monotonic()
+        fresh = LexicalDocumentStore(analysis="ngrams", local={"path": str(tmp_path)})  # opened meanwhile
+        assert [d.id for d in store.bm25_retrieval("rotate")] == ["a"]
+        assert [d.id for d in fresh.filter_documents()] == ["a"]
+        assert [d.id for d in fresh.bm25_retrieval("rotating")] == ["a"]
+        assert store.count_documents() == 1
+        assert store.kb_generations() == counters
+        assert time.monotonic() - started < 10  # the reads did not wait for the write
+        assert writing.is_alive()  # ...which was still under way
+    finally:
+        held.release.set()
+        writing.join(timeout=60)
+    assert {d.id for d in store.bm25_retrieval("rotate")} == {"a", "b"}  # the finished write is seen at once
     assert {d.id for d in fresh.bm25_retrieval("rotate")} == {"a", "b"}
+    assert store.kb_generations()[("", "faq")] > counters[("", "faq")]
 
 
-@pytest.fixture
-def local_qdrant(monkeypatch):
-    monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
+def test_writes_through_stores_of_one_folder_run_one_at_a_time(local_store, tmp_path):
+    dense = DenseDocumentStore(embedding_dim=DIM, path=str(tmp_path))
+    lexical = LexicalDocumentStore(local={"path": str(tmp_path)})
+    edge = EdgeDocumentStore(path=str(tmp_path))
+    doc_id = "public/faq/rotation.md"
+    versions = [[Document(id=f"v{version}-{part}", content=f"rotation version {version} part {part}",
+                          embedding=np.random.default_rng(version).random(DIM).tolist(),
+                          meta={"tenant": "public", "kb": "faq", "doc_id": doc_id, "batch": version})
+                 for part in range(version % 4 + 1)] for version in range(40)]
+    errors: list[BaseException] = []
+
+    def run(work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+
+    def replace_even() -> None:
+        for version in versions[0::2]:
+            edge.replace_documents(doc_id, version)
+
+    def replace_odd() -> None:
+        for version in versions[1::2]:
+            edge.replace_documents(doc_id, version)
+
+    def write_batches() -> None:
+        for number in range(BATCHES):
+            (dense if number % 2 else lexical).write_documents(_batch(number, embedded=True))
+
+    threads = [threading.Thread(target=run, args=(work,)) for work in (replace_even, replace_odd, write_batches)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert errors == []
+    chunks = edge.filter_documents({"field": "meta.doc_id", "operator": "==", "value": doc_id})
+    assert len({d.meta["batch"] for d in chunks}) == 1  # one whole version of the document, never a mix
+    assert len(chunks) == chunks[0].meta["batch"] % 4 + 1
+    assert dense.count_documents() == BATCHES * BATCH_SIZE + len(chunks)
+    batches = Counter(d.meta["batch"] for d in lexical.filter_documents(PUBLIC) if "doc_id" not in d.meta)
+    assert batches == dict.fromkeys(range(BATCHES), BATCH_SIZE)
 
 
-def test_dense_searches_during_an_ingest_see_whole_committed_writes(local_qdrant, tmp_path):
+def test_dense_searches_during_an_ingest_see_whole_committed_writes(local_store, tmp_path):
     store = DenseDocumentStore(index="concurrency", embedding_dim=DIM, path=str(tmp_path))
     retriever = DenseRetriever(document_store=store, top_k=1000)
     store.write_documents([Document(id="f" * 32, content="anchor", embedding=[1.0] * DIM, meta={"tenant": "public"})])
@@ -151,65 +226,3 @@ def test_dense_searches_during_an_ingest_see_whole_committed_writes(local_qdrant
     expected = {number for number in range(BATCHES) if number % 3 != 1}
     assert {d.meta["batch"] for d in store.filter_documents(PUBLIC) if "batch" in d.meta} == expected
     assert store.count_documents() == 1 + len(expected) * BATCH_SIZE
-
-
-def test_readers_share_the_lock_and_a_writer_waits_for_them():
-    lock = ReadWriteLock()
-    both_reading = threading.Barrier(2, timeout=30)
-    release = threading.Event()
-    writer_in = threading.Event()
-
-    def reader() -> None:
-        with lock.read():
-            both_reading.wait()  # only passes when two readers hold the lock at once
-            release.wait(timeout=30)
-
-    def writer() -> None:
-        with lock.write():
-            writer_in.set()
-
-    readers = [threading.Thread(target=reader) for _ in range(2)]
-    for thread in readers:
-        thread.start()
-    writing = threading.Thread(target=writer)
-    writing.start()
-    assert not writer_in.wait(timeout=0.2)  # the readers still hold it
-    release.set()
-    for thread in [*readers, writing]:
-        thread.join(timeout=30)
-    assert writer_in.is_set()
-    assert not both_reading.broken
-
-
-def test_a_waiting_writer_goes_before_new_readers():
-    lock = ReadWriteLock()
-    order: list[str] = []
-    first_reading, release = threading.Event(), threading.Event()
-
-    def first_reader() -> None:
-        with lock.read():
-            first_reading.set()
-            release.wait(timeout=30)
-
-    def writer() -> None:
-        with lock.write():
-            order.append("writer")
-
-    def late_reader() -> None:
-        with lock.read():
-            order.append("reader")
-
-    threads = [threading.Thread(target=first_reader)]
-    threads[0].start()
-    first_reading.wait(timeout=30)
-    threads.append(threading.Thread(target=writer))
-    threads[1].start()
-    deadline = time.monotonic() + 30
-    while not lock._waiting_writers and time.monotonic() < deadline:  # noqa: SLF001 - until the writer queues
-        threading.Event().wait(0.001)
-    threads.append(threading.Thread(target=late_reader))
-    threads[2].start()
-    release.set()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert order == ["writer", "reader"]

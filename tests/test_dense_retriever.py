@@ -9,7 +9,7 @@ PUBLIC = {"field": "meta.tenant", "operator": "==", "value": "public"}
 
 @pytest.fixture
 def store(tmp_path):
-    store = DenseDocumentStore(path=str(tmp_path / "qdrant"), index="test", embedding_dim=3)
+    store = DenseDocumentStore(path=str(tmp_path / "store"), index="test", embedding_dim=3)
     store.write_documents([
         Document(id="a", content="rotate keys", embedding=[1.0, 0.0, 0.0], meta={"tenant": "public", "kb": "faq"}),
         Document(id="b", content="invoices", embedding=[0.6, 0.8, 0.0], meta={"tenant": "public", "kb": "faq"}),

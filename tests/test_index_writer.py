@@ -1,6 +1,5 @@
 import pytest
 from haystack import Document
-from haystack_integrations.components.retrievers.qdrant import QdrantEmbeddingRetriever
 
 from gatehouse.components.embedders.document_embedder import DocumentEmbedder
 from gatehouse.components.writers.index_writer import IndexWriter
@@ -17,12 +16,16 @@ def embedder() -> DocumentEmbedder:
     return e
 
 
-@pytest.fixture
-def stores(tmp_path, monkeypatch):
+@pytest.fixture(params=["shared", "separate"])
+def stores(request, tmp_path, monkeypatch):
+    """The default layout (both stores in one shard: one write per document) and two separate stores (as with a
+    Qdrant server and Elasticsearch: each store written in turn)."""
     monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
     monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
-    dense = DenseDocumentStore(index="writer_test", path=str(tmp_path / "qdrant"))
-    lexical = LexicalDocumentStore(local={"path": str(tmp_path / "bm25")})
+    shared = request.param == "shared"
+    dense = DenseDocumentStore(index="writer_test", path=str(tmp_path / ("store" if shared else "dense")))
+    lexical = LexicalDocumentStore(local={"path": str(tmp_path / ("store" if shared else "lexical"))})
+    assert dense.store.shares_shard(lexical.store) is shared
     return dense, lexical
 
 
@@ -78,8 +81,9 @@ def test_run_writes_both_stores(stores, embedder):
     assert report["totals"] == {"documents_written": 1, "chunks_written": 2, "skipped": 1, "failed": 1}
     assert dense.count_documents() == 2 and lexical.count_documents() == 2
     assert [d.id for d in lexical.bm25_retrieval("rotate", top_k=1)] == [embedded[0].id]
-    hits = QdrantEmbeddingRetriever(document_store=dense).run(query_embedding=embedded[1].embedding, top_k=1)["documents"]
+    hits = dense.embedding_retrieval(embedded[1].embedding, top_k=1)
     assert hits[0].id == embedded[1].id
+    assert hits[0].meta["doc_id"] == DOC_ID and hits[0].content == "Old keys work for 24 hours."
 
 
 def test_run_rewrite_removes_stale_chunks(stores, embedder):
@@ -99,6 +103,14 @@ def test_run_rewrite_removes_stale_chunks(stores, embedder):
     assert {d.id for d in dense.filter_documents()} == expected
     assert {d.content for d in dense.filter_documents(doc_filter)} == {"Keep this chunk.", "A brand new chunk."}
     assert lexical.bm25_retrieval("drop") == []
+    dropped = v1[1].embedding
+    assert dropped not in [d.embedding for d in v2]
+    assert all(hit.id in expected for hit in dense.embedding_retrieval(dropped, top_k=10))  # gone from both sides
+    assert dense.count_documents() == 3 and lexical.count_documents() == 3
+
+    again = writer.run(report=plan(DOC_ID), documents=v2)["report"]  # the same chunks again: nothing to remove
+    assert again["written"][0]["replaced_chunks"] == 0
+    assert {d.id for d in lexical.filter_documents()} == expected
 
 
 def test_run_planned_without_chunks_fails(stores):

@@ -11,7 +11,7 @@ from gatehouse.document_stores.lexical_document_store import LexicalDocumentStor
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> LexicalDocumentStore:
     monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
-    return LexicalDocumentStore(local={"path": str(tmp_path / "bm25")})
+    return LexicalDocumentStore(local={"path": str(tmp_path / "store")})
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_to_dict(store, tmp_path):
     assert data["type"] == "gatehouse.components.writers.ingest_planner.IngestPlanner"
     params = data["init_parameters"]
     assert params["document_store"] == store.to_dict()
-    assert params["document_store"]["init_parameters"]["local"] == {"path": str(tmp_path / "bm25")}
+    assert params["document_store"]["init_parameters"]["local"] == {"path": str(tmp_path / "store")}
     assert params["mime_types"] == {".md": "text/markdown"}
     assert params["max_file_bytes"] == 20_000_000
 
@@ -46,7 +46,8 @@ def test_from_dict(store, tmp_path, monkeypatch):
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     restored = IngestPlanner.from_dict(IngestPlanner(document_store=store, max_file_bytes=123).to_dict())
     assert isinstance(restored.document_store, LexicalDocumentStore)
-    assert restored.document_store.store.database_path == tmp_path / "bm25" / "gatehouse.sqlite"
+    assert restored.document_store.store.folder == tmp_path / "store"
+    assert restored.document_store.store.shares_shard(store.store)
     assert restored.max_file_bytes == 123
 
 

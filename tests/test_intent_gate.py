@@ -386,7 +386,7 @@ def profiled_gate(tmp_path_factory) -> IntentGate:
     from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
     folder = tmp_path_factory.mktemp("intent-profiles")
-    store = LexicalDocumentStore(backend="local", local={"path": str(folder / "bm25")})
+    store = LexicalDocumentStore(backend="local", local={"path": str(folder / "store")})
     store.write_documents([
         Document(id=f"c{n}", content=text, meta={"doc_id": f"public/widgets/{doc}", "kb": "widgets",
                                                   "tenant": "public", "title": title, "section": section})

@@ -26,7 +26,7 @@ CHUNKS = [
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> LexicalDocumentStore:
     monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
-    lexical = LexicalDocumentStore(local={"path": str(tmp_path / "bm25")})
+    lexical = LexicalDocumentStore(local={"path": str(tmp_path / "store")})
     lexical.write_documents(CHUNKS)
     return lexical
 

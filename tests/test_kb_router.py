@@ -479,7 +479,7 @@ def test_run_entry_stored_with_the_profile(tmp_path, monkeypatch):
     from gatehouse.components.kb_profile import KBProfiles
 
     monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path))
-    store = _catalogue(tmp_path / "bm25", [("public", "wiki"), ("public", "billing")])
+    store = _catalogue(tmp_path / "store", [("public", "wiki"), ("public", "billing")])
     KBProfiles(store).set_entry("public", "billing", {"description": "Invoices, refunds and payments",
                                                       "keywords": ["invoice*", "refund*"], "threshold": 0.4})
     router = KBRouter(catalogue_store=store, cache_dir="off")

@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -7,7 +9,7 @@ import pytest
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
+from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 
@@ -38,13 +40,29 @@ def test_init(local_store, tmp_path):
     assert local_store.local == {"path": str(tmp_path), "stemmer": "english"}
     assert local_store.elasticsearch_url is None
     assert local_store.elasticsearch_index == "gatehouse"
-    assert isinstance(local_store.store, BM25DocumentStore)
-    assert local_store.store.database_path == tmp_path / "gatehouse.sqlite"
+    assert local_store.analysis == "words"
+    assert isinstance(local_store.store, EdgeDocumentStore)
+    assert local_store.store.folder == tmp_path
+    assert local_store.store.stemmer == "english"  # `local` is passed to the EdgeDocumentStore
+
+
+def test_init_default_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path))
+    store = LexicalDocumentStore()
+    assert store.local == {}
+    assert store.store.folder == tmp_path / "store"  # the shard of the data directory
+    assert (tmp_path / "store").is_dir()
 
 
 def test_init_unknown_backend():
     with pytest.raises(ValueError, match="Unknown lexical backend 'solr'"):
         LexicalDocumentStore(backend="solr")
+
+
+def test_init_unknown_analysis():
+    with pytest.raises(ValueError, match="Unknown analysis 'trigrams'"):
+        LexicalDocumentStore(analysis="trigrams")
 
 
 def test_init_elasticsearch_without_url(monkeypatch):
@@ -64,6 +82,7 @@ def test_to_dict(local_store, tmp_path):
         "type": "gatehouse.document_stores.lexical_document_store.LexicalDocumentStore",
         "init_parameters": {
             "backend": "auto",
+            "analysis": "words",
             "local": {"path": str(tmp_path), "stemmer": "english"},
             "elasticsearch_url": None,
             "elasticsearch_index": "gatehouse",
@@ -75,8 +94,11 @@ def test_to_dict(local_store, tmp_path):
 def test_from_dict(local_store, tmp_path):
     restored = LexicalDocumentStore.from_dict(local_store.to_dict())
     assert restored.active_backend == "local"
-    assert restored.store.database_path == tmp_path / "gatehouse.sqlite"
+    assert restored.store.folder == tmp_path
+    assert restored.store.shares_shard(local_store.store)  # one open shard per folder in a process
     assert restored.to_dict() == local_store.to_dict()
+    grams = LexicalDocumentStore(analysis="ngrams", local={"path": str(tmp_path)})
+    assert LexicalDocumentStore.from_dict(grams.to_dict()).analysis == "ngrams"
 
 
 def test_run_local_delegation(local_store, tmp_path):
@@ -87,7 +109,7 @@ def test_run_local_delegation(local_store, tmp_path):
     assert local_store.write_documents(docs) == 2
     assert local_store.write_documents(docs, policy=DuplicatePolicy.SKIP) == 0
     assert local_store.count_documents() == 2
-    assert local_store.store.count_documents() == 2  # really in the local BM25 store
+    assert local_store.store.count_documents() == 2  # really in the local shard
     assert [d.id for d in local_store.filter_documents({"field": "meta.kb", "operator": "==", "value": "faq"})] == ["1"]
     hits = local_store.bm25_retrieval("rotate key", top_k=5)
     assert [d.id for d in hits] == ["1"] and hits[0].score > 0
@@ -95,8 +117,65 @@ def test_run_local_delegation(local_store, tmp_path):
     assert local_store.delete_by_filter({"field": "meta.doc_id", "operator": "==", "value": "i"}) == 1
     local_store.delete_documents(["1"])
     assert local_store.count_documents() == 0
-    # the data is on disk: a plain BM25 store on the same folder sees the deletes too
-    assert BM25DocumentStore(path=str(tmp_path)).count_documents() == 0
+    # a plain edge store on the same folder (the same shard) sees the deletes too
+    assert EdgeDocumentStore(path=str(tmp_path)).count_documents() == 0
+
+
+def test_run_ngrams_match_variants_and_share_the_shard(local_store, tmp_path):
+    local_store.write_documents([Document(id="t", content="TNFalpha signalling in macrophages."),
+                                 Document(id="o", content="Unrelated billing text.")])
+    assert local_store.bm25_retrieval("TNF-alpha") == []  # whole terms: 'tnf' and 'alpha' never occur
+    grams = LexicalDocumentStore(analysis="ngrams", local={"path": str(tmp_path)})  # same shard, its n-gram vectors
+    assert grams.store.shares_shard(local_store.store)
+    assert grams.count_documents() == 2
+    assert [d.id for d in grams.bm25_retrieval("TNF-alpha")] == ["t"]
+
+
+def test_run_filters_tenants_and_delete_by_filter(local_store):
+    local_store.write_documents([
+        Document(id="a", content="Rotate API keys from the console.", meta={"kb": "faq", "tenant": "public"}),
+        Document(id="b", content="Rotate the SAML signing keys yearly.", meta={"kb": "faq", "tenant": "acme"}),
+        Document(id="c", content="Rotate invoices? No: invoices are monthly.", meta={"kb": "billing", "tenant": "acme"}),
+    ])
+    acme = {"field": "meta.tenant", "operator": "==", "value": "acme"}
+    visible = {"field": "meta.tenant", "operator": "in", "value": ["public", "other"]}
+    assert {d.id for d in local_store.bm25_retrieval("rotate keys", filters=acme)} == {"b", "c"}
+    assert [d.id for d in local_store.bm25_retrieval("rotate keys", filters=visible)] == ["a"]
+    faq_of_acme = {"operator": "AND", "conditions": [acme, {"field": "meta.kb", "operator": "==", "value": "faq"}]}
+    assert [d.id for d in local_store.filter_documents(faq_of_acme)] == ["b"]
+    assert local_store.metadata_counts(["tenant", "kb"]) == {("public", "faq"): 1, ("acme", "faq"): 1,
+                                                             ("acme", "billing"): 1}
+    before = local_store.kb_generations()
+    assert local_store.delete_by_filter(acme) == 2
+    assert local_store.delete_by_filter(acme) == 0
+    assert [d.id for d in local_store.filter_documents()] == ["a"]
+    assert local_store.bm25_retrieval("saml") == []
+    after = local_store.kb_generations()
+    assert after[("acme", "faq")] > before[("acme", "faq")] and after[("acme", "billing")] > before[("acme", "billing")]
+    assert after[("public", "faq")] == before[("public", "faq")]  # a KB not touched keeps its counter
+
+
+def test_run_reopened_after_close_by_another_process_and_this_one(local_store, tmp_path):
+    local_store.write_documents([
+        Document(id="a", content="Rotate API keys from the console.", meta={"kb": "faq", "tenant": "public"}),
+        Document(id="c", content="Single sign-on uses SAML.", meta={"kb": "faq", "tenant": "acme"}),
+    ])
+    local_store.store.close()  # flushed and released: another process may open the folder now
+    script = (
+        "import sys\n"
+        "from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore\n"
+        "store = LexicalDocumentStore(local={'path': sys.argv[1]})\n"
+        "print(store.count_documents(), *[d.id for d in store.bm25_retrieval('saml')])\n"
+        "store.delete_documents(['a'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=dict(os.environ), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "c"]
+    reopened = LexicalDocumentStore(local={"path": str(tmp_path)})  # the other process has exited: open it again
+    assert not reopened.store.shares_shard(local_store.store)
+    assert [d.id for d in reopened.filter_documents()] == ["c"]  # the other process's delete was kept
+    assert [d.id for d in reopened.bm25_retrieval("saml")] == ["c"]
 
 
 @pytest.mark.skipif(

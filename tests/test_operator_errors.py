@@ -64,8 +64,9 @@ def test_a_full_disk_is_one_line_and_status_2(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     mount = ["unshare", "-r", "-m", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$0" && exec "$@"', str(data)]
-    done = _gatehouse("kb", "list", data=data, prefix=mount)
+    done = _gatehouse("ask", QUESTION, data=data, prefix=mount)  # creates the store (`kb list` only reads one)
     _assert_one_line(done, f"the disk holding the data directory {data}", "is full", "free some space")
+    assert done.stdout == ""
 
 
 def test_sqlite_errors_of_a_read_only_or_full_store_are_data_dir_errors(tmp_path):
@@ -108,11 +109,11 @@ def test_a_write_to_an_open_database_whose_folder_turned_read_only_is_a_data_dir
 
 def test_the_data_dir_is_checked_for_writes_file_by_file(tmp_path):
     data = tmp_path / "data"
-    (data / "bm25").mkdir(parents=True)
-    (data / "bm25" / "store.sqlite").write_bytes(b"")
+    (data / "store").mkdir(parents=True)
+    (data / "store" / "edge_config.json").write_bytes(b"")
     require_writable_tree(data)
     require_writable_tree(tmp_path / "not-yet")  # the stores create it
-    (data / "bm25" / "store.sqlite").chmod(0o444)
+    (data / "store" / "edge_config.json").chmod(0o444)
     try:
         done = subprocess.run([*_without_root_override(), sys.executable, "-c",
                                "import sys; from pathlib import Path; "
@@ -120,7 +121,7 @@ def test_the_data_dir_is_checked_for_writes_file_by_file(tmp_path):
                                "require_writable_tree(Path(sys.argv[1]))", str(data)],
                               capture_output=True, text=True, timeout=60, check=False)
     finally:
-        (data / "bm25" / "store.sqlite").chmod(0o644)
+        (data / "store" / "edge_config.json").chmod(0o644)
     assert done.returncode == 1
     assert f"DataDirError: the data directory {data} is read-only (not every file in it can be written)" in done.stderr
 

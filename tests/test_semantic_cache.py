@@ -1,4 +1,4 @@
-"""Tests for the answer cache (`SemanticCache`, `SemanticCacheStore`) with real MiniLM, a real BM25 store and ask.yml."""
+"""Tests for the answer cache (`SemanticCache`, `SemanticCacheStore`) with real MiniLM, a real local store and ask.yml."""
 
 import os
 import subprocess
@@ -18,6 +18,7 @@ from gatehouse.components.routers.semantic_cache import (
     normalise_question,
 )
 from gatehouse.components.state import new_state, with_validation
+from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.ingest import ingest, path_groups, sample_groups
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue
@@ -49,7 +50,7 @@ def ask_and_store(cache, question, **fields):
 
 @pytest.fixture
 def store(tmp_path):
-    return LexicalDocumentStore(backend="local", local={"path": str(tmp_path / "bm25")})
+    return LexicalDocumentStore(backend="local", local={"path": str(tmp_path / "store")})
 
 
 @pytest.fixture
@@ -242,16 +243,26 @@ def test_run_a_write_to_a_kb_the_answer_depends_on_invalidates_it(cache, store):
     assert len(cache) == 0
 
 
-def test_run_a_write_by_another_process_invalidates(cache, store):
+def test_run_a_write_by_another_store_invalidates_and_another_process_cannot_write(cache, store):
     write(store, "public", "faq")
     ask_and_store(cache, "How do I rotate an API key?", kb="faq")
     assert "hit" in cache.run(state=new_state("How do I rotate an API key?", kb="faq"))
+    # Only the process holding the folder writes to it: another process (a CLI beside a server) is refused, so no
+    # write can go unseen by this process's cache.
     script = (
         "import sys\n"
-        "from gatehouse.document_stores.bm25_document_store import BM25DocumentStore\n"
-        "BM25DocumentStore(path=sys.argv[1]).delete_by_filter({'field': 'meta.kb', 'operator': '==', 'value': 'faq'})\n"
+        "from gatehouse.document_stores.edge_document_store import EdgeDocumentStore\n"
+        "EdgeDocumentStore(path=sys.argv[1]).delete_by_filter({'field': 'meta.kb', 'operator': '==', 'value': 'faq'})\n"
     )
-    subprocess.run([sys.executable, "-c", script, store.local["path"]], check=True, env=dict(os.environ))
+    done = subprocess.run([sys.executable, "-c", script, store.local["path"]], env=dict(os.environ),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1
+    assert "DataDirInUseError" in done.stderr and "is in use by another process" in done.stderr
+    assert store.count_documents() == 1
+    assert "hit" in cache.run(state=new_state("How do I rotate an API key?", kb="faq"))
+    # Another store of the folder in this process (the index pipeline's writer) writes to the same shard.
+    other = DenseDocumentStore(path=store.local["path"])
+    assert other.delete_by_filter({"field": "meta.kb", "operator": "==", "value": "faq"}) == 1
     assert "miss" in cache.run(state=new_state("How do I rotate an API key?", kb="faq"))
 
 

@@ -112,7 +112,7 @@ def test_the_cli_says_the_server_holds_the_data_dir(server):
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert f"the data directory {server['data'] / 'qdrant'} is in use by another process" in done.stderr
+    assert f"the data directory {server['data'] / 'store'} is in use by another process" in done.stderr
     assert "gatehouse serve" in done.stderr and "REST API" in done.stderr
 
 

@@ -1,5 +1,5 @@
 """
-Tenant-aware retrieval and routing on the sample knowledge bases (real MiniLM, Qdrant local store and BM25): a
+Tenant-aware retrieval and routing on the sample knowledge bases (real MiniLM, the local store's dense and BM25 vectors): a
 tenant reads its own documents and the public ones, never another tenant's, and the router only routes to
 knowledge bases holding documents the caller may read, deciding by retrieval evidence when unsure.
 """
@@ -12,7 +12,8 @@ from gatehouse.components.routers.kb_router import KBRouter
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.retrievers.retrieval_request import RetrievalRequest
 from gatehouse.components.state import new_state
-from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
+from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.ask import ask
 from gatehouse.ingest import ingest, path_groups, sample_groups
@@ -56,7 +57,7 @@ def router(ingested):
 
 
 def test_store_counts_documents_per_tenant_and_kb(tmp_path):
-    store = BM25DocumentStore(path=str(tmp_path))
+    store = EdgeDocumentStore(path=str(tmp_path))
     store.write_documents([
         Document(content="a", meta={"tenant": "public", "kb": "faq"}),
         Document(content="b", meta={"tenant": "public", "kb": "faq"}),
@@ -68,9 +69,9 @@ def test_store_counts_documents_per_tenant_and_kb(tmp_path):
     assert LexicalDocumentStore(backend="local", local={"path": str(tmp_path)}).metadata_counts(["kb"]) == {
         ("faq",): 3, ("ops",): 1
     }
-    other_process_view = BM25DocumentStore(path=str(tmp_path))
-    other_process_view.delete_by_filter({"field": "meta.tenant", "operator": "==", "value": "acme"})
-    assert store.metadata_counts(["tenant", "kb"]) == {("public", "faq"): 2, (None, "ops"): 1}
+    other_view = DenseDocumentStore(path=str(tmp_path))  # another store of the folder (the index writer's)
+    assert other_view.delete_by_filter({"field": "meta.tenant", "operator": "==", "value": "acme"}) == 1
+    assert store.metadata_counts(["tenant", "kb"]) == {("public", "faq"): 2, (None, "ops"): 1}  # not a stale count
 
 
 def test_retrieval_tenant_reads_own_and_public_never_another_tenants(ingested):

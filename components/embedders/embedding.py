@@ -1,9 +1,11 @@
 """
 The embedding backend shared by every Gatehouse component that needs vectors.
 
-One SentenceTransformers model is loaded per process and model name, however many components use it (the
-intent gate, the router, the embedders and the citation verifier all embed). Embeddings can be cached on
-disk, keyed by the model and the SHA-256 of the text, so that re-ingesting a corpus does not encode it again.
+One model is loaded per process and model name, however many components use it and whatever cache each one uses
+(the intent gate, the router, the embedders and the citation verifier all embed): a SentenceTransformers folder of
+the common BERT shape (the shipped all-MiniLM-L6-v2) through `BertEncoder`, which gives the same vectors without
+importing sentence-transformers, any other model through SentenceTransformers. Embeddings can be cached on disk,
+keyed by the model and the SHA-256 of the text, so that re-ingesting a corpus does not encode it again.
 
 Usage:
 ```python
@@ -19,11 +21,12 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from gatehouse import settings
+from gatehouse.components.embedders.bert_encoder import BertEncoder
 from gatehouse.document_stores.errors import data_dir_error
 
 logger = logging.getLogger(__name__)
@@ -90,16 +93,26 @@ class EmbeddingBackend:
     """A loaded model plus an optional disk cache; obtain instances with `EmbeddingBackend.get()`."""
 
     _instances: ClassVar[dict[tuple[str, str], "EmbeddingBackend"]] = {}
+    _models: ClassVar[dict[str, tuple[Any, threading.Lock]]] = {}
     _instances_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, model: str, cache_dir: Path | None) -> None:
+        self.model_name = model
+        shared = self._models.get(model)
+        if shared is None:
+            shared = (self._load(model), threading.Lock())
+            self._models[model] = shared
+        self.model, self._encode_lock = shared  # one model and one encoding at a time per process, whatever the cache
+        self.cache = EmbeddingCache(cache_dir) if cache_dir is not None else None
+        self.encoded_count = 0
+
+    @staticmethod
+    def _load(model: str) -> Any:
+        if BertEncoder.supported(model):
+            return BertEncoder(model)
         from sentence_transformers import SentenceTransformer
 
-        self.model_name = model
-        self.model = SentenceTransformer(model, device="cpu", local_files_only=settings.models_offline())
-        self.cache = EmbeddingCache(cache_dir) if cache_dir is not None else None
-        self._encode_lock = threading.Lock()
-        self.encoded_count = 0
+        return SentenceTransformer(model, device="cpu", local_files_only=settings.models_offline())
 
     @classmethod
     def get(cls, model: str | None = None, cache_dir: str | Path | None = None) -> "EmbeddingBackend":
@@ -125,6 +138,8 @@ class EmbeddingBackend:
     @property
     def dimension(self) -> int:
         """The embedding dimension."""
+        if isinstance(self.model, BertEncoder):
+            return self.model.dimension
         return int(self.model.get_sentence_embedding_dimension())
 
     def embed(self, texts: list[str], *, batch_size: int = 32, progress_bar: bool = False) -> np.ndarray:
@@ -144,13 +159,17 @@ class EmbeddingBackend:
         if missing:
             by_hash = dict(zip(hashes, texts))
             with self._encode_lock:
-                vectors = self.model.encode(
-                    [by_hash[h] for h in missing],
-                    batch_size=batch_size,
-                    normalize_embeddings=True,
-                    show_progress_bar=progress_bar,
-                    convert_to_numpy=True,
-                )
+                if isinstance(self.model, BertEncoder):
+                    vectors = self.model.encode([by_hash[h] for h in missing], batch_size=batch_size)
+                    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+                else:
+                    vectors = self.model.encode(
+                        [by_hash[h] for h in missing],
+                        batch_size=batch_size,
+                        normalize_embeddings=True,
+                        show_progress_bar=progress_bar,
+                        convert_to_numpy=True,
+                    )
                 self.encoded_count += len(missing)
             fresh = {h: np.asarray(v, dtype=np.float32) for h, v in zip(missing, vectors)}
             if self.cache:

@@ -82,10 +82,14 @@ class SentenceScorer:
         :param candidates: The hit lists of the retrievers (one per connection).
         :returns: `documents`: every candidate once, best first, `score` = best sentence (or chunk) cosine.
         """
-        union: dict[str, Document] = {}
+        union: dict[str, Document] = {}  # each candidate once: the first hit, with every hit's metadata merged
+        metas: dict[str, dict[str, Any]] = {}
         for doc in (doc for hits in candidates for doc in hits or []):
-            known = union.get(doc.id)
-            union[doc.id] = replace(known or doc, meta={**(known.meta if known else {}), **doc.meta})
+            if doc.id in union:
+                metas[doc.id].update(doc.meta)
+            else:
+                union[doc.id] = doc
+                metas[doc.id] = dict(doc.meta)
         if not union:
             return {"documents": []}
         self.warm_up()
@@ -103,7 +107,8 @@ class SentenceScorer:
             if not texts:
                 continue
             sentence_part = part[:-1] if self.include_chunk else part
-            meta = {**doc.meta, "sentence_score": float(sentence_part.max()) if len(sentence_part) else None}
+            meta = metas[doc.id]
+            meta["sentence_score"] = float(sentence_part.max()) if len(sentence_part) else None
             scored.append(replace(doc, score=float(part.max()), meta=meta))
         scored.sort(key=lambda doc: -(doc.score or 0.0))
         return {"documents": scored}

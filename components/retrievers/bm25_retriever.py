@@ -20,7 +20,7 @@ class BM25Retriever:
     from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
     retriever = BM25Retriever(document_store=LexicalDocumentStore(), top_k=50)
-    trigrams = BM25Retriever(document_store=LexicalDocumentStore(local={"char_ngrams": 3}), score_field="ngram_score")
+    trigrams = BM25Retriever(document_store=LexicalDocumentStore(analysis="ngrams"), score_field="ngram_score")
     docs = retriever.run(query="rotate api key", filters=filters)["documents"]
     ```
     """

@@ -1,10 +1,9 @@
-"""Dense retrieval from the Qdrant store, keeping the raw cosine score for the quality gate."""
+"""Dense retrieval from the vector store, keeping the raw cosine score for the quality gate."""
 
 from dataclasses import replace
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
-from haystack_integrations.components.retrievers.qdrant import QdrantEmbeddingRetriever
 
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 
@@ -33,7 +32,6 @@ class DenseRetriever:
             raise ValueError("document_store must be a DenseDocumentStore.")
         self.document_store = document_store
         self.top_k = top_k
-        self._retriever = QdrantEmbeddingRetriever(document_store=document_store, top_k=max(top_k, 1))
 
     @component.output_types(documents=list[Document])
     def run(
@@ -48,9 +46,7 @@ class DenseRetriever:
         :returns: `documents`, best first.
         """
         limit = self.top_k if top_k is None else top_k
-        if limit <= 0:
-            return {"documents": []}  # Qdrant refuses a limit below 1
-        documents = self._retriever.run(query_embedding=query_embedding, filters=filters, top_k=limit)["documents"]
+        documents = self.document_store.embedding_retrieval(query_embedding, filters=filters, top_k=limit)
         return {"documents": [replace(d, meta={**d.meta, "dense_score": d.score}) for d in documents]}
 
     def to_dict(self) -> dict[str, Any]:

@@ -247,7 +247,7 @@ class SemanticCache:
         self.cache_dir = cache_dir
         self.active = self.enabled and (document_store is None or document_store.active_backend == "local")
         if self.enabled and not self.active:
-            logger.warning("The answer cache is off: it needs the local BM25 store's write counters and the lexical "
+            logger.warning("The answer cache is off: it needs the local store's write counters and the lexical "
                            "backend is {backend}.", backend=document_store.active_backend)
         self._entries: dict[Partition, dict[str, _Entry]] = {}
         self._recency: OrderedDict[tuple[Partition, str], None] = OrderedDict()

@@ -7,14 +7,18 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.document_stores.types import DuplicatePolicy
 
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 
 @component
 class IndexWriter:
     """
-    Writes each document's chunks to both stores, then removes that document's chunks that are no longer
-    produced. New chunks are written before old ones are deleted, so a failure never loses stored data.
+    Writes each document's chunks, then removes that document's chunks that are no longer produced. New chunks are
+    written before old ones are deleted, so a failure never loses stored data. When both stores are the local shard
+    (the default) a document's chunks are one write of dense and BM25 vectors together, and a crash between the new
+    version and the removal of the old is repaired when the shard opens next (see `EdgeDocumentStore`); with a Qdrant
+    server and Elasticsearch each store is written in turn.
 
     It completes the ingest report of `IngestPlanner`: `written` (per document: chunks), and `failed` for planned
     documents that produced no chunk (nothing could be extracted).
@@ -61,15 +65,7 @@ class IndexWriter:
             if not chunks:
                 failed.append({"source": entry["source"], "reason": "no text could be extracted"})
                 continue
-            doc_filter = {"field": "meta.doc_id", "operator": "==", "value": doc_id}
-            old_ids = {doc.id for doc in self.lexical_store.filter_documents(filters=doc_filter)}
-            self.dense_store.write_documents(chunks, policy=DuplicatePolicy.OVERWRITE)
-            self.lexical_store.write_documents(chunks, policy=DuplicatePolicy.OVERWRITE)
-            stale = sorted(old_ids - {doc.id for doc in chunks})
-            if stale:
-                self.dense_store.delete_documents(stale)
-                self.lexical_store.delete_documents(stale)
-            written.append({**entry, "chunks": len(chunks), "replaced_chunks": len(stale)})
+            written.append({**entry, "chunks": len(chunks), "replaced_chunks": self._replace(doc_id, chunks)})
         report.update(
             written=written,
             failed=failed,
@@ -81,6 +77,22 @@ class IndexWriter:
             },
         )
         return {"report": report}
+
+    def _replace(self, doc_id: str, chunks: list[Document]) -> int:
+        """Make `chunks` the chunks of `doc_id` in both stores; returns how many earlier chunks went."""
+        dense, lexical = self.dense_store.store, self.lexical_store.store
+        if isinstance(dense, EdgeDocumentStore) and dense.shares_shard(lexical):
+            return dense.replace_documents(doc_id, chunks)
+        doc_filter = {"field": "meta.doc_id", "operator": "==", "value": doc_id}
+        old_ids = {doc.id for store in (self.dense_store, self.lexical_store)  # a crash may have left one ahead
+                   for doc in store.filter_documents(filters=doc_filter)}
+        self.dense_store.write_documents(chunks, policy=DuplicatePolicy.OVERWRITE)
+        self.lexical_store.write_documents(chunks, policy=DuplicatePolicy.OVERWRITE)
+        stale = sorted(old_ids - {doc.id for doc in chunks})
+        if stale:
+            self.dense_store.delete_documents(stale)
+            self.lexical_store.delete_documents(stale)
+        return len(stale)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component."""

@@ -1,1 +1,1 @@
-"""Document stores: the local BM25 index, the lexical facade (local or Elasticsearch) and the dense Qdrant store."""
+"""Document stores: the embedded Qdrant shard (dense and BM25 vectors) and the dense and lexical facades over it or servers."""

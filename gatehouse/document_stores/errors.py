@@ -40,7 +40,7 @@ class DataDirError(RuntimeError):
 
 
 class DataDirInUseError(DataDirError):
-    """Another process (usually a running `gatehouse serve`) holds the local Qdrant store of the data directory."""
+    """Another process (usually a running `gatehouse serve`) holds the local store of the data directory."""
 
     def __init__(self, folder: Path) -> None:
         super().__init__(
@@ -54,7 +54,8 @@ def _read_only(folder: Path, detail: str) -> DataDirError:
                         f"{DATA_DIR_FIX}")
 
 
-def _full(folder: Path, detail: str) -> DataDirError:
+def full_disk(folder: Path, detail: str) -> DataDirError:
+    """The error of a data directory whose disk is full."""
     return DataDirError(f"the disk holding the data directory {folder} is full ({detail}): free some space "
                         f"{DATA_DIR_FIX}")
 
@@ -70,7 +71,7 @@ def data_dir_error(error: BaseException, folder: Path) -> DataDirError | None:
     if isinstance(error, OSError) and error.errno in READ_ONLY_ERRNOS:
         return _read_only(folder, error.strerror or str(error))
     if isinstance(error, OSError) and error.errno in FULL_ERRNOS:
-        return _full(folder, error.strerror or str(error))
+        return full_disk(folder, error.strerror or str(error))
     if isinstance(error, sqlite3.OperationalError):
         code = (error.sqlite_errorcode or 0) & 0xFF  # the primary result code
         if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
@@ -78,7 +79,7 @@ def data_dir_error(error: BaseException, folder: Path) -> DataDirError | None:
         if code == sqlite3.SQLITE_IOERR and not os.access(folder, os.W_OK):  # made read-only under an open database
             return _read_only(folder, str(error))
         if code == sqlite3.SQLITE_FULL:
-            return _full(folder, str(error))
+            return full_disk(folder, str(error))
     return None
 
 

@@ -1,17 +1,18 @@
 """
-The lexical index behind `BM25Retriever`: the local BM25 store by default, Elasticsearch when configured.
+The lexical index behind `BM25Retriever`: the BM25 vectors of the local shard by default, Elasticsearch when
+configured.
 
 The backend is chosen at start-up from the environment (`GATEHOUSE_ELASTICSEARCH_URL`) or fixed in YAML, so
-the same pipelines run on one machine or against a server with no change to the graph. Both backends may be shared by
-threads: the local store serialises its own writes and lets reads run beside them (see `bm25_document_store`), and
-Elasticsearch's client is thread-safe.
+the same pipelines run on one machine or against a server with no change to the graph. Locally the documents and
+their BM25 vectors live in the same `EdgeDocumentStore` as their dense vectors (one write holds both); `analysis`
+picks the vector searched (`words` or character `ngrams` of the words). Both backends may be shared by threads.
 
 Usage:
 ```python
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
-store = LexicalDocumentStore()                  # local BM25 under GATEHOUSE_DATA_DIR, or Elasticsearch if set
-store = LexicalDocumentStore(backend="local", local={"stemmer": None, "k1": 0.9})
+store = LexicalDocumentStore()                  # the local shard under GATEHOUSE_DATA_DIR, or Elasticsearch if set
+store = LexicalDocumentStore(analysis="ngrams")   # character n-grams of the words: spelling variants
 ```
 """
 
@@ -22,18 +23,19 @@ from haystack.document_stores.types import DuplicatePolicy
 from haystack.utils import Secret
 
 from gatehouse import settings
-from gatehouse.document_stores.bm25_document_store import BM25DocumentStore
+from gatehouse.document_stores.edge_document_store import ANALYSES, EdgeDocumentStore
 
 BACKENDS = ("auto", "local", "elasticsearch")
 
 
 class LexicalDocumentStore:
-    """A document store with `bm25_retrieval()`, delegating to the local BM25 store or to Elasticsearch."""
+    """A document store with `bm25_retrieval()`, delegating to the local shard or to Elasticsearch."""
 
     def __init__(
         self,
         *,
         backend: str = "auto",
+        analysis: str = "words",
         local: dict[str, Any] | None = None,
         elasticsearch_url: str | None = None,
         elasticsearch_index: str = "gatehouse",
@@ -42,7 +44,10 @@ class LexicalDocumentStore:
         """
         :param backend: `auto` (Elasticsearch when `GATEHOUSE_ELASTICSEARCH_URL` is set, else local), `local` or
             `elasticsearch`.
-        :param local: Init parameters of the local `BM25DocumentStore` (k1, b, stemmer, stopwords, ...).
+        :param analysis: Which BM25 vectors of the local shard are searched: `words` (stemmed terms) or `ngrams`
+            (character n-grams of the terms, for spelling and word-form variants).
+        :param local: Init parameters of the local `EdgeDocumentStore` (path; k1, b, stemmer, stopwords, ... are
+            fixed when the shard is created).
         :param elasticsearch_url: Elasticsearch URL; None reads `GATEHOUSE_ELASTICSEARCH_URL`. Its API key is read
             from `GATEHOUSE_ELASTICSEARCH_API_KEY`.
         :param elasticsearch_index: Elasticsearch index name.
@@ -50,7 +55,10 @@ class LexicalDocumentStore:
         """
         if backend not in BACKENDS:
             raise ValueError(f"Unknown lexical backend '{backend}'. Use one of: {', '.join(BACKENDS)}.")
+        if analysis not in ANALYSES:
+            raise ValueError(f"Unknown analysis '{analysis}'. Use one of: {', '.join(ANALYSES)}.")
         self.backend = backend
+        self.analysis = analysis
         self.local = local or {}
         self.elasticsearch_url = elasticsearch_url
         self.elasticsearch_index = elasticsearch_index
@@ -73,7 +81,7 @@ class LexicalDocumentStore:
                 api_key=Secret.from_env_var("GATEHOUSE_ELASTICSEARCH_API_KEY", strict=False),
             )
         else:
-            self._store = BM25DocumentStore(**self.local)
+            self._store = EdgeDocumentStore(**self.local)
 
     @property
     def store(self) -> Any:
@@ -87,7 +95,7 @@ class LexicalDocumentStore:
     def metadata_counts(self, fields: list[str]) -> dict[tuple[Any, ...], int]:
         """
         How many documents hold each combination of values of the metadata `fields` (e.g. `["tenant", "kb"]`): one
-        cached SQL query locally, a composite terms aggregation in Elasticsearch.
+        scan of the shard per write locally, a composite terms aggregation in Elasticsearch.
 
         :param fields: Metadata keys (without `meta.`).
         :returns: Document count per tuple of values (None where a document lacks the key).
@@ -111,7 +119,7 @@ class LexicalDocumentStore:
     def kb_generations(self) -> dict[tuple[str, str], int]:
         """
         A counter per (tenant, kb) that moves whenever a document of that KB is written or deleted, by any process:
-        the local store's write counters; with Elasticsearch, the document count per (tenant, kb).
+        the local shard's counters; with Elasticsearch, the document count per (tenant, kb).
         """
         if self.active_backend == "local":
             return self._store.kb_generations()
@@ -149,13 +157,14 @@ class LexicalDocumentStore:
 
             retriever = ElasticsearchBM25Retriever(document_store=self._store, fuzziness=self.elasticsearch_fuzziness)
             return retriever.run(query=query, filters=filters, top_k=top_k)["documents"]
-        return self._store.bm25_retrieval(query, filters=filters, top_k=top_k)
+        return self._store.bm25_retrieval(query, filters=filters, top_k=top_k, analysis=self.analysis)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the store's settings."""
         return default_to_dict(
             self,
             backend=self.backend,
+            analysis=self.analysis,
             local=self.local,
             elasticsearch_url=self.elasticsearch_url,
             elasticsearch_index=self.elasticsearch_index,

@@ -1,0 +1,331 @@
+"""
+One embedded Qdrant shard (`qdrant-edge-py`) of a folder, opened once per process: the engine, the settings it was
+created with, its BM25 encoders, its write lock and the repair of interrupted replacements. Imports neither Haystack
+nor a model, so listing what a data folder holds costs a fraction of a second.
+
+The shard holds two kinds of record: `chunk` (payload `id`, `content`, `meta`, and `version` when written by
+`replace_documents`; vectors `dense`, `words`, `ngrams`) and `kb_generation` (one per tenant and KB: the write
+counter, moved in the same update as the chunks it counts).
+
+Usage:
+```python
+from pathlib import Path
+from gatehouse.document_stores.edge_shard import Shard, shard_settings
+
+shard = Shard.at(Path("data/store"), shard_settings())
+shard.metadata_counts(["tenant", "kb"])        # {("public", "faq"): 94, ...}
+```
+"""
+
+import atexit
+import json
+import logging
+import shutil
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from qdrant_edge import (
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeSparseVectorParams,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    MatchValue,
+    Modifier,
+    PayloadSchemaType,
+    ScrollRequest,
+    UpdateOperation,
+)
+
+from gatehouse.document_stores.analysis import Analyzer, Bm25Encoder
+from gatehouse.document_stores.errors import (
+    DataDirError,
+    DataDirInUseError,
+    data_dir_errors,
+    full_disk,
+    require_writable,
+)
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+SETTINGS_FILE = "gatehouse.json"
+ANALYSES = ("words", "ngrams")
+DISTANCES = {"cosine": Distance.Cosine, "dot_product": Distance.Dot, "l2": Distance.Euclid}
+INDEXED = {
+    "record": PayloadSchemaType.Keyword,
+    "meta.tenant": PayloadSchemaType.Keyword,
+    "meta.kb": PayloadSchemaType.Keyword,
+    "meta.doc_id": PayloadSchemaType.Keyword,
+    "version": PayloadSchemaType.Integer,
+}
+CHUNK = FieldCondition(key="record", match=MatchValue("chunk"))
+COUNTER = FieldCondition(key="record", match=MatchValue("kb_generation"))
+ID_NAMESPACE = uuid.UUID("6f1c6a52-5e0b-4d38-9b55-2f6f0e8c1a7d")
+PAGE = 1000
+MIN_FREE_BYTES = 64 * 2**20
+
+
+def point_id(document_id: str) -> str:
+    """The engine's id (a UUID) of a document id: a SHA-256 hex id keeps its first 128 bits, anything else is hashed."""
+    try:
+        return str(uuid.UUID(hex=document_id[:32])) if len(document_id) == 64 else str(uuid.uuid5(ID_NAMESPACE, document_id))
+    except ValueError:
+        return str(uuid.uuid5(ID_NAMESPACE, document_id))
+
+
+def counter_id(tenant: str, kb: str) -> str:
+    return str(uuid.uuid5(ID_NAMESPACE, f"kb-generation\x00{tenant}\x00{kb}"))
+
+
+def kb_of(meta: dict[str, Any]) -> tuple[str, str]:
+    return str(meta.get("tenant") or ""), str(meta.get("kb") or "")
+
+
+def require_space(folder: Path) -> None:
+    """
+    Refuse to write with less than `MIN_FREE_BYTES` free: the engine writes through memory-mapped files, and a full
+    disk under a mapping kills the process with SIGBUS instead of raising an error.
+
+    :raises DataDirError: Naming the folder and the space left.
+    """
+    with data_dir_errors(folder):
+        free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise full_disk(folder, f"{free // 1024} KiB free, the store needs {MIN_FREE_BYTES // 2**20} MiB to write")
+
+
+def shard_settings(
+    *,
+    embedding_dim: int | None = None,
+    similarity: str | None = None,
+    k1: float = 1.2,
+    b: float = 0.75,
+    stemmer: str | None = "english",
+    stopwords: str | list[str] | None = "en",
+    token_pattern: str = r"(?u)\b\w\w*\b",
+    char_ngrams: int = 3,
+    indexed_fields: list[str] | None = None,
+) -> dict[str, Any]:
+    """
+    The settings that decide what a shard stores (its defaults when called without arguments). The dense vector's
+    size and similarity are None until a store that knows them (the dense store) opens the shard or a document with an
+    embedding is written: a lexical store never fixes them.
+    """
+    return {"embedding_dim": embedding_dim, "similarity": similarity, "k1": k1, "b": b, "stemmer": stemmer,
+            "stopwords": stopwords, "token_pattern": token_pattern, "char_ngrams": char_ngrams,
+            "indexed_fields": indexed_fields or ["meta.title", "meta.section", "content"]}
+
+
+def all_of(*conditions: Any) -> Filter:
+    return Filter(must=[condition for condition in conditions if condition is not None])
+
+
+class Shard:
+    """One open shard folder of this process: the engine, its settings, encoders and the write lock."""
+
+    _open: ClassVar[dict[Path, "Shard"]] = {}
+    _open_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def at(cls, folder: Path, wanted: dict[str, Any]) -> "Shard":
+        """The shard of `folder` (opened, or created with `wanted` settings, on first use in this process)."""
+        folder = folder.expanduser().resolve()
+        with cls._open_lock:
+            shard = cls._open.get(folder)
+            if shard is None:
+                shard = cls(folder, wanted)
+                cls._open[folder] = shard
+        shard.check(wanted)
+        return shard
+
+    def __init__(self, folder: Path, wanted: dict[str, Any]) -> None:
+        self.folder = folder
+        require_writable(folder)
+        require_space(folder)
+        settings_file = folder / SETTINGS_FILE
+        with data_dir_errors(folder):
+            existing = (folder / "edge_config.json").is_file()
+            try:
+                if existing:
+                    self.engine = EdgeShard.load(str(folder))
+                else:
+                    self.engine = EdgeShard.create(str(folder), self._config(wanted))
+            except Exception as error:
+                if "WouldBlock" in str(error) or "lock" in str(error).lower():
+                    raise DataDirInUseError(folder) from error
+                raise
+            if not existing or not settings_file.is_file():
+                for field, schema in INDEXED.items():
+                    self.engine.update(UpdateOperation.create_field_index(field, schema))
+                settings_file.write_text(json.dumps({"format": FORMAT, **wanted, "avg_len": {}}, indent=2))
+        atexit.register(self.close)
+        stored = json.loads(settings_file.read_text())
+        if stored.get("format") != FORMAT:
+            raise DataDirError(f"the store in {folder} has format {stored.get('format')}, this Gatehouse reads "
+                               f"format {FORMAT}: move the folder away and ingest your documents again")
+        self.settings = {key: stored[key] for key in shard_settings()}
+        self.avg_len: dict[str, float] = dict(stored.get("avg_len") or {})
+        analysis = self.settings
+        self.encoders = {
+            name: Bm25Encoder(
+                Analyzer(
+                    token_pattern=analysis["token_pattern"],
+                    stopwords=analysis["stopwords"],
+                    stemmer=analysis["stemmer"],
+                    char_ngrams=analysis["char_ngrams"] if name == "ngrams" else None,
+                ),
+                k1=analysis["k1"],
+                b=analysis["b"],
+            )
+            for name in ANALYSES
+        }
+        self.write_lock = threading.Lock()
+        self.generation = 0  # this process's write counter: the one process that holds the shard sees every write
+        self._last_version = 0
+        self._cached: dict[Any, tuple[int, Any]] = {}
+        self.repair()
+
+    @staticmethod
+    def _config(wanted: dict[str, Any]) -> EdgeConfig:
+        dense = {}
+        if wanted["embedding_dim"] is not None:
+            distance = DISTANCES[wanted["similarity"] or "cosine"]
+            dense = {"dense": EdgeVectorParams(size=wanted["embedding_dim"], distance=distance)}
+        return EdgeConfig(
+            vectors=dense,
+            sparse_vectors={name: EdgeSparseVectorParams(modifier=Modifier.Idf) for name in ANALYSES},
+        )
+
+    def add_dense(self, embedding_dim: int, similarity: str | None) -> None:
+        """Give the shard its dense vector (size and similarity), unless it has one already."""
+        with self.write_lock:
+            if self.settings["embedding_dim"] is not None:
+                return
+            similarity = similarity or "cosine"
+            self.update(UpdateOperation.create_dense_vector("dense", embedding_dim, DISTANCES[similarity]))
+            self.settings.update(embedding_dim=embedding_dim, similarity=similarity)
+            self._persist(embedding_dim=embedding_dim, similarity=similarity)
+
+    def _persist(self, **values: Any) -> None:
+        settings_file = self.folder / SETTINGS_FILE
+        stored = json.loads(settings_file.read_text())
+        stored.update(values)
+        with data_dir_errors(self.folder):
+            settings_file.write_text(json.dumps(stored, indent=2))
+
+    def check(self, wanted: dict[str, Any]) -> None:
+        """
+        Refuse settings other than those the shard was created with (its vectors were computed under them); a
+        setting left at its default takes the shard's (a lexical store need not repeat the dense vector size).
+        """
+        if wanted["embedding_dim"] is not None and self.settings["embedding_dim"] is None:
+            self.add_dense(wanted["embedding_dim"], wanted["similarity"])
+        defaults = shard_settings()
+        changed = sorted(key for key in wanted if wanted[key] != defaults[key] and wanted[key] != self.settings[key])
+        if changed:
+            raise DataDirError(
+                f"the store in {self.folder} was created with other settings "
+                f"({', '.join(f'{key} {self.settings[key]!r}' for key in changed)}): use those, or move the folder "
+                f"away and ingest your documents again"
+            )
+
+    def close(self) -> None:
+        """Flush and close the shard (at exit)."""
+        with self.write_lock:
+            engine = self.__dict__.pop("engine", None)
+            if engine is not None:
+                with data_dir_errors(self.folder):
+                    engine.flush()
+                    engine.close()
+            self._open.pop(self.folder, None)
+
+    def next_version(self) -> int:
+        """A number larger than any this process or an earlier one gave (a write's version, a counter value)."""
+        self._last_version = max(self._last_version + 1, time.time_ns())
+        return self._last_version
+
+    def update(self, *operations: UpdateOperation) -> None:
+        """Apply operations in order (the caller holds `write_lock`)."""
+        require_space(self.folder)
+        with data_dir_errors(self.folder):
+            for operation in operations:
+                self.engine.update(operation)
+        self.generation += 1
+
+    def cached(self, key: Any, compute: Any) -> Any:
+        """`compute()`, kept until the next write of this process."""
+        hit = self._cached.get(key)
+        if hit is not None and hit[0] == self.generation:
+            return hit[1]
+        generation = self.generation
+        value = compute()
+        self._cached[key] = (generation, value)
+        return value
+
+    def scroll(self, filter_: Filter, payload: bool | list[str] = True) -> Iterator[Any]:
+        """Every record matching `filter_`, page by page."""
+        offset = None
+        while True:
+            with data_dir_errors(self.folder):
+                records, offset = self.engine.scroll(
+                    ScrollRequest(offset=offset, limit=PAGE, filter=filter_, with_payload=payload, with_vector=False)
+                )
+            yield from records
+            if offset is None:
+                return
+
+    def metadata_counts(self, fields: list[str]) -> dict[tuple[Any, ...], int]:
+        """How many chunks hold each combination of values of the metadata `fields`, counted once per write."""
+
+        def count() -> dict[tuple[Any, ...], int]:
+            counts: Counter[tuple[Any, ...]] = Counter()
+            for record in self.scroll(all_of(CHUNK), [f"meta.{field}" for field in fields]):
+                meta = record.payload.get("meta") or {}
+                counts[tuple(meta.get(field) for field in fields)] += 1
+            return dict(counts)
+
+        return dict(self.cached(("counts", tuple(fields)), count))
+
+    def kb_generations(self) -> dict[tuple[str, str], int]:
+        """The write counter of every (tenant, kb) ever written."""
+
+        def read() -> dict[tuple[str, str], int]:
+            return {(str(r.payload["tenant"]), str(r.payload["kb"])): int(r.payload["value"])
+                    for r in self.scroll(all_of(COUNTER))}
+
+        return dict(self.cached("kb_generations", read))
+
+    def learn_avg_len(self, documents: list[tuple[str, str]]) -> None:
+        """Fix each analysis' average length from the first documents written (persisted with the settings)."""
+        missing = [name for name in ANALYSES if name not in self.avg_len]
+        if not missing or not documents:
+            return
+        for name in missing:
+            lengths = [self.encoders[name].length(text) for _, text in documents]
+            self.avg_len[name] = max(1.0, sum(lengths) / len(lengths))
+        self._persist(avg_len=self.avg_len)
+
+    def repair(self) -> None:
+        """Remove the older version of every document that an interrupted replacement left with two."""
+        versions: dict[str, set[int]] = defaultdict(set)
+        for record in self.scroll(all_of(CHUNK, FieldCondition(key="version", is_empty=False)), ["meta", "version"]):
+            doc_id = (record.payload.get("meta") or {}).get("doc_id")
+            if doc_id is not None:
+                versions[str(doc_id)].add(int(record.payload["version"]))
+        for doc_id, seen in versions.items():
+            if len(seen) > 1:
+                logger.warning("Document %s was left with %d versions by an interrupted ingest: keeping the newest",
+                               doc_id, len(seen))
+                with self.write_lock:
+                    self.update(UpdateOperation.delete_points_by_filter(all_of(
+                        CHUNK, FieldCondition(key="meta.doc_id", match=MatchValue(doc_id)),
+                        Filter(must_not=[FieldCondition(key="version", match=MatchValue(max(seen)))]),
+                    )))

@@ -1,0 +1,222 @@
+"""EdgeDocumentStore: the embedded Qdrant shard, against the real engine (and real processes for locking and crashes)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from haystack import Document
+from haystack.document_stores.errors import DuplicateDocumentError
+from haystack.document_stores.types import DuplicatePolicy
+
+from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
+from gatehouse.document_stores.errors import DataDirError
+
+DIM = 3
+
+
+def chunk(text: str, *, kb: str = "faq", tenant: str = "public", doc_id: str = "faq/a.md", vector=(1.0, 0.0, 0.0)):
+    return Document(content=text, embedding=list(vector), meta={"kb": kb, "tenant": tenant, "doc_id": doc_id,
+                                                                 "title": "Keys"})
+
+
+@pytest.fixture
+def store(tmp_path):
+    opened = EdgeDocumentStore(path=str(tmp_path / "store"), embedding_dim=DIM)
+    yield opened
+    opened.close()
+
+
+def test_init(tmp_path):
+    store = EdgeDocumentStore(path=str(tmp_path / "s"), embedding_dim=DIM, k1=0.9, char_ngrams=4)
+    assert (store.path, store.embedding_dim, store.k1, store.char_ngrams) == (str(tmp_path / "s"), DIM, 0.9, 4)
+    assert store.indexed_fields == ["meta.title", "meta.section", "content"]
+    assert json.loads((tmp_path / "s" / "gatehouse.json").read_text())["k1"] == 0.9
+
+
+def test_init_refuses_a_bad_similarity(tmp_path):
+    with pytest.raises(ValueError, match="Unknown similarity 'manhattan'"):
+        EdgeDocumentStore(path=str(tmp_path / "s"), similarity="manhattan")
+
+
+def test_to_dict(store, tmp_path):
+    data = store.to_dict()
+    assert data["type"] == "gatehouse.document_stores.edge_document_store.EdgeDocumentStore"
+    assert data["init_parameters"]["path"] == str(tmp_path / "store")
+    assert data["init_parameters"]["embedding_dim"] == DIM
+
+
+def test_from_dict(store):
+    restored = EdgeDocumentStore.from_dict(store.to_dict())
+    assert restored.shares_shard(store)
+
+
+def test_run_write_search_and_filter_by_tenant_and_kb(store):
+    store.write_documents([
+        chunk("Rotate API keys from the console.", doc_id="faq/keys.md"),
+        chunk("Invoices are sent monthly.", kb="billing", doc_id="billing/inv.md", vector=(0.0, 1.0, 0.0)),
+        chunk("Acme rotates keys weekly.", tenant="acme", doc_id="acme/faq/keys.md"),
+    ])
+    public = {"field": "meta.tenant", "operator": "==", "value": "public"}
+    words = store.bm25_retrieval("rotating consoles", filters=public, top_k=5)
+    assert [d.content for d in words] == ["Rotate API keys from the console."]
+    assert words[0].score > 0
+    grams = store.bm25_retrieval("rotaton", filters=public, top_k=5, analysis="ngrams")  # a misspelling still matches
+    assert grams[0].content == "Rotate API keys from the console."
+    dense = store.embedding_retrieval([0.0, 1.0, 0.0], filters=public, top_k=1)
+    assert dense[0].meta["kb"] == "billing" and dense[0].score == pytest.approx(1.0)
+    both = {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "in", "value": ["acme"]},
+                                               {"field": "meta.kb", "operator": "!=", "value": "billing"}]}
+    assert [d.content for d in store.filter_documents(both)] == ["Acme rotates keys weekly."]
+    assert store.metadata_counts(["tenant", "kb"]) == {("public", "faq"): 1, ("public", "billing"): 1,
+                                                       ("acme", "faq"): 1}
+
+
+def test_run_duplicate_policies(store):
+    document = chunk("One.")
+    store.write_documents([document])
+    with pytest.raises(DuplicateDocumentError):
+        store.write_documents([document])
+    assert store.write_documents([document], policy=DuplicatePolicy.SKIP) == 0
+    assert store.write_documents([document], policy=DuplicatePolicy.OVERWRITE) == 1
+    assert store.count_documents() == 1
+
+
+def test_run_replace_delete_and_counters(store):
+    store.write_documents([chunk("Old one."), chunk("Old two.")])
+    before = store.kb_generations()[("public", "faq")]
+    assert store.replace_documents("faq/a.md", [chunk("New one.")]) == 2
+    assert [d.content for d in store.filter_documents()] == ["New one."]
+    after_replace = store.kb_generations()[("public", "faq")]
+    assert after_replace > before
+    assert store.delete_by_filter({"field": "meta.kb", "operator": "==", "value": "faq"}) == 1
+    assert store.count_documents() == 0
+    assert store.kb_generations()[("public", "faq")] > after_replace
+    assert store.bm25_retrieval("new", top_k=5) == []
+
+
+def test_run_reopen_keeps_everything(tmp_path):
+    folder = tmp_path / "store"
+    first = EdgeDocumentStore(path=str(folder), embedding_dim=DIM)
+    first.write_documents([chunk("Kept across restarts.")])
+    first.close()
+    reopened = EdgeDocumentStore(path=str(folder))  # the dimension comes from the shard
+    assert reopened.embedding_retrieval([1.0, 0.0, 0.0], top_k=1)[0].content == "Kept across restarts."
+    with pytest.raises(DataDirError, match="created with other settings \\(embedding_dim 3\\)"):
+        EdgeDocumentStore(path=str(folder), embedding_dim=768)
+    reopened.close()
+
+
+def test_run_a_second_process_is_refused_with_a_clear_message(store, tmp_path):
+    code = "from gatehouse.document_stores.edge_document_store import EdgeDocumentStore as S; S(path=__import__('sys').argv[1])"
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert f"the data directory {(tmp_path / 'store').resolve()} is in use by another process" in done.stderr
+
+
+# -- crash consistency: a process killed after each engine update of a replacement or a deletion ----------------------
+
+DRIVER = textwrap.dedent("""
+    import os, signal, sys
+    from haystack import Document
+    from gatehouse.components.writers.index_writer import IndexWriter
+    from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+    from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+
+    folder, action, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    dense = DenseDocumentStore(path=folder, embedding_dim=3)
+    lexical = LexicalDocumentStore(local={"path": folder})
+    shard = dense.store._shard
+
+    class KillAfter:  # SIGKILL right after the n-th engine update returns, as a power cut would
+        def __init__(self, engine):
+            self.engine, self.updates = engine, 0
+        def __getattr__(self, name):
+            return getattr(self.engine, name)
+        def update(self, operation):
+            self.engine.update(operation)
+            self.updates += 1
+            if self.updates == kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    shard.engine = KillAfter(shard.engine)
+
+    def chunks(version, count):
+        return [Document(content=f"{version} part {i} rotate keys", embedding=[1.0, float(i), 0.0],
+                         meta={"tenant": "public", "kb": "faq", "doc_id": "public/faq/a.md", "hash": version})
+                for i in range(count)]
+
+    writer = IndexWriter(dense_store=dense, lexical_store=lexical)
+    if action == "v1":
+        writer.run(report={"planned": [{"doc_id": "public/faq/a.md", "source": "a.md"}]}, documents=chunks("v1", 4))
+    elif action == "v2":
+        writer.run(report={"planned": [{"doc_id": "public/faq/a.md", "source": "a.md"}]}, documents=chunks("v2", 3))
+    else:
+        lexical.delete_by_filter({"field": "meta.kb", "operator": "==", "value": "faq"})
+    shard.close()
+""")
+
+
+def _drive(folder, action, kill_after=0):
+    return subprocess.run([sys.executable, "-c", DRIVER, str(folder), action, str(kill_after)], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def written_once(tmp_path_factory):
+    base = tmp_path_factory.mktemp("crash") / "base"
+    done = _drive(base, "v1")
+    assert done.returncode == 0, done.stderr
+    return base
+
+
+@pytest.mark.parametrize(("action", "kill_after"), [("v2", 1), ("v2", 2), ("delete", 1), ("delete", 2)])
+def test_run_a_kill_after_any_step_leaves_one_whole_version(written_once, tmp_path, action, kill_after):
+    folder = tmp_path / "store"
+    shutil.copytree(written_once, folder)
+    done = _drive(folder, action, kill_after)
+    assert done.returncode == -9, done.stderr  # killed, not finished
+    store = EdgeDocumentStore(path=str(folder))  # opening repairs what the kill left
+    try:
+        listed = store.filter_documents()
+        versions = {d.meta["hash"] for d in listed}
+        assert len(versions) <= 1, f"both versions after a kill: {sorted(versions)}"
+        expected = {"v1": 4, "v2": 3}
+        if versions:
+            assert len(listed) == expected[versions.pop()]  # a whole version, never part of one
+        searchable = {d.id for d in store.bm25_retrieval("rotate keys", top_k=50)}
+        searchable |= {d.id for d in store.embedding_retrieval([1.0, 1.0, 0.0], top_k=50)}
+        assert searchable == {d.id for d in listed}  # what search finds, listing and deletion see
+        assert sum(store.metadata_counts(["kb"]).values()) == len(listed)
+        if action == "v2" and kill_after == 1:  # the new version was written: it is the one kept
+            assert {d.meta["hash"] for d in listed} == {"v2"}
+    finally:
+        store.close()
+    assert os.listdir(folder)
+
+
+def test_run_a_data_folder_of_an_older_gatehouse_is_moved_into_the_shard(tmp_path, monkeypatch):
+    from qdrant_client import QdrantClient, models
+
+    old = QdrantClient(path=str(tmp_path / "qdrant"))  # the layout qdrant-haystack wrote in local mode
+    old.create_collection("gatehouse", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    kept = [chunk("Rotate API keys from the console.", doc_id="faq/keys.md"), chunk("Invoices are monthly.")]
+    old.upsert("gatehouse", points=[
+        models.PointStruct(id=i, vector=d.embedding, payload={"id": d.id, "content": d.content, "meta": d.meta})
+        for i, d in enumerate(kept)
+    ])
+    old.close()
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path))
+    store = EdgeDocumentStore(embedding_dim=DIM)
+    try:
+        assert sorted(d.id for d in store.filter_documents()) == sorted(d.id for d in kept)
+        assert store.bm25_retrieval("console", top_k=1)[0].id == kept[0].id
+        assert store.embedding_retrieval([1.0, 0.0, 0.0], top_k=2)[0].score == pytest.approx(1.0)
+    finally:
+        store.close()
+    assert (tmp_path / "qdrant" / "collection" / "gatehouse").is_dir()  # the old folder is left as it was
+    assert not (tmp_path / "store.migrating").exists()
