@@ -15,7 +15,6 @@ if BertEncoder.supported(path):
 """
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +96,7 @@ class BertEncoder:
         x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions]
              + w["embeddings.token_type_embeddings.weight"][0])
         x = self._layer_norm(x, "embeddings.LayerNorm")
-        bias = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        bias = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min  # padding gets no attention
         head_dim = self.dimension // self.heads
         for index in range(self.layers):
             name = f"encoder.layer.{index}"
@@ -108,8 +107,8 @@ class BertEncoder:
             query = heads(self._linear(x, f"{name}.attention.self.query"))
             key = heads(self._linear(x, f"{name}.attention.self.key"))
             value = heads(self._linear(x, f"{name}.attention.self.value"))
-            scores = query @ key.transpose(-1, -2) / math.sqrt(head_dim) + bias
-            context = (scores.softmax(dim=-1) @ value).transpose(1, 2).reshape(batch, length, self.dimension)
+            context = functional.scaled_dot_product_attention(query, key, value, attn_mask=bias)
+            context = context.transpose(1, 2).reshape(batch, length, self.dimension)
             x = self._layer_norm(x + self._linear(context, f"{name}.attention.output.dense"),
                                  f"{name}.attention.output.LayerNorm")
             hidden = functional.gelu(self._linear(x, f"{name}.intermediate.dense"))
