@@ -2,7 +2,7 @@
 Text analysis for the lexical side of the store: terms (or character n-grams of terms) and their BM25 sparse vectors.
 
 A document's sparse vector holds, per term, BM25's term-frequency part `tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len))`;
-the engine multiplies it by the term's IDF over the documents a search is filtered to (Qdrant's `Idf` modifier), so
+the engine multiplies it by the term's IDF over every document of the shard (Qdrant's `Idf` modifier), so
 the dot product with a query vector of term counts is the BM25 score. Terms are hashed to 31-bit indices.
 
 Usage:

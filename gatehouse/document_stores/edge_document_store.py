@@ -78,7 +78,7 @@ class SharedDocument(Document):
 class EdgeDocumentStore:
     """
     Chunks with their dense and BM25 vectors in one embedded Qdrant shard. Filters use Haystack's syntax; search
-    is `embedding_retrieval` (dense) and `bm25_retrieval` (words or n-grams, IDF over the filtered documents).
+    is `embedding_retrieval` (dense) and `bm25_retrieval` (words or n-grams, IDF over the whole shard).
     """
 
     def __init__(
