@@ -5,10 +5,25 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+
+
+def reachable(url: str | None) -> bool:
+    """Whether a server the tester configured (Qdrant, Elasticsearch) answers at `url` (any HTTP status counts)."""
+    if not url:
+        return False
+    try:
+        urllib.request.urlopen(url, timeout=3)  # noqa: S310 - a URL the tester configured
+        return True
+    except urllib.error.HTTPError:
+        return True  # the server answered (e.g. 401): it is up
+    except (OSError, ValueError):
+        return False
 
 
 def free_port() -> int:

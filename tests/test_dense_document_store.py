@@ -1,6 +1,4 @@
 import os
-import urllib.error
-import urllib.request
 import uuid
 
 import numpy as np
@@ -11,20 +9,9 @@ from gatehouse.document_stores.dense_document_store import DEFAULT_PAYLOAD_INDEX
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.errors import DataDirError
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+from server_process import reachable
 
 DIM = 8
-
-
-def _reachable(url: str | None) -> bool:
-    if not url:
-        return False
-    try:
-        urllib.request.urlopen(url.rstrip("/") + "/readyz", timeout=3)  # noqa: S310 - a URL the tester configured
-        return True
-    except urllib.error.HTTPError:
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 QDRANT_URL = os.environ.get("GATEHOUSE_QDRANT_URL")
@@ -157,7 +144,7 @@ def test_run_other_vector_size_on_an_existing_folder_raises(local_env, tmp_path)
 
 
 @pytest.mark.skipif(
-    not _reachable(QDRANT_URL),
+    not reachable(QDRANT_URL and QDRANT_URL.rstrip("/") + "/readyz"),
     reason="no Qdrant server: set GATEHOUSE_QDRANT_URL to a reachable Qdrant server to run this test",
 )
 def test_run_qdrant_server_roundtrip():

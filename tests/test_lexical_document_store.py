@@ -1,8 +1,6 @@
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
@@ -11,18 +9,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
-
-
-def _reachable(url: str | None) -> bool:
-    if not url:
-        return False
-    try:
-        urllib.request.urlopen(url, timeout=3)  # noqa: S310 - a URL the tester configured
-        return True
-    except urllib.error.HTTPError:
-        return True  # the server answered (e.g. 401): it is up
-    except (OSError, ValueError):
-        return False
+from server_process import reachable
 
 
 ES_URL = os.environ.get("GATEHOUSE_ELASTICSEARCH_URL")
@@ -179,7 +166,7 @@ def test_run_reopened_after_close_by_another_process_and_this_one(local_store, t
 
 
 @pytest.mark.skipif(
-    not _reachable(ES_URL),
+    not reachable(ES_URL),
     reason="no Elasticsearch server: set GATEHOUSE_ELASTICSEARCH_URL to a reachable server to run this test",
 )
 def test_run_elasticsearch_roundtrip():

@@ -1,34 +1,20 @@
 """The scale-out recipe: two `gatehouse serve` processes on one Qdrant server and one Elasticsearch (skipped without)."""
 
 import os
-import urllib.error
-import urllib.request
 import uuid
 
 import httpx
 import pytest
 
-from gatehouse.serving.bench import serve_process
 from gatehouse.settings import project_path
+from server_process import reachable, running_server
 
 QDRANT_URL = os.environ.get("GATEHOUSE_QDRANT_URL")
 ES_URL = os.environ.get("GATEHOUSE_ELASTICSEARCH_URL")
 
 
-def _reachable(url: str | None) -> bool:
-    if not url:
-        return False
-    try:
-        urllib.request.urlopen(url, timeout=3)  # noqa: S310 - a URL the tester configured
-        return True
-    except urllib.error.HTTPError:
-        return True  # the server answered (e.g. 401): it is up
-    except (OSError, ValueError):
-        return False
-
-
 @pytest.mark.skipif(
-    not (_reachable(QDRANT_URL) and _reachable(ES_URL)),
+    not (reachable(QDRANT_URL) and reachable(ES_URL)),
     reason="no Qdrant server and Elasticsearch: set GATEHOUSE_QDRANT_URL and GATEHOUSE_ELASTICSEARCH_URL to reachable "
            "servers to run the scale-out test",
 )
@@ -36,8 +22,10 @@ def test_two_server_processes_share_one_qdrant_server_and_one_elasticsearch(tmp_
     kb = f"scale-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp_path / "data")}
     manifest = project_path("hayhooks.yml")
-    with serve_process(manifest, tmp_path / "one.log", deployments=3, what="the first server", env=env) as one, \
-            serve_process(manifest, tmp_path / "two.log", deployments=3, what="the second server", env=env) as two:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    with running_server(manifest, env=env, workdir=tmp_path / "one", pipelines=3) as one, \
+            running_server(manifest, env=env, workdir=tmp_path / "two", pipelines=3) as two:
         upload = httpx.post(f"{one}/index/run", timeout=300, data={"kb": kb, "wait": "true"}, files=[
             ("files", ("rotation.md", b"# Key rotation\n\nRotate the signing key every 90 days from Settings.",
                        "text/markdown")),

@@ -284,9 +284,7 @@ class EdgeDocumentStore:
         with self._shard.write_lock:
             with data_dir_errors(self._shard.folder):
                 records = self._shard.engine.retrieve(ids, with_payload=["meta.tenant", "meta.kb"], with_vector=False)
-            if records:
-                kbs = {kb_of(record.payload.get("meta") or {}) for record in records}
-                self._shard.update(self._bump(kbs), UpdateOperation.delete_points([record.id for record in records]))
+            self._delete(records)
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
         """
@@ -296,12 +294,16 @@ class EdgeDocumentStore:
         """
         with self._shard.write_lock:
             records = list(self._shard.scroll(all_of(CHUNK, edge_filter(filters)), ["meta.tenant", "meta.kb"]))
-            if records:
-                kbs = {kb_of(record.payload.get("meta") or {}) for record in records}
-                self._shard.update(self._bump(kbs), UpdateOperation.delete_points([record.id for record in records]))
+            self._delete(records)
         return len(records)
 
     # -- helpers ----------------------------------------------------------------------------------------------
+    def _delete(self, records: list[Any]) -> None:
+        """Delete these records (with `meta.tenant`, `meta.kb` payload) after moving their KBs' counters."""
+        if records:
+            kbs = {kb_of(record.payload.get("meta") or {}) for record in records}
+            self._shard.update(self._bump(kbs), UpdateOperation.delete_points([record.id for record in records]))
+
     def _existing(self, document_ids: list[str]) -> set[str]:
         with data_dir_errors(self._shard.folder):
             records = self._shard.engine.retrieve([point_id(i) for i in document_ids], with_payload=["id"],

@@ -316,7 +316,8 @@ class Shard:
     def repair(self) -> None:
         """Remove the older version of every document that an interrupted replacement left with two."""
         versions: dict[str, set[int]] = defaultdict(set)
-        for record in self.scroll(all_of(CHUNK, FieldCondition(key="version", is_empty=False)), ["meta", "version"]):
+        for record in self.scroll(all_of(CHUNK, FieldCondition(key="version", is_empty=False)),
+                                  ["meta.doc_id", "version"]):
             doc_id = (record.payload.get("meta") or {}).get("doc_id")
             if doc_id is not None:
                 versions[str(doc_id)].add(int(record.payload["version"]))
