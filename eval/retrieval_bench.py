@@ -303,11 +303,12 @@ def engine_floor(dataset: BeirDataset, kb: str, depth: int) -> dict[str, Any]:
             for name, values in (("embed_ms", embed_ms), ("search_ms", search_ms), ("total_ms", total))}
 
 
-def _pipeline_inputs(pipeline: Pipeline, query: str, kb: str, keep_chunks: int) -> dict[str, Any]:
+def _pipeline_inputs(pipeline: Pipeline, query: str, kb: str, keep_chunks: int, depth: int) -> dict[str, Any]:
     """
     Inputs for a retrieval pipeline: what `RetrievalPipeline` gives it (the query, the knowledge base), plus the
-    run-time `top_k` of the stages after retrieval (fusion, ranker). Retrievers keep their YAML depth, unless a
-    retriever is the pipeline's last stage (the references), which then returns `keep_chunks` chunks.
+    run-time `top_k` of the stages after retrieval (hybrid search, ranker): `depth` for a stage that ranks documents
+    (`group_by` set), `keep_chunks` chunks for the others. Retrievers keep their YAML depth, unless a retriever is the
+    pipeline's last stage (the references), which then returns `keep_chunks` chunks.
     """
     from gatehouse.components.retrievers.retrieval_pipeline import retrieval_input_mapping
 
@@ -319,9 +320,9 @@ def _pipeline_inputs(pipeline: Pipeline, query: str, kb: str, keep_chunks: int) 
             inputs.setdefault(component_name, {})[socket] = value
     last = set(pipeline.outputs())
     for name, sockets in pipeline.inputs().items():
-        is_retriever = hasattr(pipeline.get_component(name), "document_store")
-        if "top_k" in sockets and (name in last or not is_retriever):
-            inputs.setdefault(name, {})["top_k"] = keep_chunks
+        stage = pipeline.get_component(name)
+        if "top_k" in sockets and (name in last or not hasattr(stage, "document_store")):
+            inputs.setdefault(name, {})["top_k"] = depth if getattr(stage, "group_by", None) else keep_chunks
     return inputs
 
 
@@ -350,7 +351,7 @@ def run_queries(
     run: dict[str, list[str]] = {}
     latencies: list[float] = []
     for query_id, text in tqdm(dataset.queries.items(), desc=label, unit="q", disable=not progress):
-        inputs = _pipeline_inputs(pipeline, text, kb, keep_chunks)
+        inputs = _pipeline_inputs(pipeline, text, kb, keep_chunks, depth)
         started = time.perf_counter()
         result = pipeline.run(inputs)
         latencies.append((time.perf_counter() - started) * 1000)

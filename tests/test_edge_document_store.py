@@ -110,6 +110,28 @@ def test_run_reopen_keeps_everything(tmp_path):
     reopened.close()
 
 
+def test_run_a_store_from_before_sentence_vectors_gets_them(tmp_path, caplog):
+    from qdrant_edge import UpdateOperation
+
+    first = EdgeDocumentStore(path=str(tmp_path / "s"), embedding_dim=DIM)
+    first.write_documents([chunk("Rotate keys monthly.")])
+    first._shard.engine.update(UpdateOperation.delete_vector_name("sentences"))  # as an older Gatehouse wrote it
+    settings = json.loads((tmp_path / "s" / "gatehouse.json").read_text())
+    settings.pop("sentences")
+    (tmp_path / "s" / "gatehouse.json").write_text(json.dumps(settings))
+    first.close()
+    with caplog.at_level("WARNING"):
+        reopened = EdgeDocumentStore(path=str(tmp_path / "s"))
+    assert "1 chunks written before Gatehouse kept sentence vectors" in caplog.text
+    assert "gatehouse ingest --force" in caplog.text
+    newer = chunk("Billing is yearly.", doc_id="faq/b.md", vector=(0.0, 1.0, 0.0))
+    reopened.write_documents([newer], sentence_embeddings={newer.id: [[1.0, 0.0, 0.0]]})
+    hits = reopened.ranked_ids({"dense": "dense"}, [1.0, 0.0, 0.0], "", None, 5)["dense"]
+    scores = reopened.similarities([1.0, 0.0, 0.0], [point for point, _, _ in hits])
+    assert sorted(best is None for _, best in scores.values()) == [False, True]  # the old chunk has none
+    reopened.close()
+
+
 def test_run_a_second_process_is_refused_with_a_clear_message(store, tmp_path):
     code = "from gatehouse.document_stores.edge_document_store import EdgeDocumentStore as S; S(path=__import__('sys').argv[1])"
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,

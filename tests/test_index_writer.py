@@ -138,3 +138,18 @@ def test_run_chunk_without_embedding_raises(stores):
     with pytest.raises(ValueError, match="no doc_id or no embedding"):
         writer.run(report=plan(DOC_ID), documents=[Document(content="no doc id", embedding=[0.0] * 384)])
     assert lexical.count_documents() == 0 and dense.count_documents() == 0
+
+
+def test_run_stores_sentence_vectors_with_the_chunks(stores, embedder):
+    dense, lexical = stores
+    docs = embedder.run(documents=chunks(["Rotate keys monthly. Billing is yearly."]))["documents"]
+    sentences = embedder._backend.embed(["Rotate keys monthly.", "Billing is yearly."])
+    IndexWriter(dense_store=dense, lexical_store=lexical).run(
+        documents=docs, report=plan(DOC_ID), sentence_embeddings={docs[0].id: sentences})
+    query = sentences[0].tolist()  # the first sentence itself
+    (hit,) = dense.store.ranked_ids({"dense": "dense"}, query, "", None, 5)["dense"]
+    chunk_score, sentence_score = dense.store.similarities(query, [hit[0]])[hit[0]]
+    if dense.store.shares_shard(lexical.store):
+        assert sentence_score == pytest.approx(1.0, abs=1e-5) and chunk_score < sentence_score
+    else:  # kept only by the local store that holds a chunk's every vector
+        assert sentence_score is None

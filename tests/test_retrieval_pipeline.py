@@ -12,7 +12,7 @@ from gatehouse.pipelines import ALLOWED_MODULES, load_pipeline
 def test_init_maps_every_query_socket_and_the_filters():
     retrieval = RetrievalPipeline(pipeline_file="retrieve")
     assert retrieval.pipeline_file == "retrieve"
-    assert set(retrieval.input_mapping["query"]) == {"query_embedder.text", "lexical.query", "ngrams.query", "ranker.query"}
+    assert set(retrieval.input_mapping["query"]) == {"query_embedder.text", "search.query", "ranker.query"}
     assert retrieval.input_mapping["tenant"] == ["tenant_filter.tenant"]
     assert retrieval.input_mapping["top_k"] == ["ranker.top_k"]
     assert retrieval.output_mapping == {"ranker.documents": "documents"}
@@ -38,7 +38,7 @@ def test_mapping_feeds_a_retriever_added_in_yaml():
     extra = Pipeline.loads(pipeline.dumps(), allowed_modules=ALLOWED_MODULES)
     from gatehouse.components.retrievers.bm25_retriever import BM25Retriever
 
-    extra.add_component("lexical2", BM25Retriever(document_store=pipeline.get_component("lexical").document_store))
+    extra.add_component("lexical2", BM25Retriever(document_store=pipeline.get_component("search").lexical_store))
     assert "lexical2.query" in retrieval_input_mapping(extra)["query"]
 
 

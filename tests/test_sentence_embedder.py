@@ -30,10 +30,21 @@ def test_from_dict():
     assert SentenceEmbedder.from_dict(original.to_dict()).to_dict() == original.to_dict()
 
 
+def test_run_gives_each_chunks_sentence_vectors():
+    empty = Document(id="e", content="", meta={"title": "Nothing"})
+    out = SentenceEmbedder(cache_dir="off").run(documents=[chunk(), empty])
+    assert out["documents"] == [chunk(), empty]  # passed through unchanged
+    assert list(out["sentence_embeddings"]) == ["k"]  # a chunk without a sentence has none
+    texts = sentence_texts(chunk(), sentence_settings(None))
+    expected = EmbeddingBackend.get(cache_dir="off").embed(texts)
+    assert out["sentence_embeddings"]["k"].shape == (2, expected.shape[1])
+    assert abs(out["sentence_embeddings"]["k"] - expected).max() < 1e-6
+
+
 def test_run_fills_the_cache_the_scorer_reads(tmp_path):
     cache = str(tmp_path / "cache")
     out = SentenceEmbedder(cache_dir=cache).run(documents=[chunk()])["documents"]
-    assert out == [chunk()]  # passed through unchanged
+    assert out == [chunk()]
     backend = EmbeddingBackend.get(cache_dir=cache)
     hashes = [EmbeddingCache.key(text) for text in sentence_texts(chunk(), sentence_settings(None))]
     assert len(hashes) == 2 and set(backend.cache.get_many(backend.model_name, hashes)) == set(hashes)
@@ -42,10 +53,3 @@ def test_run_fills_the_cache_the_scorer_reads(tmp_path):
     scorer = SentenceScorer(cache_dir=cache, include_chunk=False)
     assert scorer.run(query_embedding=query, candidates=[[chunk()]])["documents"][0].id == "k"
     assert backend.encoded_count == before  # every sentence vector came from the cache
-
-
-def test_run_without_cache_passes_through():
-    backend = EmbeddingBackend.get(cache_dir="off")
-    before = backend.encoded_count
-    assert SentenceEmbedder(cache_dir="off").run(documents=[chunk()])["documents"] == [chunk()]
-    assert backend.encoded_count == before

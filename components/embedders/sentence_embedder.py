@@ -1,4 +1,4 @@
-"""Embeds the sentences of chunks into the embedding cache at ingest time, for the retrieval's `SentenceScorer`."""
+"""Embeds the sentences of chunks at ingest time, for hybrid search's sentence scores."""
 
 from typing import Any
 
@@ -11,15 +11,16 @@ from gatehouse.components.sentences import sentence_settings, sentence_texts
 @component
 class SentenceEmbedder:
     """
-    Passes chunks through unchanged after embedding each of their sentences into the on-disk embedding cache, so
-    that `SentenceScorer` in `retrieve.yml` reads sentence vectors instead of encoding them per query. Its
-    `sentences` settings must match the scorer's. With the cache switched off it does nothing.
+    Passes chunks through unchanged and gives the vectors of each one's sentences, which `IndexWriter` stores with
+    the chunk: `HybridRetriever` scores a chunk by its best sentence. The vectors also go to the embedding cache
+    (unless it is off), where `SentenceScorer` reads them.
 
     Usage:
     ```python
     from gatehouse.components.embedders.sentence_embedder import SentenceEmbedder
 
-    chunks = SentenceEmbedder(sentences={"context_fields": ["title"]}).run(documents=embedded_chunks)["documents"]
+    result = SentenceEmbedder(sentences={"context_fields": ["title"]}).run(documents=embedded_chunks)
+    result["documents"], result["sentence_embeddings"]     # the chunks, {chunk id: array of sentence vectors}
     ```
     """
 
@@ -49,20 +50,25 @@ class SentenceEmbedder:
         if self._backend is None:
             self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
 
-    @component.output_types(documents=list[Document])
+    @component.output_types(documents=list[Document], sentence_embeddings=dict[str, Any])
     def run(self, documents: list[Document]) -> dict[str, Any]:
         """
-        Cache the sentence vectors of the chunks.
+        Embed the sentences of the chunks.
 
         :param documents: Chunks.
-        :returns: `documents`, the same chunks.
+        :returns: `documents`, the same chunks, and `sentence_embeddings`: chunk id to a (sentences x dimensions)
+            array (chunks without a sentence left out).
         """
         self.warm_up()
         assert self._backend is not None
-        if self._backend.cache is not None:
-            texts = [text for doc in documents for text in sentence_texts(doc, self.sentences)]
-            self._backend.embed(texts, batch_size=self.batch_size)
-        return {"documents": documents}
+        per_chunk = [sentence_texts(doc, self.sentences) for doc in documents]
+        vectors = self._backend.embed([text for texts in per_chunk for text in texts], batch_size=self.batch_size)
+        embeddings, start = {}, 0
+        for doc, texts in zip(documents, per_chunk, strict=True):
+            if texts:
+                embeddings[doc.id] = vectors[start : start + len(texts)]
+            start += len(texts)
+        return {"documents": documents, "sentence_embeddings": embeddings}
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component."""

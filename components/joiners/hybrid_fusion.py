@@ -1,13 +1,12 @@
 """Fuses the result lists of several retrievers into one ranking."""
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-METHODS = ("rrf", "weighted_sum")
-NORMALIZATIONS = ("minmax", "max", "zscore")
+from gatehouse.components.joiners.fusion import Fusion
+
 DEFAULT_WEIGHTS = {"dense": 1.0, "lexical": 1.0}
 
 
@@ -64,18 +63,12 @@ class HybridFusion:
             fuses per chunk.
         :param chunks_per_group: With `group_by`, the most chunks kept per document (best first); None keeps all.
         """
-        if method not in METHODS:
-            raise ValueError(f"Unknown fusion method '{method}'. Use one of: {', '.join(METHODS)}.")
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"Unknown normalization '{normalization}'. Use one of: {', '.join(NORMALIZATIONS)}.")
         lists = dict(DEFAULT_WEIGHTS if weights is None else weights)
-        if not lists:
-            raise ValueError("weights must name at least one list to fuse.")
         bad = [name for name in lists if not str(name).isidentifier() or name == "top_k"]
         if bad:
             raise ValueError(f"Fusion list name(s) {bad} cannot be inputs: use identifiers other than 'top_k'.")
-        if chunks_per_group is not None and chunks_per_group < 1:
-            raise ValueError("chunks_per_group must be at least 1 (or null for all chunks).")
+        self._fusion = Fusion(method=method, weights=lists, rrf_k=rrf_k, normalization=normalization,
+                              group=group_by is not None, chunks_per_group=chunks_per_group)
         self.method = method
         self.weights = lists
         self.rrf_k = rrf_k
@@ -84,45 +77,6 @@ class HybridFusion:
         self.group_by = group_by
         self.chunks_per_group = chunks_per_group
         component.set_input_types(self, **{name: list[Document] | None for name in lists})
-
-    def _key(self, document: Document) -> str:
-        if self.group_by is None:
-            return document.id
-        value = document.meta.get(self.group_by)
-        return document.id if value is None else str(value)
-
-    def _normalise(self, scores: list[float]) -> list[float]:
-        if self.normalization == "max":
-            high = max(scores)
-            return [s / high if high > 0 else 1.0 for s in scores]
-        if self.normalization == "zscore":
-            mean = sum(scores) / len(scores)
-            sd = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
-            return [(s - mean) / sd if sd else 0.0 for s in scores]
-        low, high = min(scores), max(scores)
-        return [(s - low) / (high - low) if high > low else 1.0 for s in scores]
-
-    def _fuse(self, lists: dict[str, list[Document]], key: Callable[[Document], str]) -> dict[str, float]:
-        """The fused score of every key (a chunk, or the group named by `group_by`) found in any list."""
-        contributions = [self._contributions(documents, name, key) for name, documents in lists.items()]
-        keys = {key(doc) for documents in lists.values() for doc in documents}
-        return {k: sum(values.get(k, floor) for values, floor in contributions if values) for k in keys}
-
-    def _contributions(
-        self, documents: list[Document], name: str, key: Callable[[Document], str]
-    ) -> tuple[dict[str, float], float]:
-        """Each key's contribution from one list (its best chunk), and what a key absent from the list gets."""
-        weight = self.weights[name]
-        best: dict[str, float] = {}
-        for doc in documents:
-            name_of, score = key(doc), doc.score or 0.0
-            best[name_of] = max(best.get(name_of, score), score)
-        if not best:
-            return {}, 0.0
-        if self.method == "rrf":
-            return {k: weight / (self.rrf_k + rank) for rank, k in enumerate(best, start=1)}, 0.0
-        normalised = dict(zip(best, self._normalise(list(best.values()))))
-        return {k: weight * value for k, value in normalised.items()}, weight * min(normalised.values())
 
     @component.output_types(documents=list[Document])
     def run(self, top_k: int | None = None, **lists: list[Document] | None) -> dict[str, Any]:
@@ -135,26 +89,15 @@ class HybridFusion:
         """
         ranked = {name: lists.get(name) or [] for name in self.weights}
         merged: dict[str, Document] = {}
-        order: dict[str, int] = {}
         for name, documents in ranked.items():
             for rank, doc in enumerate(documents, start=1):
                 known = merged.get(doc.id)
-                meta = {**(known.meta if known else {}), **doc.meta, f"{name}_rank": rank}
-                merged[doc.id] = replace(known or doc, meta=meta)
-                order.setdefault(doc.id, len(order))
-        per_chunk = self._fuse(ranked, lambda doc: doc.id)
-        fused = per_chunk if self.group_by is None else self._fuse(ranked, self._key)
-        # groups by their fused score; within a group, its chunks by their own (per-chunk) fused score
-        chunks = sorted(merged.values(), key=lambda doc: (-fused[self._key(doc)], -per_chunk[doc.id], order[doc.id]))
-        limit = self.top_k if top_k is None else top_k
-        if self.group_by is None:
-            kept = chunks[:limit]
-        else:
-            groups: dict[str, list[Document]] = {}
-            for doc in chunks:
-                groups.setdefault(self._key(doc), []).append(doc)
-            kept = [doc for group in list(groups.values())[:limit] for doc in group[: self.chunks_per_group]]
-        return {"documents": [replace(doc, score=fused[self._key(doc)]) for doc in kept]}
+                merged[doc.id] = replace(known or doc, meta={**(known.meta if known else {}), **doc.meta,
+                                                             f"{name}_rank": rank})
+        hits = {name: [(doc.id, doc.meta.get(self.group_by) if self.group_by else None, doc.score)
+                       for doc in documents] for name, documents in ranked.items()}
+        kept = self._fusion.rank(hits, self.top_k if top_k is None else top_k)
+        return {"documents": [replace(merged[chunk], score=score) for chunk, score in kept]}
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component."""

@@ -41,12 +41,17 @@ class IndexWriter:
         self.lexical_store = lexical_store
 
     @component.output_types(report=dict[str, Any])
-    def run(self, report: dict[str, Any], documents: list[Document] | None = None) -> dict[str, Any]:
+    def run(
+        self, report: dict[str, Any], documents: list[Document] | None = None,
+        sentence_embeddings: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """
         Write chunks.
 
         :param report: The planner's report (planned, skipped and failed sources).
         :param documents: Embedded chunks, each with `meta["doc_id"]`; absent when no source was converted.
+        :param sentence_embeddings: Chunk id to the vectors of its sentences (`SentenceEmbedder`), kept by the local
+            store for hybrid search's sentence scores.
         :returns: `report` with `written`, `skipped` and `failed` lists and totals.
         :raises ValueError: If a chunk has no `doc_id` or no embedding.
         """
@@ -65,7 +70,8 @@ class IndexWriter:
             if not chunks:
                 failed.append({"source": entry["source"], "reason": "no text could be extracted"})
                 continue
-            written.append({**entry, "chunks": len(chunks), "replaced_chunks": self._replace(doc_id, chunks)})
+            written.append({**entry, "chunks": len(chunks), "replaced_chunks": self._replace(doc_id, chunks,
+                                                                                         sentence_embeddings or {})})
         report.update(
             written=written,
             failed=failed,
@@ -78,11 +84,11 @@ class IndexWriter:
         )
         return {"report": report}
 
-    def _replace(self, doc_id: str, chunks: list[Document]) -> int:
+    def _replace(self, doc_id: str, chunks: list[Document], sentence_embeddings: dict[str, Any]) -> int:
         """Make `chunks` the chunks of `doc_id` in both stores; returns how many earlier chunks went."""
         dense, lexical = self.dense_store.store, self.lexical_store.store
         if isinstance(dense, EdgeDocumentStore) and dense.shares_shard(lexical):
-            return dense.replace_documents(doc_id, chunks)
+            return dense.replace_documents(doc_id, chunks, sentence_embeddings=sentence_embeddings)
         doc_filter = {"field": "meta.doc_id", "operator": "==", "value": doc_id}
         old_ids = {doc.id for store in (self.dense_store, self.lexical_store)  # a crash may have left one ahead
                    for doc in store.filter_documents(filters=doc_filter)}

@@ -26,6 +26,7 @@ store.embedding_retrieval([...], filters=None, top_k=5)
 """
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,13 @@ from qdrant_edge import (
     CountRequest,
     FieldCondition,
     Filter,
+    HasIdCondition,
     MatchValue,
     Point,
     Query,
+    QueryBatchRequest,
     QueryRequest,
+    SearchParams,
     SparseVector,
     UpdateOperation,
 )
@@ -225,13 +229,97 @@ class EdgeDocumentStore:
             points = self._shard.engine.query(request)
         return [self._document(point.payload, score=point.score) for point in points if point.score > 0.0]
 
+    def ranked_ids(
+        self, searches: dict[str, str], query_embedding: list[float], query: str, filters: dict[str, Any] | None,
+        top_k: int, group_by: str | None = None,
+    ) -> dict[str, list[tuple[Any, Any, float]]]:
+        """
+        Several searches in one planned batch, without building documents: for hybrid search, which fuses the
+        lists and then reads only the chunks it keeps (`documents_by_point`).
+
+        :param searches: List name to what it searches: `dense` (`query_embedding`), `words` or `ngrams` (BM25 of
+            `query`).
+        :param group_by: A metadata key whose value each hit carries (e.g. `doc_id`).
+        :returns: List name to `(point id, group value, score)` triples, best first (BM25 hits scoring 0 left out);
+            a point id is the engine's UUID as an integer (cheap to hash), which `similarities` and
+            `documents_by_point` take.
+        """
+        requests, names = [], []
+        where = all_of(CHUNK, edge_filter(filters))
+        fields = [f"meta.{group_by}"] if group_by else False
+        for name, using in searches.items():
+            if using == "dense":
+                if self._shard.settings["embedding_dim"] is None:
+                    continue
+                vector: Any = list(query_embedding)
+            elif using in ANALYSES:
+                indices, values = self._shard.encoders[using].query(query)
+                if not indices:
+                    continue
+                vector = SparseVector(indices=indices, values=values)
+            else:
+                raise ValueError(f"Unknown search '{using}'. Use dense or one of: {', '.join(ANALYSES)}.")
+            names.append(name)
+            requests.append(QueryRequest(limit=top_k, query=Query.Nearest(vector, using=using), filter=where,
+                                         with_payload=fields))
+        results: dict[str, list[tuple[Any, Any, float]]] = {name: [] for name in searches}
+        if not requests or top_k <= 0:
+            return results
+        with data_dir_errors(self._shard.folder):
+            batches = self._shard.engine.query_batch(QueryBatchRequest(requests))
+        for name, points in zip(names, batches, strict=True):
+            results[name] = [(point.id.int, (point.payload.get("meta") or {}).get(group_by) if group_by else None,
+                              point.score) for point in points if point.score > 0.0 or searches[name] == "dense"]
+        return results
+
+    def similarities(self, query_embedding: list[float], point_ids: list[Any]) -> dict[Any, tuple[float, float | None]]:
+        """
+        The query's cosine to each chunk's vector and to its best sentence (None without sentence vectors).
+
+        :param point_ids: Point ids, as `ranked_ids` gives them.
+        :returns: Point id to `(chunk similarity, best sentence similarity)`.
+        """
+        if not point_ids or self._shard.settings["embedding_dim"] is None:
+            return {}
+        among = all_of(CHUNK, HasIdCondition({uuid.UUID(int=point) for point in point_ids}))
+        exact = SearchParams(exact=True)
+        requests = [QueryRequest(limit=len(point_ids), query=Query.Nearest(list(query_embedding), using="dense"),
+                                 filter=among, params=exact, with_payload=False),
+                    QueryRequest(limit=len(point_ids), query=Query.Nearest([list(query_embedding)], using="sentences"),
+                                 filter=among, params=exact, with_payload=False)]
+        with data_dir_errors(self._shard.folder):
+            chunks, sentences = self._shard.engine.query_batch(QueryBatchRequest(requests))
+        best = {point.id.int: point.score for point in sentences}
+        return {point.id.int: (point.score, best.get(point.id.int)) for point in chunks}
+
+    def documents_by_point(self, hits: list[tuple[Any, float, dict[str, Any]]]) -> list[Document]:
+        """
+        The stored chunks of these engine ids, in this order, each with the given score and metadata added (ids
+        deleted since the search are left out).
+
+        :param hits: `(point id, score, metadata to add)` triples.
+        """
+        if not hits:
+            return []
+        with data_dir_errors(self._shard.folder):
+            records = self._shard.engine.retrieve([uuid.UUID(int=hit[0]) for hit in hits], with_payload=True,
+                                                  with_vector=False)
+        payloads = {record.id.int: record.payload for record in records}
+        return [SharedDocument(id=payload["id"], content=payload.get("content"),
+                               meta={**(payload.get("meta") or {}), **extra}, score=score)
+                for point, score, extra in hits if (payload := payloads.get(point)) is not None]
+
     # -- writing ----------------------------------------------------------------------------------------------
-    def write_documents(self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE) -> int:
+    def write_documents(
+        self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE,
+        sentence_embeddings: dict[str, Any] | None = None,
+    ) -> int:
         """
         Write documents in one update (all or nothing), with their KBs' write counters.
 
         :param documents: Documents; those with an `embedding` can be found by `embedding_retrieval`.
         :param policy: `NONE`/`FAIL` raise on an existing id, `SKIP` keeps the stored one, `OVERWRITE` replaces it.
+        :param sentence_embeddings: Document id to the vectors of its sentences (rows), for `similarities`.
         :returns: The number of documents written.
         :raises DuplicateDocumentError: On an existing id with policy `NONE` or `FAIL`.
         """
@@ -245,16 +333,19 @@ class EdgeDocumentStore:
                     raise DuplicateDocumentError(f"A document with id '{min(existing)}' already exists.")
                 documents = [doc for doc in documents if doc.id not in existing]
             if documents:
-                self._shard.update(self._upsert(documents, version=None))
+                self._shard.update(self._upsert(documents, None, sentence_embeddings or {}))
         return len(documents)
 
-    def replace_documents(self, doc_id: str, documents: list[Document]) -> int:
+    def replace_documents(
+        self, doc_id: str, documents: list[Document], sentence_embeddings: dict[str, Any] | None = None
+    ) -> int:
         """
         Make `documents` the chunks of `meta.doc_id == doc_id`: written in one update, then the chunks of the
         earlier version removed in a second (a crash between leaves both, and the next opening keeps the newest).
 
         :param doc_id: The source document's id; every one of `documents` must carry it in `meta["doc_id"]`.
         :param documents: The new chunks.
+        :param sentence_embeddings: Chunk id to the vectors of its sentences (rows), for `similarities`.
         :returns: How many chunks of the earlier version were removed.
         """
         if any(doc.meta.get("doc_id") != doc_id for doc in documents):
@@ -265,7 +356,7 @@ class EdgeDocumentStore:
             earlier = {str(record.payload["id"]) for record in self._shard.scroll(all_of(CHUNK, same_doc), ["id"])}
             version = self._shard.next_version()
             self._shard.update(
-                self._upsert(documents, version=version),
+                self._upsert(documents, version, sentence_embeddings or {}),
                 UpdateOperation.delete_points_by_filter(all_of(
                     CHUNK, same_doc, Filter(must_not=[FieldCondition(key="version", match=MatchValue(version))])
                 )),
@@ -333,8 +424,10 @@ class EdgeDocumentStore:
         return Point(id=counter_id(tenant, kb), vector={},
                      payload={"record": "kb_generation", "tenant": tenant, "kb": kb, "value": value})
 
-    def _upsert(self, documents: list[Document], version: int | None) -> UpdateOperation:
-        """One upsert of `documents` (dense and BM25 vectors, payload) and of their KBs' counters."""
+    def _upsert(
+        self, documents: list[Document], version: int | None, sentence_embeddings: dict[str, Any]
+    ) -> UpdateOperation:
+        """One upsert of `documents` (dense, sentence and BM25 vectors, payload) and of their KBs' counters."""
         texts = [(doc.id, self._indexed_text(doc)) for doc in documents]
         self._shard.learn_avg_len(texts)
         points = []
@@ -342,6 +435,9 @@ class EdgeDocumentStore:
             vectors: dict[str, Any] = {}
             if document.embedding is not None:
                 vectors["dense"] = [float(x) for x in document.embedding]
+            sentences = sentence_embeddings.get(document.id)
+            if sentences is not None and len(sentences):
+                vectors["sentences"] = [[float(x) for x in row] for row in sentences]
             for name, encoder in self._shard.encoders.items():
                 indices, values = encoder.document(text, self._shard.avg_len[name])
                 if indices:

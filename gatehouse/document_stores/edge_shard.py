@@ -4,7 +4,8 @@ created with, its BM25 encoders, its write lock and the repair of interrupted re
 nor a model, so listing what a data folder holds costs a fraction of a second.
 
 The shard holds two kinds of record: `chunk` (payload `id`, `content`, `meta`, and `version` when written by
-`replace_documents`; vectors `dense`, `words`, `ngrams`) and `kb_generation` (one per tenant and KB: the write
+`replace_documents`; vectors `dense`, `sentences` (the vectors of its sentences, scored by their best match),
+`words`, `ngrams`) and `kb_generation` (one per tenant and KB: the write
 counter, moved in the same update as the chunks it counts).
 
 Usage:
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from qdrant_edge import (
+    CountRequest,
     Distance,
     EdgeConfig,
     EdgeShard,
@@ -39,6 +41,8 @@ from qdrant_edge import (
     Filter,
     MatchValue,
     Modifier,
+    MultiVectorComparator,
+    MultiVectorConfig,
     PayloadSchemaType,
     ScrollRequest,
     UpdateOperation,
@@ -165,7 +169,8 @@ class Shard:
             if not existing or not settings_file.is_file():
                 for field, schema in INDEXED.items():
                     self.engine.update(UpdateOperation.create_field_index(field, schema))
-                settings_file.write_text(json.dumps({"format": FORMAT, **wanted, "avg_len": {}}, indent=2))
+                settings_file.write_text(json.dumps({"format": FORMAT, **wanted, "avg_len": {},
+                                                     "sentences": wanted["embedding_dim"] is not None}, indent=2))
         atexit.register(self.close)
         stored = json.loads(settings_file.read_text())
         if stored.get("format") != FORMAT:
@@ -191,6 +196,8 @@ class Shard:
         self.generation = 0  # this process's write counter: the one process that holds the shard sees every write
         self._last_version = 0
         self._cached: dict[Any, tuple[int, Any]] = {}
+        if self.settings["embedding_dim"] is not None and not stored.get("sentences"):
+            self._add_sentences()
         self.repair()
 
     @staticmethod
@@ -198,7 +205,9 @@ class Shard:
         dense = {}
         if wanted["embedding_dim"] is not None:
             distance = DISTANCES[wanted["similarity"] or "cosine"]
-            dense = {"dense": EdgeVectorParams(size=wanted["embedding_dim"], distance=distance)}
+            dense = {"dense": EdgeVectorParams(size=wanted["embedding_dim"], distance=distance),
+                     "sentences": EdgeVectorParams(size=wanted["embedding_dim"], distance=distance,
+                                                   multivector_config=MultiVectorConfig(MultiVectorComparator.MaxSim))}
         return EdgeConfig(
             vectors=dense,
             sparse_vectors={name: EdgeSparseVectorParams(modifier=Modifier.Idf) for name in ANALYSES},
@@ -213,6 +222,25 @@ class Shard:
             self.update(UpdateOperation.create_dense_vector("dense", embedding_dim, DISTANCES[similarity]))
             self.settings.update(embedding_dim=embedding_dim, similarity=similarity)
             self._persist(embedding_dim=embedding_dim, similarity=similarity)
+            self._add_sentences()
+
+    def _add_sentences(self) -> None:
+        """
+        Give the shard its sentence vectors (one multivector per chunk, scored by its best sentence). A shard written
+        before they existed gets the vector; its chunks are found as before but scored by their chunk vector only
+        until they are ingested again, which a warning says.
+        """
+        settings = self.settings
+        self.engine.update(UpdateOperation.create_dense_vector(
+            "sentences", settings["embedding_dim"], DISTANCES[settings["similarity"] or "cosine"],
+            MultiVectorConfig(MultiVectorComparator.MaxSim)))
+        self._persist(sentences=True)
+        with data_dir_errors(self.folder):
+            chunks = self.engine.count(CountRequest(filter=all_of(CHUNK)))
+        if chunks:
+            logger.warning("The store in %s holds %d chunks written before Gatehouse kept sentence vectors: they are "
+                           "scored by their chunk vector only until `gatehouse ingest --force` writes them again",
+                           self.folder, chunks)
 
     def _persist(self, **values: Any) -> None:
         settings_file = self.folder / SETTINGS_FILE

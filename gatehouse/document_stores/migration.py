@@ -79,7 +79,8 @@ def migrate(data_folder: Path, target: Path, open_store: Callable[[Path], Any]) 
     with data_dir_errors(data_folder):
         staging.rename(target)
     logger.warning("Moved %d chunks of %s into %s; the old qdrant/ and bm25/ folders are no longer read: delete them "
-                   "when the knowledge bases answer as before", copied, data_folder, target)
+                   "when the knowledge bases answer as before. The old folders kept no sentence vectors: "
+                   "`gatehouse ingest --force` writes them, for sentence scores in search", copied, data_folder, target)
     return copied
 
 

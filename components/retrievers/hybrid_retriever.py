@@ -1,0 +1,200 @@
+"""Hybrid search in one step: dense and BM25 lists, sentence re-scoring and score fusion, then the chunks kept."""
+
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from gatehouse.components.joiners.fusion import Fusion
+from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
+from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+
+LISTS = ("dense", "lexical", "ngrams")
+
+
+@component
+class HybridRetriever:
+    """
+    Finds a query's best documents by three searches fused into one ranking: `dense` (the query vector against each
+    chunk's vector), `lexical` (BM25 on words) and `ngrams` (BM25 on character n-grams of words, for spelling and
+    word-form variants), each `candidates` deep.
+
+    On the local store the candidates of all three lists are re-scored by their best sentence: the `dense` list
+    becomes every candidate, scored by the query's cosine to the chunk's vector or to its best sentence, whichever is
+    higher (short questions often match one sentence of a long passage far better than the passage's one vector).
+    Then the lists are fused (`method`, `weights`, `normalization`, per document with `group_by`) and only the chunks
+    kept are read from the store. The whole search works on ids and scores, so a query costs a few engine calls and
+    the documents it returns. With server stores (Qdrant, Elasticsearch) the three lists come from the servers and are
+    fused the same way, without sentence re-scoring.
+
+    Each chunk returned carries `meta["<list>_score"]` for the lists that found it (`dense_score` is the chunk
+    vector's cosine), `meta["<list>_rank"]`, `meta["sentence_score"]` (local store) and the fused `score` of its
+    document; documents best first, each one's best chunks first.
+
+    Usage:
+    ```python
+    from gatehouse.components.retrievers.hybrid_retriever import HybridRetriever
+    from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+    from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+
+    retriever = HybridRetriever(dense_store=DenseDocumentStore(), lexical_store=LexicalDocumentStore(),
+                                ngrams_store=LexicalDocumentStore(analysis="ngrams"))
+    docs = retriever.run(query="rotate api key", query_embedding=vector, filters=filters)["documents"]
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        dense_store: DenseDocumentStore,
+        lexical_store: LexicalDocumentStore,
+        ngrams_store: LexicalDocumentStore | None = None,
+        candidates: int = 200,
+        sentences: bool = True,
+        method: str = "weighted_sum",
+        weights: dict[str, float] | None = None,
+        normalization: str = "max",
+        rrf_k: int = 60,
+        group_by: str | None = "doc_id",
+        chunks_per_group: int | None = 3,
+        top_k: int = 20,
+    ) -> None:
+        """
+        :param dense_store: The dense store.
+        :param lexical_store: The BM25 store on words.
+        :param ngrams_store: The BM25 store on character n-grams (`analysis: ngrams`); None leaves that list out.
+        :param candidates: Hits taken from each list before fusion.
+        :param sentences: Re-score the candidates by their best sentence (local store).
+        :param method: `weighted_sum` (normalised scores, weighted) or `rrf` (reciprocal ranks).
+        :param weights: Weight of each list (`dense`, `lexical`, `ngrams`); default 0.6 / 0.2 / 0.2 (0.6 / 0.4
+            without `ngrams_store`).
+        :param normalization: Score normalisation of `weighted_sum`: `max`, `minmax` or `zscore`.
+        :param rrf_k: The RRF rank constant.
+        :param group_by: Metadata key naming a chunk's document, to rank documents; None ranks chunks.
+        :param chunks_per_group: With `group_by`, the most chunks kept per document (best first); None keeps all.
+        :param top_k: Documents kept (chunks when `group_by` is None).
+        """
+        default = {"dense": 0.6, "lexical": 0.2, "ngrams": 0.2} if ngrams_store else {"dense": 0.6, "lexical": 0.4}
+        lists = dict(default if weights is None else weights)
+        unknown = sorted(set(lists) - set(LISTS)) + (["ngrams (no ngrams_store)"] if "ngrams" in lists and
+                                                      ngrams_store is None else [])
+        if unknown:
+            raise ValueError(f"weights name lists this retriever does not search: {unknown}. Use {', '.join(LISTS)}.")
+        self._fusion = Fusion(method=method, weights=lists, rrf_k=rrf_k, normalization=normalization,
+                              group=group_by is not None, chunks_per_group=chunks_per_group)
+        self.dense_store = dense_store
+        self.lexical_store = lexical_store
+        self.ngrams_store = ngrams_store
+        self.candidates = candidates
+        self.sentences = sentences
+        self.method = method
+        self.weights = lists
+        self.normalization = normalization
+        self.rrf_k = rrf_k
+        self.group_by = group_by
+        self.chunks_per_group = chunks_per_group
+        self.top_k = top_k
+
+    def _stores(self) -> dict[str, Any]:
+        stores = {"dense": self.dense_store, "lexical": self.lexical_store, "ngrams": self.ngrams_store}
+        return {name: stores[name] for name in self.weights}
+
+    def _local(self) -> EdgeDocumentStore | None:
+        """The one local shard all the searched stores share, if they do."""
+        backends = [store.store for store in self._stores().values()]
+        first = backends[0]
+        if isinstance(first, EdgeDocumentStore) and all(first.shares_shard(other) for other in backends[1:]):
+            return first
+        return None
+
+    @component.output_types(documents=list[Document])
+    def run(
+        self, query: str, query_embedding: list[float], filters: dict[str, Any], top_k: int | None = None
+    ) -> dict[str, Any]:
+        """
+        Search.
+
+        :param query: The query text (BM25 lists).
+        :param query_embedding: The query vector (dense list, sentences).
+        :param filters: Haystack filters (mandatory: the tenant filter always precedes retrieval).
+        :param top_k: Overrides the init `top_k`.
+        :returns: `documents`: the kept chunks, best document first.
+        """
+        limit = self.top_k if top_k is None else top_k
+        local = self._local()
+        if local is not None:
+            return {"documents": self._search_local(local, query, query_embedding, filters, limit)}
+        return {"documents": self._search_stores(query, query_embedding, filters, limit)}
+
+    def _search_local(
+        self, store: EdgeDocumentStore, query: str, query_embedding: list[float], filters: dict[str, Any], limit: int
+    ) -> list[Document]:
+        searches = {name: "dense" if name == "dense" else store_.analysis for name, store_ in self._stores().items()}
+        lists = store.ranked_ids(searches, query_embedding, query, filters, self.candidates, group_by=self.group_by)
+        scores = {name: {chunk: score for chunk, _, score in hits} for name, hits in lists.items()}
+        sentence_scores: dict[str, float | None] = {}
+        if self.sentences and "dense" in lists:
+            union = {chunk: group for hits in lists.values() for chunk, group, _ in hits}
+            similar = store.similarities(query_embedding, list(union))
+            sentence_scores = {chunk: best for chunk, (_, best) in similar.items()}
+            rescored = [(chunk, union[chunk], max(cosine, best if best is not None else cosine))
+                        for chunk, (cosine, best) in similar.items()]
+            order = {chunk: position for position, chunk in enumerate(union)}
+            lists["dense"] = sorted(rescored, key=lambda hit: (-hit[2], order[hit[0]]))
+        kept = self._fusion.rank(lists, limit)
+        ranks = {name: {hit[0]: rank for rank, hit in enumerate(hits, start=1)} for name, hits in lists.items()}
+        extras = []
+        for chunk, fused in kept:
+            meta: dict[str, Any] = {}
+            for name in lists:
+                if chunk in scores[name]:
+                    meta[f"{name}_score"] = scores[name][chunk]
+                if chunk in ranks[name]:
+                    meta[f"{name}_rank"] = ranks[name][chunk]
+            if sentence_scores.get(chunk) is not None:
+                meta["sentence_score"] = sentence_scores[chunk]
+            extras.append((chunk, fused, meta))
+        return store.documents_by_point(extras)
+
+    def _search_stores(
+        self, query: str, query_embedding: list[float], filters: dict[str, Any], limit: int
+    ) -> list[Document]:
+        found: dict[str, Document] = {}
+        lists = {}
+        for name, store in self._stores().items():
+            if name == "dense":
+                hits = store.embedding_retrieval(query_embedding, filters=filters, top_k=self.candidates)
+            else:
+                hits = store.bm25_retrieval(query, filters=filters, top_k=self.candidates)
+            for rank, document in enumerate(hits, start=1):
+                known = found.setdefault(document.id, Document(id=document.id, content=document.content,
+                                                               meta=dict(document.meta)))
+                known.meta[f"{name}_score"] = document.score
+                known.meta[f"{name}_rank"] = rank
+            lists[name] = [(document.id, document.meta.get(self.group_by) if self.group_by else None, document.score)
+                           for document in hits]
+        return [replace(found[chunk], score=fused) for chunk, fused in self._fusion.rank(lists, limit)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component."""
+        return default_to_dict(
+            self,
+            dense_store=self.dense_store,
+            lexical_store=self.lexical_store,
+            ngrams_store=self.ngrams_store,
+            candidates=self.candidates,
+            sentences=self.sentences,
+            method=self.method,
+            weights=self.weights,
+            normalization=self.normalization,
+            rrf_k=self.rrf_k,
+            group_by=self.group_by,
+            chunks_per_group=self.chunks_per_group,
+            top_k=self.top_k,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HybridRetriever":
+        """Deserialise the component."""
+        return default_from_dict(cls, data)
