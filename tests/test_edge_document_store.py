@@ -132,6 +132,109 @@ def test_run_a_store_from_before_sentence_vectors_gets_them(tmp_path, caplog):
     reopened.close()
 
 
+# -- BM25's average length: the true mean of what the store holds, whatever order it was written in ---------------------
+
+SHORT = [chunk(f"Rotate key {i}.", doc_id=f"faq/short{i}.md") for i in range(4)]
+LONG = [chunk(f"Rotate the signing key {i} from the console " + "and audit every service that uses it " * 6,
+              doc_id=f"faq/long{i}.md") for i in range(4)]
+
+
+def _bm25(store, query="rotate signing key console"):
+    return {d.id: d.score for d in store.bm25_retrieval(query, top_k=20)}
+
+
+def _avg_len(folder):
+    return json.loads((folder / "gatehouse.json").read_text())["avg_len"]
+
+
+def test_run_the_average_length_follows_what_the_store_holds(tmp_path):
+    in_one = EdgeDocumentStore(path=str(tmp_path / "one"), embedding_dim=DIM)
+    in_one.write_documents(SHORT + LONG)
+    in_two = EdgeDocumentStore(path=str(tmp_path / "two"), embedding_dim=DIM)
+    in_two.write_documents(SHORT)
+    short_only = _avg_len(tmp_path / "two")
+    in_two.write_documents(LONG)  # the mean more than doubles: every chunk is re-encoded
+    try:
+        assert _avg_len(tmp_path / "two") == _avg_len(tmp_path / "one") != short_only
+        assert _bm25(in_two) == pytest.approx(_bm25(in_one))
+        assert in_two.embedding_retrieval([1.0, 0.0, 0.0], top_k=1)[0].score == pytest.approx(1.0)  # dense kept
+        changed = Document(id=SHORT[0].id, content="Rotate key zero now.", embedding=SHORT[0].embedding,
+                           meta=SHORT[0].meta)
+        in_two.delete_documents([d.id for d in LONG])
+        in_two.replace_documents("faq/short0.md", [changed])
+        in_one.delete_by_filter({"field": "meta.doc_id", "operator": "in", "value": [d.meta["doc_id"] for d in LONG]})
+        in_one.write_documents([changed], policy=DuplicatePolicy.OVERWRITE)
+        stored = in_two._shard.totals
+        assert stored == in_one._shard.totals and stored["count"] == 4
+        for name, mean in _avg_len(tmp_path / "two").items():
+            assert mean == pytest.approx(stored[name] / stored["count"], rel=0.1)
+        assert _bm25(in_two, "rotate key") == pytest.approx(_bm25(in_one, "rotate key"), rel=0.05)
+    finally:
+        in_one.close()
+        in_two.close()
+
+
+def test_run_an_interrupted_reencoding_is_finished_on_opening(tmp_path, monkeypatch):
+    monkeypatch.setattr("gatehouse.document_stores.edge_shard.PAGE", 2)  # four pages of two chunks
+    folder = tmp_path / "store"
+    reference = EdgeDocumentStore(path=str(tmp_path / "reference"), embedding_dim=DIM)
+    reference.write_documents(SHORT + LONG)
+    store = EdgeDocumentStore(path=str(folder), embedding_dim=DIM)
+    store.write_documents(SHORT)
+    shard = store._shard
+    updates = shard.update
+
+    def crash_after_the_first_page(*operations, totals=None):  # the re-encoding's first page, then a power cut
+        updates(*operations, totals=None)
+        if totals is None:
+            raise SystemExit("killed")
+        shard.totals = totals
+        shard.rebalance()
+
+    shard.update = crash_after_the_first_page
+    with pytest.raises(SystemExit):
+        store.write_documents(LONG)
+    assert json.loads((folder / "gatehouse.json").read_text())["reencoding"] == ["ngrams", "words"]
+    assert len(_bm25(store)) == len(SHORT + LONG)  # searchable meanwhile, two chunks on the new average
+    del shard.update
+    shard.close()
+    reopened = EdgeDocumentStore(path=str(folder))
+    try:
+        assert json.loads((folder / "gatehouse.json").read_text())["reencoding"] == []
+        assert _avg_len(folder) == _avg_len(tmp_path / "reference")
+        assert _bm25(reopened) == pytest.approx(_bm25(reference))
+    finally:
+        reopened.close()
+        reference.close()
+
+
+def test_run_a_store_without_length_totals_counts_them_and_reencodes_on_opening(tmp_path):
+    folder = tmp_path / "store"
+    reference = EdgeDocumentStore(path=str(tmp_path / "reference"), embedding_dim=DIM)
+    reference.write_documents(SHORT + LONG)
+    store = EdgeDocumentStore(path=str(folder), embedding_dim=DIM)
+    store.write_documents(SHORT + LONG)
+    settings = json.loads((folder / "gatehouse.json").read_text())
+    store.close()
+    settings["avg_len"] = {name: mean / 2 for name, mean in settings["avg_len"].items()}  # an earlier Gatehouse's
+    (folder / "gatehouse.json").write_text(json.dumps(settings))  # average: from a first write of short chunks
+    from qdrant_edge import EdgeShard, UpdateOperation
+
+    from gatehouse.document_stores.edge_shard import LENGTHS_ID
+    engine = EdgeShard.load(str(folder))
+    engine.update(UpdateOperation.delete_points([LENGTHS_ID]))
+    engine.flush()
+    engine.close()
+    reopened = EdgeDocumentStore(path=str(folder))
+    try:
+        assert reopened._shard.totals == reference._shard.totals
+        assert _avg_len(folder) == _avg_len(tmp_path / "reference")
+        assert _bm25(reopened) == pytest.approx(_bm25(reference))
+    finally:
+        reopened.close()
+        reference.close()
+
+
 def test_run_a_second_process_is_refused_with_a_clear_message(store, tmp_path):
     code = "from gatehouse.document_stores.edge_document_store import EdgeDocumentStore as S; S(path=__import__('sys').argv[1])"
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,

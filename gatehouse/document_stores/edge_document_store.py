@@ -105,7 +105,7 @@ class EdgeDocumentStore:
             size of the first embedding written.
         :param similarity: `cosine`, `dot_product` or `l2`; None takes the shard's (cosine for a new one).
         :param k1: BM25 term-frequency saturation.
-        :param b: BM25 length normalisation (against the average length of the first documents written).
+        :param b: BM25 length normalisation (against the average length of the stored chunks).
         :param stemmer: Snowball stemmer language (PyStemmer), or None for no stemming.
         :param stopwords: `"en"`, a list of words, or None.
         :param token_pattern: Regular expression that matches one token.
@@ -333,7 +333,9 @@ class EdgeDocumentStore:
                     raise DuplicateDocumentError(f"A document with id '{min(existing)}' already exists.")
                 documents = [doc for doc in documents if doc.id not in existing]
             if documents:
-                self._shard.update(self._upsert(documents, None, sentence_embeddings or {}))
+                replaced = self._stored([doc.id for doc in documents]) if policy == DuplicatePolicy.OVERWRITE else []
+                upsert, totals = self._upsert(documents, None, replaced, sentence_embeddings or {})
+                self._shard.update(upsert, totals=totals)
         return len(documents)
 
     def replace_documents(
@@ -353,15 +355,17 @@ class EdgeDocumentStore:
         same_doc = FieldCondition(key="meta.doc_id", match=MatchValue(doc_id))
         self._ensure_dense(documents)
         with self._shard.write_lock:
-            earlier = {str(record.payload["id"]) for record in self._shard.scroll(all_of(CHUNK, same_doc), ["id"])}
+            earlier = list(self._shard.scroll(all_of(CHUNK, same_doc), ["id", "content", "meta"]))
             version = self._shard.next_version()
+            upsert, totals = self._upsert(documents, version, earlier, sentence_embeddings or {})
             self._shard.update(
-                self._upsert(documents, version, sentence_embeddings or {}),
+                upsert,
                 UpdateOperation.delete_points_by_filter(all_of(
                     CHUNK, same_doc, Filter(must_not=[FieldCondition(key="version", match=MatchValue(version))])
                 )),
+                totals=totals,
             )
-        return len(earlier - {doc.id for doc in documents})
+        return len({str(record.payload["id"]) for record in earlier} - {doc.id for doc in documents})
 
     def delete_documents(self, document_ids: list[str]) -> None:
         """
@@ -374,7 +378,7 @@ class EdgeDocumentStore:
             return
         with self._shard.write_lock:
             with data_dir_errors(self._shard.folder):
-                records = self._shard.engine.retrieve(ids, with_payload=["meta.tenant", "meta.kb"], with_vector=False)
+                records = self._shard.engine.retrieve(ids, with_payload=["content", "meta"], with_vector=False)
             self._delete(records)
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
@@ -384,22 +388,27 @@ class EdgeDocumentStore:
         :returns: How many chunks were deleted.
         """
         with self._shard.write_lock:
-            records = list(self._shard.scroll(all_of(CHUNK, edge_filter(filters)), ["meta.tenant", "meta.kb"]))
+            records = list(self._shard.scroll(all_of(CHUNK, edge_filter(filters)), ["content", "meta"]))
             self._delete(records)
         return len(records)
 
     # -- helpers ----------------------------------------------------------------------------------------------
     def _delete(self, records: list[Any]) -> None:
-        """Delete these records (with `meta.tenant`, `meta.kb` payload) after moving their KBs' counters."""
+        """Delete these records (with `content`, `meta` payload) after moving their KBs' counters and the totals."""
         if records:
             kbs = {kb_of(record.payload.get("meta") or {}) for record in records}
-            self._shard.update(self._bump(kbs), UpdateOperation.delete_points([record.id for record in records]))
+            totals = self._shard.tally([], [self._shard.indexed_text(record.payload) for record in records])
+            deletion = UpdateOperation.delete_points([record.id for record in records])
+            self._shard.update(self._bump(kbs, totals), deletion, totals=totals)
 
     def _existing(self, document_ids: list[str]) -> set[str]:
+        return {str(record.payload["id"]) for record in self._stored(document_ids, ("id",))}
+
+    def _stored(self, document_ids: list[str], payload: tuple[str, ...] = ("content", "meta")) -> list[Any]:
+        """The stored records of these document ids, with `payload`."""
         with data_dir_errors(self._shard.folder):
-            records = self._shard.engine.retrieve([point_id(i) for i in document_ids], with_payload=["id"],
-                                                  with_vector=False)
-        return {str(record.payload["id"]) for record in records}
+            return self._shard.engine.retrieve([point_id(i) for i in dict.fromkeys(document_ids)],
+                                               with_payload=list(payload), with_vector=False)
 
     def _ensure_dense(self, documents: list[Document]) -> None:
         """Give the shard its dense vector, sized by the first embedding written, when no store has yet."""
@@ -407,17 +416,10 @@ class EdgeDocumentStore:
         if sized is not None and self._shard.settings["embedding_dim"] is None:
             self._shard.add_dense(len(sized), self.similarity)
 
-    def _indexed_text(self, document: Document) -> str:
-        parts = []
-        for field in self._shard.settings["indexed_fields"]:
-            value = document.content if field == "content" else document.meta.get(field.removeprefix("meta."))
-            if value:
-                parts.append(str(value))
-        return "\n".join(parts)
-
-    def _bump(self, kbs: set[tuple[str, str]]) -> UpdateOperation:
-        """An upsert moving the counters of `kbs` to a new value."""
-        return UpdateOperation.upsert_points([self._counter(tenant, kb, self._shard.next_version()) for tenant, kb in kbs])
+    def _bump(self, kbs: set[tuple[str, str]], totals: dict[str, int]) -> UpdateOperation:
+        """An upsert moving the counters of `kbs` to a new value, and the length totals to `totals`."""
+        counters = [self._counter(tenant, kb, self._shard.next_version()) for tenant, kb in kbs]
+        return UpdateOperation.upsert_points([*counters, self._shard.lengths_point(totals)])
 
     @staticmethod
     def _counter(tenant: str, kb: str, value: int) -> Point:
@@ -425,32 +427,36 @@ class EdgeDocumentStore:
                      payload={"record": "kb_generation", "tenant": tenant, "kb": kb, "value": value})
 
     def _upsert(
-        self, documents: list[Document], version: int | None, sentence_embeddings: dict[str, Any]
-    ) -> UpdateOperation:
-        """One upsert of `documents` (dense, sentence and BM25 vectors, payload) and of their KBs' counters."""
-        texts = [(doc.id, self._indexed_text(doc)) for doc in documents]
-        self._shard.learn_avg_len(texts)
+        self, documents: list[Document], version: int | None, removed: list[Any], sentence_embeddings: dict[str, Any]
+    ) -> tuple[UpdateOperation, dict[str, int]]:
+        """
+        One upsert of `documents` (dense, sentence and BM25 vectors, payload), of their KBs' counters and of the length
+        totals once they replace the `removed` records (with `content`, `meta` payload); with those totals.
+        """
+        chunks: dict[str, tuple[Document, dict[str, Any]]] = {}  # by the engine's id: a repeated id keeps the last
+        for document in documents:
+            meta = json.loads(json.dumps(document.meta, default=str))
+            payload: dict[str, Any] = {"record": "chunk", "id": document.id, "content": document.content, "meta": meta}
+            if version is not None:
+                payload["version"] = version
+            chunks[point_id(document.id)] = (document, payload)
+        texts = {id_: self._shard.indexed_text(payload) for id_, (_, payload) in chunks.items()}
+        removed_texts = [self._shard.indexed_text(record.payload) for record in removed]
+        totals = self._shard.tally(list(texts.values()), removed_texts)
         points = []
-        for document, (_, text) in zip(documents, texts, strict=True):
-            vectors: dict[str, Any] = {}
+        for id_, (document, payload) in chunks.items():
+            vectors: dict[str, Any] = dict(self._shard.vectors(texts[id_]))
             if document.embedding is not None:
                 vectors["dense"] = [float(x) for x in document.embedding]
             sentences = sentence_embeddings.get(document.id)
             if sentences is not None and len(sentences):
                 vectors["sentences"] = [[float(x) for x in row] for row in sentences]
-            for name, encoder in self._shard.encoders.items():
-                indices, values = encoder.document(text, self._shard.avg_len[name])
-                if indices:
-                    vectors[name] = SparseVector(indices=indices, values=values)
-            meta = json.loads(json.dumps(document.meta, default=str))
-            payload: dict[str, Any] = {"record": "chunk", "id": document.id, "content": document.content, "meta": meta}
-            if version is not None:
-                payload["version"] = version
-            points.append(Point(id=point_id(document.id), vector=vectors, payload=payload))
+            points.append(Point(id=id_, vector=vectors, payload=payload))
         value = version if version is not None else self._shard.next_version()
         kbs = {kb_of(document.meta) for document in documents}
         points.extend(self._counter(tenant, kb, value) for tenant, kb in kbs)
-        return UpdateOperation.upsert_points(points)
+        points.append(self._shard.lengths_point(totals))
+        return UpdateOperation.upsert_points(points), totals
 
     @staticmethod
     def _document(payload: dict[str, Any], score: float | None = None) -> Document:

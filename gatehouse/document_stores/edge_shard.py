@@ -3,10 +3,16 @@ One embedded Qdrant shard (`qdrant-edge-py`) of a folder, opened once per proces
 created with, its BM25 encoders, its write lock and the repair of interrupted replacements. Imports neither Haystack
 nor a model, so listing what a data folder holds costs a fraction of a second.
 
-The shard holds two kinds of record: `chunk` (payload `id`, `content`, `meta`, and `version` when written by
+The shard holds three kinds of record: `chunk` (payload `id`, `content`, `meta`, and `version` when written by
 `replace_documents`; vectors `dense`, `sentences` (the vectors of its sentences, scored by their best match),
-`words`, `ngrams`) and `kb_generation` (one per tenant and KB: the write
-counter, moved in the same update as the chunks it counts).
+`words`, `ngrams`), `kb_generation` (one per tenant and KB: the write counter, moved in the same update as the chunks
+it counts) and `bm25_lengths` (one: how many chunks the shard holds and their total length under each analysis, moved
+in the same update as the chunks).
+
+BM25 normalises a chunk's length by the average length of the chunks, which the `words` and `ngrams` vectors are
+encoded with (`avg_len` in `gatehouse.json`). When the true average (from `bm25_lengths`) has moved more than `DRIFT`
+away from it, the shard re-encodes those vectors of every chunk from its payload (`rebalance`): the average moves
+that far only when a share of the stored text comparable to DRIFT has changed, so ingesting stays linear overall.
 
 Usage:
 ```python
@@ -44,7 +50,10 @@ from qdrant_edge import (
     MultiVectorComparator,
     MultiVectorConfig,
     PayloadSchemaType,
+    Point,
+    PointVectors,
     ScrollRequest,
+    SparseVector,
     UpdateOperation,
 )
 
@@ -73,7 +82,9 @@ INDEXED = {
 CHUNK = FieldCondition(key="record", match=MatchValue("chunk"))
 COUNTER = FieldCondition(key="record", match=MatchValue("kb_generation"))
 ID_NAMESPACE = uuid.UUID("6f1c6a52-5e0b-4d38-9b55-2f6f0e8c1a7d")
+LENGTHS_ID = str(uuid.uuid5(ID_NAMESPACE, "bm25-lengths"))
 PAGE = 1000
+DRIFT = 0.1
 MIN_FREE_BYTES = 64 * 2**20
 
 
@@ -132,6 +143,11 @@ def all_of(*conditions: Any) -> Filter:
     return Filter(must=[condition for condition in conditions if condition is not None])
 
 
+def mean_length(totals: dict[str, int], name: str) -> float:
+    """The average length of the chunks under analysis `name` (1 for none), from length totals."""
+    return max(1.0, totals[name] / totals["count"]) if totals["count"] else 1.0
+
+
 class Shard:
     """One open shard folder of this process: the engine, its settings, encoders and the write lock."""
 
@@ -178,6 +194,7 @@ class Shard:
                                f"format {FORMAT}: move the folder away and ingest your documents again")
         self.settings = {key: stored[key] for key in shard_settings()}
         self.avg_len: dict[str, float] = dict(stored.get("avg_len") or {})
+        self.reencoding: list[str] = list(stored.get("reencoding") or [])
         analysis = self.settings
         self.encoders = {
             name: Bm25Encoder(
@@ -199,6 +216,9 @@ class Shard:
         if self.settings["embedding_dim"] is not None and not stored.get("sentences"):
             self._add_sentences()
         self.repair()
+        with self.write_lock:
+            self.totals = self._stored_totals()
+            self.rebalance()
 
     @staticmethod
     def _config(wanted: dict[str, Any]) -> EdgeConfig:
@@ -243,11 +263,14 @@ class Shard:
                            self.folder, chunks)
 
     def _persist(self, **values: Any) -> None:
+        """Update settings in `gatehouse.json` (written beside it, then renamed over it: a crash keeps one whole)."""
         settings_file = self.folder / SETTINGS_FILE
         stored = json.loads(settings_file.read_text())
         stored.update(values)
         with data_dir_errors(self.folder):
-            settings_file.write_text(json.dumps(stored, indent=2))
+            staged = settings_file.with_suffix(".json.tmp")
+            staged.write_text(json.dumps(stored, indent=2))
+            staged.replace(settings_file)
 
     def check(self, wanted: dict[str, Any]) -> None:
         """
@@ -280,13 +303,21 @@ class Shard:
         self._last_version = max(self._last_version + 1, time.time_ns())
         return self._last_version
 
-    def update(self, *operations: UpdateOperation) -> None:
-        """Apply operations in order (the caller holds `write_lock`)."""
+    def update(self, *operations: UpdateOperation, totals: dict[str, int] | None = None) -> None:
+        """
+        Apply operations in order (the caller holds `write_lock`).
+
+        :param totals: The length totals that the operations write (`lengths_point`), the shard's once they are
+            applied; the BM25 vectors are re-encoded if their average moved too far.
+        """
         require_space(self.folder)
         with data_dir_errors(self.folder):
             for operation in operations:
                 self.engine.update(operation)
         self.generation += 1
+        if totals is not None:
+            self.totals = totals
+            self.rebalance()
 
     def cached(self, key: Any, compute: Any) -> Any:
         """`compute()`, kept until the next write of this process."""
@@ -331,15 +362,92 @@ class Shard:
 
         return dict(self.cached("kb_generations", read))
 
-    def learn_avg_len(self, documents: list[tuple[str, str]]) -> None:
-        """Fix each analysis' average length from the first documents written (persisted with the settings)."""
+    def indexed_text(self, payload: dict[str, Any]) -> str:
+        """The text that a chunk's BM25 vectors cover (its `indexed_fields`), from its payload (`content`, `meta`)."""
+        meta = payload.get("meta") or {}
+        values = [payload.get("content") if field == "content" else meta.get(field.removeprefix("meta."))
+                  for field in self.settings["indexed_fields"]]
+        return "\n".join(str(value) for value in values if value)
+
+    def vectors(self, text: str, analyses: tuple[str, ...] = ANALYSES) -> dict[str, SparseVector]:
+        """The BM25 vectors of a chunk's indexed text under `analyses` (none for one that finds no term)."""
+        vectors = {}
+        for name in analyses:
+            indices, values = self.encoders[name].document(text, self.avg_len[name])
+            if indices:
+                vectors[name] = SparseVector(indices=indices, values=values)
+        return vectors
+
+    def tally(self, added: list[str], removed: list[str]) -> dict[str, int]:
+        """
+        The length totals after writing chunks of the `added` indexed texts and removing those of `removed`; a new
+        store's first write fixes the average lengths its vectors are encoded with (persisted with the settings).
+        """
+        totals = dict(self.totals)
+        for texts, sign in ((added, 1), (removed, -1)):
+            totals["count"] += sign * len(texts)
+            for name in ANALYSES:
+                totals[name] += sign * sum(self.encoders[name].length(text) for text in texts)
         missing = [name for name in ANALYSES if name not in self.avg_len]
-        if not missing or not documents:
+        if missing and totals["count"]:
+            self.avg_len.update({name: mean_length(totals, name) for name in missing})
+            self._persist(avg_len=self.avg_len)
+        return totals
+
+    @staticmethod
+    def lengths_point(totals: dict[str, int]) -> Point:
+        """The record of the length totals, to write in the same update as the chunks that make them."""
+        return Point(id=LENGTHS_ID, vector={}, payload={"record": "bm25_lengths", **totals})
+
+    def _stored_totals(self) -> dict[str, int]:
+        """
+        The length totals the shard holds; counted from the chunks (and written) when there are none (a store of an
+        earlier Gatehouse) or they count other chunks than the shard has (a crash between a deletion's two updates).
+        """
+        with data_dir_errors(self.folder):
+            stored = self.engine.retrieve([LENGTHS_ID], with_payload=True, with_vector=False)
+            count = self.engine.count(CountRequest(exact=True, filter=all_of(CHUNK)))
+        if stored and stored[0].payload.get("count") == count:
+            return {key: int(stored[0].payload[key]) for key in ("count", *ANALYSES)}
+        self.totals = dict.fromkeys(("count", *ANALYSES), 0)
+        chunks = self.scroll(all_of(CHUNK), ["content", "meta"])
+        totals = self.tally([self.indexed_text(record.payload) for record in chunks], [])
+        self.update(UpdateOperation.upsert_points([self.lengths_point(totals)]))
+        return totals
+
+    def rebalance(self) -> None:
+        """
+        Re-encode the BM25 vectors of every chunk, page by page, for each analysis whose average length moved more
+        than `DRIFT` from the one they were encoded with (the caller holds `write_lock`). The analyses and their new
+        average are persisted first and cleared last: a crash in between leaves a searchable store with some chunks
+        on the old average, and the next opening finishes the job.
+        """
+        if not self.totals["count"]:
             return
-        for name in missing:
-            lengths = [self.encoders[name].length(text) for _, text in documents]
-            self.avg_len[name] = max(1.0, sum(lengths) / len(lengths))
-        self._persist(avg_len=self.avg_len)
+        means = {name: mean_length(self.totals, name) for name in self.avg_len}
+        drifted = {name: mean for name, mean in means.items()
+                   if abs(mean - self.avg_len[name]) > DRIFT * self.avg_len[name]}
+        names = tuple(sorted({*self.reencoding, *drifted}))
+        if not names:
+            return
+        logger.info("Re-encoding the BM25 vectors (%s) of %d chunks: average length %s -> %s", ", ".join(names),
+                    self.totals["count"], {name: self.avg_len[name] for name in names},
+                    {name: drifted.get(name, self.avg_len[name]) for name in names})
+        self.avg_len.update(drifted)
+        self.reencoding = list(names)
+        self._persist(avg_len=self.avg_len, reencoding=self.reencoding)
+        page: list[PointVectors] = []
+        for record in self.scroll(all_of(CHUNK), ["content", "meta"]):
+            vectors = self.vectors(self.indexed_text(record.payload), names)
+            if vectors:
+                page.append(PointVectors(id=record.id, vector=vectors))
+            if len(page) == PAGE:
+                self.update(UpdateOperation.update_vectors(page))
+                page = []
+        if page:
+            self.update(UpdateOperation.update_vectors(page))
+        self.reencoding = []
+        self._persist(reencoding=[])
 
     def repair(self) -> None:
         """Remove the older version of every document that an interrupted replacement left with two."""
