@@ -1,6 +1,8 @@
 """
-Ingesting files into knowledge bases through `pipelines/index.yml`, one file per pipeline run, so progress advances
-file by file and a file whose conversion, splitting or embedding raises fails alone.
+Ingesting files into knowledge bases through `pipelines/index.yml`. `ingest` runs the pipeline over `BATCH_FILES`
+files at a time (the embedder encodes their chunks and sentences in full batches) and reports file by file; when a
+run raises, its files go through again one per run, so a file whose conversion, splitting or embedding raises fails
+alone.
 
 Usage:
 ```python
@@ -36,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 #: A KB folder's own entry (description, keywords, examples, threshold, url_base): read at ingest, never a document.
 KB_ENTRY_FILE = "kb.yml"
+BATCH_FILES = 64  # files per pipeline run: their chunks and sentences are encoded in full batches
 
 
 @dataclass
@@ -277,6 +280,49 @@ def ingest_file(
         }
 
 
+def ingest_files(
+    pipeline: Pipeline,
+    paths: list[Path],
+    *,
+    kb: str,
+    tenant: str | None = None,
+    root: str | Path | None = None,
+    force: bool = False,
+    url_base: str | None = None,
+) -> list[dict[str, Any]]:
+    """
+    Run the index pipeline over several files at once, or, when that run raises, over each one alone (see
+    `ingest_file`).
+
+    :returns: One writer report per file, in order.
+    :raises PipelineRuntimeError: As `ingest_file`.
+    """
+    root_path = Path(root).resolve() if root is not None else None
+    if len(paths) > 1:
+        run = {"sources": [str(path) for path in paths], "kb": kb, "tenant": tenant, "force": force,
+               "root": None if root_path is None else str(root_path), "url_base": url_base}
+        try:
+            report = pipeline.run({"planner": run})["writer"]["report"]
+        except PipelineRuntimeError as error:
+            if error.component_name == "planner" or find_data_dir_error(error, data_dir()) is not None:
+                raise
+            logger.info("a run over %d files failed in %s: each file goes through alone", len(paths),
+                        error.component_name)
+        else:
+            return [_file_report(report, _source_name(str(path), root_path)) for path in paths]
+    return [ingest_file(pipeline, str(path), kb=kb, tenant=tenant, root=root, force=force, url_base=url_base)
+            for path in paths]
+
+
+def _file_report(report: dict[str, Any], source: str) -> dict[str, Any]:
+    """The part of a several-file writer report that concerns one file, shaped as the report of its own run."""
+    part = {key: [item for item in report.get(key, []) if item.get("source") == source]
+            for key in ("written", "skipped", "failed")}
+    totals = {"documents_written": len(part["written"]), "chunks_written": sum(item["chunks"] for item in part["written"]),
+              "skipped": len(part["skipped"]), "failed": len(part["failed"])}
+    return {"kb": report.get("kb"), "tenant": report.get("tenant"), **part, "totals": totals}
+
+
 def _shown(path: Path) -> str:
     """A path as the progress lines show it: relative to the working directory when it is under it."""
     return path.relative_to(Path.cwd()).as_posix() if path.is_relative_to(Path.cwd()) else str(path)
@@ -286,7 +332,7 @@ def ingest(
     groups: list[IngestGroup], *, force: bool = False, progress: bool = True, prune_missing: bool = False
 ) -> IngestSummary:
     """
-    Run the index pipeline over the groups' files one at a time, printing a line per file on stderr.
+    Run the index pipeline over the groups' files, `BATCH_FILES` at a time, printing a line per file on stderr.
 
     :param groups: What to ingest.
     :param force: Rewrite unchanged files too.
@@ -300,14 +346,16 @@ def ingest(
     total = sum(len(group.files) for group in groups)
     done = 0
     for group in groups:
-        for path in group.files:
-            report = ingest_file(pipeline, str(path), kb=group.kb, tenant=group.tenant, root=group.root, force=force,
-                                 url_base=group.url_base)
-            summary.add(report)
-            done += 1
-            if progress:
-                print(f"[{done}/{total}] {_shown(Path(path).absolute())} {FileOutcome.of(report).describe()}",
-                      file=sys.stderr, flush=True)
+        for start in range(0, len(group.files), BATCH_FILES):
+            paths = [Path(path) for path in group.files[start : start + BATCH_FILES]]
+            reports = ingest_files(pipeline, paths, kb=group.kb, tenant=group.tenant, root=group.root, force=force,
+                                   url_base=group.url_base)
+            for path, report in zip(paths, reports, strict=True):
+                summary.add(report)
+                done += 1
+                if progress:
+                    print(f"[{done}/{total}] {_shown(path.absolute())} {FileOutcome.of(report).describe()}",
+                          file=sys.stderr, flush=True)
     if prune_missing:
         summary.pruned = prune(groups, catalogue=KnowledgeBaseCatalogue.from_index_pipeline(pipeline))
     learn(groups, pipeline)

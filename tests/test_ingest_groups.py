@@ -79,3 +79,23 @@ def test_text_files_not_in_utf_8_are_ingested_decoded(tmp_path, monkeypatch, cap
     contents = {chunk.meta["source"]: chunk.content for chunk in chunks}
     assert contents["kantine.txt"] == texts["kantine.txt"][0]
     assert "Königstraße" in contents["anfahrt.md"] and contents["notiz.txt"] == texts["notiz.txt"][0]
+
+
+def test_ingest_files_runs_several_files_at_once_and_a_failing_one_alone(tmp_path, monkeypatch):
+    from gatehouse.ingest import FileOutcome, ingest_files
+    from gatehouse.pipelines import load_pipeline
+
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
+    pipeline = load_pipeline("index")
+    pipeline.get_component("splitter").max_chunks = 3  # a longer file fails in the splitter
+    (tmp_path / "a.md").write_text("# Keys\n\nRotate keys monthly.\n")
+    (tmp_path / "c.md").write_text("# Billing\n\nInvoices go out yearly.\n")
+    (tmp_path / "b.md").write_text("".join(f"## Part {i}\n\nSection {i} says something.\n\n" for i in range(6)))
+    together = ingest_files(pipeline, [tmp_path / "a.md", tmp_path / "c.md"], kb="tool", root=tmp_path)
+    assert [FileOutcome.of(report).describe() for report in together] == ["written (1 chunk)", "written (1 chunk)"]
+    assert [report["totals"]["documents_written"] for report in together] == [1, 1]
+    paths = [tmp_path / name for name in ("a.md", "b.md", "c.md")]
+    alone = ingest_files(pipeline, paths, kb="tool", root=tmp_path, force=True)
+    outcomes = [FileOutcome.of(report) for report in alone]
+    assert [outcome.status for outcome in outcomes] == ["written", "failed", "written"]
+    assert outcomes[1].source == "b.md" and "over the limit of 3" in outcomes[1].reason

@@ -148,7 +148,7 @@ def test_cli_then_cached_rerun_on_the_tiny_fixture(tmp_path, monkeypatch):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     for label in ("BM25 (reference)", "dense only (reference)", "Gatehouse hybrid", "ingest (index.yml)",
-                  "bare embedder", "nDCG@10", "R@100", "MRR@10", "P50 ms", "P95 ms"):
+                  "bare embedder", "ingest / bare embedder: x", "nDCG@10", "R@100", "MRR@10", "P50 ms", "P95 ms"):
         assert label in result.stdout
     report = json.loads(output.read_text())
     assert report["dataset"]["queries"] == 3 and report["ingest"]["written"] == 6
@@ -181,6 +181,8 @@ def test_scifact_slice_smoke(tmp_path, monkeypatch):
     assert report["kb"] == "scifact-200d"
     assert report["ingest"]["written"] == 200 and report["ingest"]["chunks"] >= 200
     assert report["ingest"]["encoded"] > report["ingest"]["chunks"]  # chunks and their sentences, cold cache
+    bare = report["embedder"]
+    assert bare["texts"] == 16 and bare["ingest_texts"]["texts"] > 16  # the chunks and sentences of 16 documents
     assert 20 <= report["dataset"]["queries"] <= 40
     for system in report["systems"].values():
         assert 0.5 < system["ndcg@10"] <= 1.0 and 0.5 < system["recall@100"] <= 1.0

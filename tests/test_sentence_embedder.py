@@ -20,7 +20,7 @@ def test_init():
 def test_to_dict():
     assert SentenceEmbedder().to_dict() == {
         "type": "gatehouse.components.embedders.sentence_embedder.SentenceEmbedder",
-        "init_parameters": {"model": None, "cache_dir": None, "batch_size": 64,
+        "init_parameters": {"model": None, "cache_dir": None, "batch_size": 32,
                             "sentences": {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}},
     }
 

@@ -30,7 +30,7 @@ class SentenceEmbedder:
         model: str | None = None,
         cache_dir: str | None = None,
         sentences: dict[str, Any] | None = None,
-        batch_size: int = 64,
+        batch_size: int = 32,
     ) -> None:
         """
         :param model: Embedding model (the retrieval's); None uses the configured default.
