@@ -1,8 +1,8 @@
 """
-Ingesting files into knowledge bases through `pipelines/index.yml`. `ingest` runs the pipeline over `BATCH_FILES`
-files at a time (the embedder encodes their chunks and sentences in full batches) and reports file by file; when a
-run raises, its files go through again one per run, so a file whose conversion, splitting or embedding raises fails
-alone.
+Ingesting files into knowledge bases through `pipelines/index.yml`. `ingest` runs the pipeline over up to
+`BATCH_FILES` files (and `BATCH_BYTES` of them) at a time, so the embedder encodes their chunks and sentences in full
+batches, and reports file by file; when a run raises, its files go through again one per run, so a file whose
+conversion, splitting or embedding raises fails alone.
 
 Usage:
 ```python
@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 #: A KB folder's own entry (description, keywords, examples, threshold, url_base): read at ingest, never a document.
 KB_ENTRY_FILE = "kb.yml"
 BATCH_FILES = 64  # files per pipeline run: their chunks and sentences are encoded in full batches
+BATCH_BYTES = 2_000_000  # ...unless they are this large together: progress still advances on big files
 
 
 @dataclass
@@ -314,6 +315,23 @@ def ingest_files(
             for path in paths]
 
 
+def batches(paths: list[Path]) -> list[list[Path]]:
+    """Consecutive runs of at most `BATCH_FILES` files and, unless one file alone is larger, `BATCH_BYTES`."""
+    runs: list[list[Path]] = []
+    size = 0
+    for path in paths:
+        try:
+            length = path.stat().st_size
+        except OSError:
+            length = 0  # the planner reports the file
+        if not runs or len(runs[-1]) >= BATCH_FILES or size + length > BATCH_BYTES:
+            runs.append([])
+            size = 0
+        runs[-1].append(path)
+        size += length
+    return runs
+
+
 def _file_report(report: dict[str, Any], source: str) -> dict[str, Any]:
     """The part of a several-file writer report that concerns one file, shaped as the report of its own run."""
     part = {key: [item for item in report.get(key, []) if item.get("source") == source]
@@ -332,7 +350,7 @@ def ingest(
     groups: list[IngestGroup], *, force: bool = False, progress: bool = True, prune_missing: bool = False
 ) -> IngestSummary:
     """
-    Run the index pipeline over the groups' files, `BATCH_FILES` at a time, printing a line per file on stderr.
+    Run the index pipeline over the groups' files in batches (`batches`), printing a line per file on stderr.
 
     :param groups: What to ingest.
     :param force: Rewrite unchanged files too.
@@ -346,8 +364,7 @@ def ingest(
     total = sum(len(group.files) for group in groups)
     done = 0
     for group in groups:
-        for start in range(0, len(group.files), BATCH_FILES):
-            paths = [Path(path) for path in group.files[start : start + BATCH_FILES]]
+        for paths in batches([Path(path) for path in group.files]):
             reports = ingest_files(pipeline, paths, kb=group.kb, tenant=group.tenant, root=group.root, force=force,
                                    url_base=group.url_base)
             for path, report in zip(paths, reports, strict=True):

@@ -99,3 +99,16 @@ def test_ingest_files_runs_several_files_at_once_and_a_failing_one_alone(tmp_pat
     outcomes = [FileOutcome.of(report) for report in alone]
     assert [outcome.status for outcome in outcomes] == ["written", "failed", "written"]
     assert outcomes[1].source == "b.md" and "over the limit of 3" in outcomes[1].reason
+
+
+def test_batches_bound_files_and_bytes(tmp_path, monkeypatch):
+    from gatehouse import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 3)
+    monkeypatch.setattr(ingest_module, "BATCH_BYTES", 100)
+    sizes = {"a": 10, "b": 10, "c": 10, "d": 10, "big": 500, "e": 60, "f": 60, "gone": 0}
+    for name, size in sizes.items():
+        if name != "gone":
+            (tmp_path / name).write_text("x" * size)
+    runs = ingest_module.batches([tmp_path / name for name in sizes])
+    assert [[path.name for path in run] for run in runs] == [["a", "b", "c"], ["d"], ["big"], ["e"], ["f", "gone"]]
