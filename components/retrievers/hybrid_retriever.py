@@ -160,7 +160,8 @@ class HybridRetriever:
     def _search_stores(
         self, query: str, query_embedding: list[float], filters: dict[str, Any], limit: int
     ) -> list[Document]:
-        found: dict[str, Document] = {}
+        found: dict[str, Document] = {}  # each chunk's first hit, and what every list said of it
+        said: dict[str, dict[str, Any]] = {}
         lists = {}
         for name, store in self._stores().items():
             if name == "dense":
@@ -168,13 +169,12 @@ class HybridRetriever:
             else:
                 hits = store.bm25_retrieval(query, filters=filters, top_k=self.candidates)
             for rank, document in enumerate(hits, start=1):
-                known = found.setdefault(document.id, Document(id=document.id, content=document.content,
-                                                               meta=dict(document.meta)))
-                known.meta[f"{name}_score"] = document.score
-                known.meta[f"{name}_rank"] = rank
+                found.setdefault(document.id, document)
+                said.setdefault(document.id, {}).update({f"{name}_score": document.score, f"{name}_rank": rank})
             lists[name] = [(document.id, document.meta.get(self.group_by) if self.group_by else None, document.score)
                            for document in hits]
-        return [replace(found[chunk], score=fused) for chunk, fused in self._fusion.rank(lists, limit)]
+        return [replace(found[chunk], score=fused, meta={**found[chunk].meta, **said[chunk]})
+                for chunk, fused in self._fusion.rank(lists, limit)]
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component."""

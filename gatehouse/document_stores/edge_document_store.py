@@ -305,8 +305,7 @@ class EdgeDocumentStore:
             records = self._shard.engine.retrieve([uuid.UUID(int=hit[0]) for hit in hits], with_payload=True,
                                                   with_vector=False)
         payloads = {record.id.int: record.payload for record in records}
-        return [SharedDocument(id=payload["id"], content=payload.get("content"),
-                               meta={**(payload.get("meta") or {}), **extra}, score=score)
+        return [self._document(payload, score, extra)
                 for point, score, extra in hits if (payload := payloads.get(point)) is not None]
 
     # -- writing ----------------------------------------------------------------------------------------------
@@ -459,9 +458,10 @@ class EdgeDocumentStore:
         return UpdateOperation.upsert_points(points), totals
 
     @staticmethod
-    def _document(payload: dict[str, Any], score: float | None = None) -> Document:
-        return SharedDocument(id=payload["id"], content=payload.get("content"), meta=dict(payload.get("meta") or {}),
-                        score=score)
+    def _document(payload: dict[str, Any], score: float | None = None, extra: dict[str, Any] | None = None) -> Document:
+        """A stored chunk as a document, with `score` and `extra` metadata added."""
+        return SharedDocument(id=payload["id"], content=payload.get("content"),
+                              meta={**(payload.get("meta") or {}), **(extra or {})}, score=score)
 
     # -- serialisation ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
