@@ -1,6 +1,7 @@
 import pytest
 from haystack import Document
 
+from gatehouse.components.embedders.vector import Vector
 from gatehouse.components.retrievers.dense_retriever import DenseRetriever
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 
@@ -43,3 +44,4 @@ def test_run_filters_top_k_and_score_field(store):
     assert found[0].meta["dense_score"] == found[0].score > found[1].score
     assert [d.id for d in retriever.run(query_embedding=[1.0, 0.0, 0.0], filters=PUBLIC, top_k=1)["documents"]] == ["a"]
     assert retriever.run(query_embedding=[1.0, 0.0, 0.0], filters=PUBLIC, top_k=0)["documents"] == []  # not the default
+    assert [d.id for d in retriever.run(query_embedding=Vector([1.0, 0.0, 0.0]), filters=PUBLIC)["documents"]] == ["a", "b"]

@@ -7,6 +7,7 @@ from haystack import Document
 from gatehouse.components.embedders.document_embedder import DocumentEmbedder
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.embedders.text_embedder import TextEmbedder
+from gatehouse.components.embedders.vector import Vector
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_from_dict():
 
 def test_run_text_embedder_dimension_and_norm(text_embedder):
     emb = text_embedder.run(text="How do I rotate an API key?")["embedding"]
-    assert isinstance(emb, list) and len(emb) == 384
+    assert isinstance(emb, Vector) and len(emb) == 384 and isinstance(list(emb)[0], float)
     assert np.linalg.norm(emb) == pytest.approx(1.0, abs=1e-4)
     near = text_embedder.run(text="Rotating API keys")["embedding"]
     far = text_embedder.run(text="Chocolate cake recipe with strawberries")["embedding"]

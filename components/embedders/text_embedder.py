@@ -5,6 +5,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.embedders.vector import Vector
 
 
 @component
@@ -37,20 +38,21 @@ class TextEmbedder:
         if self._backend is None:
             self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
 
-    @component.output_types(embedding=list[float])
+    @component.output_types(embedding=Vector)
     def run(self, text: str) -> dict[str, Any]:
         """
         Embed a text.
 
         :param text: The text to embed.
-        :returns: `embedding`, an L2-normalised vector.
+        :returns: `embedding`, an L2-normalised `Vector` (a read-only sequence of floats, which the pipeline passes on
+            without copying it float by float; Gatehouse's retrievers take it, `list(embedding)` gives a list).
         :raises TypeError: If `text` is not a string.
         """
         if not isinstance(text, str):
             raise TypeError("TextEmbedder expects a string; use DocumentEmbedder for documents.")
         self.warm_up()
         assert self._backend is not None
-        return {"embedding": self._backend.embed([self.prefix + text])[0].tolist()}
+        return {"embedding": Vector(self._backend.embed([self.prefix + text])[0])}
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component."""

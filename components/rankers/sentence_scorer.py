@@ -9,6 +9,7 @@ from haystack.core.component.types import Variadic
 
 from gatehouse.components.embedders.document_embedder import embedded_text
 from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.embedders.vector import Vector
 from gatehouse.components.sentences import sentence_settings, sentence_texts
 
 
@@ -74,7 +75,7 @@ class SentenceScorer:
         return units
 
     @component.output_types(documents=list[Document])
-    def run(self, query_embedding: list[float], candidates: Variadic[list[Document]]) -> dict[str, Any]:
+    def run(self, query_embedding: list[float] | Vector, candidates: Variadic[list[Document]]) -> dict[str, Any]:
         """
         Score the union of the candidates.
 

@@ -5,6 +5,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from gatehouse.components.embedders.vector import Vector
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 
 
@@ -35,7 +36,7 @@ class DenseRetriever:
 
     @component.output_types(documents=list[Document])
     def run(
-        self, query_embedding: list[float], filters: dict[str, Any], top_k: int | None = None
+        self, query_embedding: list[float] | Vector, filters: dict[str, Any], top_k: int | None = None
     ) -> dict[str, Any]:
         """
         Retrieve documents.
@@ -46,7 +47,7 @@ class DenseRetriever:
         :returns: `documents`, best first.
         """
         limit = self.top_k if top_k is None else top_k
-        documents = self.document_store.embedding_retrieval(query_embedding, filters=filters, top_k=limit)
+        documents = self.document_store.embedding_retrieval(list(query_embedding), filters=filters, top_k=limit)
         return {"documents": [replace(d, meta={**d.meta, "dense_score": d.score}) for d in documents]}
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from gatehouse.components.embedders.vector import Vector
 from gatehouse.components.joiners.fusion import Fusion
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
@@ -110,7 +111,7 @@ class HybridRetriever:
 
     @component.output_types(documents=list[Document])
     def run(
-        self, query: str, query_embedding: list[float], filters: dict[str, Any], top_k: int | None = None
+        self, query: str, query_embedding: list[float] | Vector, filters: dict[str, Any], top_k: int | None = None
     ) -> dict[str, Any]:
         """
         Search.
@@ -122,10 +123,11 @@ class HybridRetriever:
         :returns: `documents`: the kept chunks, best document first.
         """
         limit = self.top_k if top_k is None else top_k
+        vector = list(query_embedding)
         local = self._local()
         if local is not None:
-            return {"documents": self._search_local(local, query, query_embedding, filters, limit)}
-        return {"documents": self._search_stores(query, query_embedding, filters, limit)}
+            return {"documents": self._search_local(local, query, vector, filters, limit)}
+        return {"documents": self._search_stores(query, vector, filters, limit)}
 
     def _search_local(
         self, store: EdgeDocumentStore, query: str, query_embedding: list[float], filters: dict[str, Any], limit: int
