@@ -33,7 +33,6 @@ print(format_table(run_benchmark(llm_url="http://127.0.0.1:8080/v1", limit=30)))
 ```
 """
 
-import sys
 import time
 from copy import deepcopy
 from pathlib import Path
@@ -436,13 +435,3 @@ def format_table(report: dict[str, Any]) -> str:
                      f"{_cell(report['figures']['rewriter'].get('first_search_recall'))}")
     return "\n".join(lines)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m gatehouse.eval.tier_bench [options]`: the same as `gatehouse bench tiers [options]`."""
-    from gatehouse.cli import main as cli_main
-
-    return cli_main(["bench", "tiers", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,9 +20,22 @@ import re
 import zlib
 from collections import Counter
 
-from gatehouse.components.text import DEFAULT_STOPWORDS
-
 TOKEN_PATTERN = r"(?u)\b\w\w*\b"
+
+#: Gatehouse's one English stopword list (function words and question words that carry no topic): lexical overlap,
+#: the gates' content terms and the BM25 index (`stopwords: en`) all use it unless a component is given its own list.
+DEFAULT_STOPWORDS: frozenset[str] = frozenset(
+    """
+    a about above after again against all also am an and any are as at be because been before being below
+    between both but by can could did do does doing done down during each either else etc ever every few for from
+    further get gets getting got had has have having he her here hers herself him himself his how i if in into is
+    it its itself just know let like me might more most much must my myself need no nor not now of off on once one
+    only or other our ours ourselves out over own please same shall she should so some such tell than that the
+    their theirs them themselves then there these they this those through to too under until up upon us very via
+    want was we were what when where whether which while who whom whose why will with within without would yes you
+    your yours yourself yourselves
+    """.split()
+)
 
 
 class Analyzer:

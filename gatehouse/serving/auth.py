@@ -25,6 +25,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi import HTTPException
+
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.serving.manifest import Manifest, ManifestError
 from gatehouse.serving.rate_limits import CallerLimits, RateLimiter
@@ -54,6 +56,17 @@ class AccessDenied(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+def denied(error: AccessDenied) -> HTTPException:
+    """
+    The HTTP error of a refused request.
+
+    :param error: Why the request is refused.
+    :returns: A 401 (asking for a bearer key) or 403 with the reason as `detail`.
+    """
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    return HTTPException(status_code=error.status, detail=error.message, headers=headers)
 
 
 class KeyRing:

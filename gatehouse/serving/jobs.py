@@ -47,7 +47,7 @@ from typing_extensions import TypedDict
 
 from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.ingest import FileOutcome, ingest_file
-from gatehouse.serving.auth import MISSING_KEY, AccessDenied, KeyRing, resolve_principal
+from gatehouse.serving.auth import MISSING_KEY, AccessDenied, KeyRing, denied, resolve_principal
 from gatehouse.serving.observability import record_ingest
 from gatehouse.settings import data_dir
 
@@ -370,8 +370,6 @@ class IngestJobs:
 
 def _visible_tenants(keyring: KeyRing, request: Request) -> tuple[str, ...] | None:
     """The tenants whose jobs the caller sees: its key's tenants, every tenant without keys."""
-    from gatehouse.serving.wrappers import denied
-
     if not keyring.enabled:
         return None
     principal = resolve_principal(keyring, request.headers)

@@ -22,8 +22,8 @@ from fastapi import APIRouter, HTTPException, Request
 from typing_extensions import TypedDict
 
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, KnowledgeBaseNotFoundError
-from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
-from gatehouse.serving.wrappers import Name, check_name, data_dir_unavailable, denied, require_writable_data_dir
+from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_principal
+from gatehouse.serving.wrappers import Name, check_name, data_dir_unavailable, require_writable_data_dir
 
 NOT_MANAGED = {403: {"description": "The API key may not manage the tenant"}}
 UNAVAILABLE = {503: {"description": "The index pipeline is not deployed, or the data directory cannot be used "

@@ -60,7 +60,7 @@ from gatehouse import runtime
 from gatehouse.ask import run_ask
 from gatehouse.document_stores.errors import DataDirError, find_data_dir_error, require_writable_tree
 from gatehouse.pipelines import load_pipeline
-from gatehouse.serving.auth import AccessDenied, KeyRing, resolve_principal
+from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_principal
 from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
 from gatehouse.serving.manifest import Manifest, load_manifest
 from gatehouse.serving.observability import record_ask
@@ -135,17 +135,6 @@ class RetrieveResponse(TypedDict):
     documents: list[RetrievedDocument]
     tenant: str
     kbs: list[str] | None
-
-
-def denied(error: AccessDenied) -> HTTPException:
-    """
-    The HTTP error of a refused request.
-
-    :param error: Why the request is refused.
-    :returns: A 401 (asking for a bearer key) or 403 with the reason as `detail`.
-    """
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    return HTTPException(status_code=error.status, detail=error.message, headers=headers)
 
 
 def check_name(value: Any, *, field: str, kind: str) -> None:
