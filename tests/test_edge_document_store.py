@@ -132,6 +132,64 @@ def test_run_a_store_from_before_sentence_vectors_gets_them(tmp_path, caplog):
     reopened.close()
 
 
+def test_run_search_groups_follow_every_write(store):
+    first = Document(id="k1", content="Rotate keys monthly.", embedding=[1.0, 0.0, 0.0],
+                     meta={"kb": "faq", "tenant": "public", "doc_id": "faq/a.md"})
+    store.write_documents([first])
+
+    def group():
+        return store.ranked_ids({"dense": "dense"}, [1.0, 0.0, 0.0], "", None, 5, group_by="doc_id")["dense"][0][1]
+
+    assert group() == group() == "faq/a.md"  # the second search reads no payload
+    store.write_documents([Document(id="k1", content=first.content, embedding=first.embedding,
+                                    meta={**first.meta, "doc_id": "faq/moved.md"})], policy=DuplicatePolicy.OVERWRITE)
+    assert group() == "faq/moved.md"
+
+
+def _as_an_older_gatehouse_numbered_it(folder, keep_new_ids=0):
+    """Give the folder's chunks UUID point ids and drop `point_ids` from its settings (keeping the first
+    `keep_new_ids` chunks under their integer ids too: a renumbering killed between its two updates)."""
+    import uuid
+
+    from qdrant_edge import EdgeShard, Point, ScrollRequest, UpdateOperation
+
+    engine = EdgeShard.load(str(folder))
+    records, _ = engine.scroll(ScrollRequest(limit=100, with_payload=True, with_vector=True))
+    chunks = [record for record in records if record.payload.get("record") == "chunk"]
+    engine.update(UpdateOperation.upsert_points([Point(id=str(uuid.uuid4()), vector=record.vector,
+                                                       payload=record.payload) for record in chunks]))
+    engine.update(UpdateOperation.delete_points([record.id for record in chunks[keep_new_ids:]]))
+    engine.flush()
+    engine.close()
+    settings = json.loads((folder / "gatehouse.json").read_text())
+    settings.pop("point_ids")
+    (folder / "gatehouse.json").write_text(json.dumps(settings))
+
+
+@pytest.mark.parametrize("interrupted", [0, 1])
+def test_run_a_store_with_uuid_point_ids_is_renumbered_on_opening(tmp_path, interrupted):
+    folder = tmp_path / "store"
+    first = EdgeDocumentStore(path=str(folder), embedding_dim=DIM)
+    written = [chunk("Rotate keys monthly."), chunk("Billing is yearly.", doc_id="faq/b.md", vector=(0.0, 1.0, 0.0))]
+    first.write_documents(written, sentence_embeddings={written[0].id: [[1.0, 0.0, 0.0]]})
+    before = sorted((d.id, d.content) for d in first.filter_documents())
+    first.close()
+    _as_an_older_gatehouse_numbered_it(folder, keep_new_ids=interrupted)
+    reopened = EdgeDocumentStore(path=str(folder))
+    try:
+        assert sorted((d.id, d.content) for d in reopened.filter_documents()) == before  # once each, nothing lost
+        assert json.loads((folder / "gatehouse.json").read_text())["point_ids"] == "u64"
+        hits = reopened.ranked_ids({"dense": "dense", "lexical": "words"}, [1.0, 0.0, 0.0], "rotate keys", None, 5)
+        assert all(isinstance(point, int) for found in hits.values() for point, _, _ in found)
+        assert reopened.documents_by_point([(hits["lexical"][0][0], 1.0, {})])[0].content == "Rotate keys monthly."
+        assert reopened.similarities([1.0, 0.0, 0.0], [hits["lexical"][0][0]])[hits["lexical"][0][0]][1] == (
+            pytest.approx(1.0))  # the sentence vectors came along
+        reopened.delete_documents([written[1].id])
+        assert reopened.count_documents() == 1
+    finally:
+        reopened.close()
+
+
 # -- BM25's average length: the true mean of what the store holds, whatever order it was written in ---------------------
 
 SHORT = [chunk(f"Rotate key {i}.", doc_id=f"faq/short{i}.md") for i in range(4)]

@@ -58,7 +58,8 @@ class Fusion:
         group_of: dict[str, Any] = {}
         for hits in ranked.values():
             for chunk, group, _ in hits:
-                group_of.setdefault(chunk, chunk if group is None or not self.group else str(group))
+                if chunk not in group_of:
+                    group_of[chunk] = chunk if group is None or not self.group else str(group)
         per_chunk = self._fuse({name: [(chunk, score) for chunk, _, score in hits] for name, hits in ranked.items()})
         fused = per_chunk if not self.group else self._fuse(
             {name: [(group_of[chunk], score) for chunk, _, score in hits] for name, hits in ranked.items()})
@@ -73,17 +74,23 @@ class Fusion:
                 for chunk in members[: self.chunks_per_group]]
 
     def _fuse(self, lists: dict[str, list[tuple[Any, float]]]) -> dict[Any, float]:
-        """The fused score of every key found in any list."""
-        contributions = [self._contributions(hits, self.weights[name]) for name, hits in lists.items()]
-        keys = {key for hits in lists.values() for key, _ in hits}
-        return {k: sum(values.get(k, floor) for values, floor in contributions if values) for k in keys}
+        """The fused score of every key found in any list (each list's contributions added in list order)."""
+        fused = {key: 0.0 for hits in lists.values() for key, _ in hits}
+        for name, hits in lists.items():
+            values, floor = self._contributions(hits, self.weights[name])
+            if values:
+                get = values.get
+                for key in fused:
+                    fused[key] += get(key, floor)
+        return fused
 
     def _contributions(self, hits: list[tuple[Any, float]], weight: float) -> tuple[dict[Any, float], float]:
         """Each key's contribution from one list (its best hit), and what a key absent from the list gets."""
         best: dict[Any, float] = {}
         for key, score in hits:
             score = score or 0.0
-            best[key] = max(best.get(key, score), score)
+            if key not in best or score > best[key]:
+                best[key] = score
         if not best:
             return {}, 0.0
         if self.method == "rrf":

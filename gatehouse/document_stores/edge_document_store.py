@@ -26,7 +26,6 @@ store.embedding_retrieval([...], filters=None, top_k=5)
 """
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -241,12 +240,10 @@ class EdgeDocumentStore:
             `query`).
         :param group_by: A metadata key whose value each hit carries (e.g. `doc_id`).
         :returns: List name to `(point id, group value, score)` triples, best first (BM25 hits scoring 0 left out);
-            a point id is the engine's UUID as an integer (cheap to hash), which `similarities` and
-            `documents_by_point` take.
+            a point id is the engine's (an int), which `similarities` and `documents_by_point` take.
         """
         requests, names = [], []
         where = all_of(CHUNK, edge_filter(filters))
-        fields = [f"meta.{group_by}"] if group_by else False
         for name, using in searches.items():
             if using == "dense":
                 if self._shard.settings["embedding_dim"] is None:
@@ -261,15 +258,16 @@ class EdgeDocumentStore:
                 raise ValueError(f"Unknown search '{using}'. Use dense or one of: {', '.join(ANALYSES)}.")
             names.append(name)
             requests.append(QueryRequest(limit=top_k, query=Query.Nearest(vector, using=using), filter=where,
-                                         with_payload=fields))
+                                         with_payload=False))
         results: dict[str, list[tuple[Any, Any, float]]] = {name: [] for name in searches}
         if not requests or top_k <= 0:
             return results
         with data_dir_errors(self._shard.folder):
             batches = self._shard.engine.query_batch(QueryBatchRequest(requests))
+        groups = self._shard.groups(group_by, {point.id for points in batches for point in points}) if group_by else {}
         for name, points in zip(names, batches, strict=True):
-            results[name] = [(point.id.int, (point.payload.get("meta") or {}).get(group_by) if group_by else None,
-                              point.score) for point in points if point.score > 0.0 or searches[name] == "dense"]
+            results[name] = [(point.id, groups.get(point.id), point.score)
+                             for point in points if point.score > 0.0 or searches[name] == "dense"]
         return results
 
     def similarities(self, query_embedding: list[float], point_ids: list[Any]) -> dict[Any, tuple[float, float | None]]:
@@ -281,7 +279,7 @@ class EdgeDocumentStore:
         """
         if not point_ids or self._shard.settings["embedding_dim"] is None:
             return {}
-        among = all_of(CHUNK, HasIdCondition({uuid.UUID(int=point) for point in point_ids}))
+        among = all_of(CHUNK, HasIdCondition(set(point_ids)))
         exact = SearchParams(exact=True)
         requests = [QueryRequest(limit=len(point_ids), query=Query.Nearest(list(query_embedding), using="dense"),
                                  filter=among, params=exact, with_payload=False),
@@ -289,8 +287,8 @@ class EdgeDocumentStore:
                                  filter=among, params=exact, with_payload=False)]
         with data_dir_errors(self._shard.folder):
             chunks, sentences = self._shard.engine.query_batch(QueryBatchRequest(requests))
-        best = {point.id.int: point.score for point in sentences}
-        return {point.id.int: (point.score, best.get(point.id.int)) for point in chunks}
+        best = {point.id: point.score for point in sentences}
+        return {point.id: (point.score, best.get(point.id)) for point in chunks}
 
     def documents_by_point(self, hits: list[tuple[Any, float, dict[str, Any]]]) -> list[Document]:
         """
@@ -302,9 +300,9 @@ class EdgeDocumentStore:
         if not hits:
             return []
         with data_dir_errors(self._shard.folder):
-            records = self._shard.engine.retrieve([uuid.UUID(int=hit[0]) for hit in hits], with_payload=True,
+            records = self._shard.engine.retrieve([hit[0] for hit in hits], with_payload=True,
                                                   with_vector=False)
-        payloads = {record.id.int: record.payload for record in records}
+        payloads = {record.id: record.payload for record in records}
         return [self._document(payload, score, extra)
                 for point, score, extra in hits if (payload := payloads.get(point)) is not None]
 

@@ -7,7 +7,9 @@ The shard holds three kinds of record: `chunk` (payload `id`, `content`, `meta`,
 `replace_documents`; vectors `dense`, `sentences` (the vectors of its sentences, scored by their best match),
 `words`, `ngrams`), `kb_generation` (one per tenant and KB: the write counter, moved in the same update as the chunks
 it counts) and `bm25_lengths` (one: how many chunks the shard holds and their total length under each analysis, moved
-in the same update as the chunks).
+in the same update as the chunks). A chunk's point id is an unsigned 64-bit integer taken from its document id
+(`point_id`), which the engine hands back as a Python int; shards written before kept UUIDs and are renumbered when
+first opened (`renumber`).
 
 BM25 normalises a chunk's length by the average length of the chunks, which the `words` and `ngrams` vectors are
 encoded with (`avg_len` in `gatehouse.json`). When the true average (from `bm25_lengths`) has moved more than `DRIFT`
@@ -25,6 +27,7 @@ shard.metadata_counts(["tenant", "kb"])        # {("public", "faq"): 94, ...}
 """
 
 import atexit
+import hashlib
 import json
 import logging
 import shutil
@@ -69,6 +72,7 @@ from gatehouse.document_stores.errors import (
 logger = logging.getLogger(__name__)
 
 FORMAT = 1
+POINT_IDS = "u64"  # how chunks are numbered (`point_id`); absent in shards whose chunks have UUIDs
 SETTINGS_FILE = "gatehouse.json"
 ANALYSES = ("words", "ngrams")
 DISTANCES = {"cosine": Distance.Cosine, "dot_product": Distance.Dot, "l2": Distance.Euclid}
@@ -84,16 +88,22 @@ COUNTER = FieldCondition(key="record", match=MatchValue("kb_generation"))
 ID_NAMESPACE = uuid.UUID("6f1c6a52-5e0b-4d38-9b55-2f6f0e8c1a7d")
 LENGTHS_ID = str(uuid.uuid5(ID_NAMESPACE, "bm25-lengths"))
 PAGE = 1000
+GROUPS_KEPT = 500_000  # chunk -> group values kept between writes (`Shard.groups`)
 DRIFT = 0.1
 MIN_FREE_BYTES = 64 * 2**20
 
 
-def point_id(document_id: str) -> str:
-    """The engine's id (a UUID) of a document id: a SHA-256 hex id keeps its first 128 bits, anything else is hashed."""
-    try:
-        return str(uuid.UUID(hex=document_id[:32])) if len(document_id) == 64 else str(uuid.uuid5(ID_NAMESPACE, document_id))
-    except ValueError:
-        return str(uuid.uuid5(ID_NAMESPACE, document_id))
+def point_id(document_id: str) -> int:
+    """
+    The engine's id of a chunk's document id: 64 bits of its SHA-256 (a SHA-256 hex id, as Haystack makes them, keeps
+    its first 64 bits). The engine answers integer ids as Python ints, which cost a fraction of a UUID to build.
+    """
+    if len(document_id) == 64:
+        try:
+            return int(document_id[:16], 16)
+        except ValueError:
+            pass
+    return int.from_bytes(hashlib.sha256(document_id.encode()).digest()[:8], "big")
 
 
 def counter_id(tenant: str, kb: str) -> str:
@@ -185,7 +195,7 @@ class Shard:
             if not existing or not settings_file.is_file():
                 for field, schema in INDEXED.items():
                     self.engine.update(UpdateOperation.create_field_index(field, schema))
-                settings_file.write_text(json.dumps({"format": FORMAT, **wanted, "avg_len": {},
+                settings_file.write_text(json.dumps({"format": FORMAT, **wanted, "avg_len": {}, "point_ids": POINT_IDS,
                                                      "sentences": wanted["embedding_dim"] is not None}, indent=2))
         atexit.register(self.close)
         stored = json.loads(settings_file.read_text())
@@ -213,8 +223,11 @@ class Shard:
         self.generation = 0  # this process's write counter: the one process that holds the shard sees every write
         self._last_version = 0
         self._cached: dict[Any, tuple[int, Any]] = {}
+        self._groups: dict[str, tuple[int, dict[Any, Any]]] = {}
         if self.settings["embedding_dim"] is not None and not stored.get("sentences"):
             self._add_sentences()
+        if stored.get("point_ids") != POINT_IDS:
+            self.renumber()
         self.repair()
         with self.write_lock:
             self.totals = self._stored_totals()
@@ -328,6 +341,23 @@ class Shard:
         value = compute()
         self._cached[key] = (generation, value)
         return value
+
+    def groups(self, field: str, point_ids: set[Any]) -> dict[Any, Any]:
+        """
+        Each chunk's value of the metadata `field` (e.g. `doc_id`), for grouping search hits without reading their
+        payloads in the search: values are kept until the next write of this process (at most `GROUPS_KEPT` of
+        them), so a search reads only the chunks it has not seen since.
+        """
+        generation, known = self._groups.get(field, (None, {}))
+        if generation != self.generation or len(known) > GROUPS_KEPT:
+            known = {}
+            self._groups[field] = (self.generation, known)
+        missing = [point for point in point_ids if point not in known]
+        if missing:
+            with data_dir_errors(self.folder):
+                records = self.engine.retrieve(missing, [f"meta.{field}"], False)
+            known.update({record.id: (record.payload.get("meta") or {}).get(field) for record in records})
+        return known
 
     def scroll(self, filter_: Filter, payload: bool | list[str] = True) -> Iterator[Any]:
         """Every record matching `filter_`, page by page."""
@@ -448,6 +478,29 @@ class Shard:
             self.update(UpdateOperation.update_vectors(page))
         self.reencoding = []
         self._persist(reencoding=[])
+
+    def renumber(self) -> None:
+        """
+        Give every chunk that still has a UUID its integer id (`point_id`), page by page: each page is written under
+        the new ids, then its old ids are deleted. A crash in between leaves a page under both ids until the next
+        opening, which does the same again (the rewrite is idempotent) and then records that the shard is done.
+        """
+        with data_dir_errors(self.folder):
+            count = self.engine.count(CountRequest(exact=True, filter=all_of(CHUNK)))
+        if count:
+            logger.info("Renumbering the %d chunks of %s (a one-off for stores written before integer ids)", count,
+                        self.folder)
+        old = [record.id for record in self.scroll(all_of(CHUNK), payload=False) if not isinstance(record.id, int)]
+        with self.write_lock:
+            for start in range(0, len(old), PAGE):
+                with data_dir_errors(self.folder):
+                    records = self.engine.retrieve(old[start : start + PAGE], with_payload=True, with_vector=True)
+                self.update(
+                    UpdateOperation.upsert_points([Point(id=point_id(str(record.payload["id"])), vector=record.vector,
+                                                         payload=record.payload) for record in records]),
+                    UpdateOperation.delete_points([record.id for record in records]),
+                )
+            self._persist(point_ids=POINT_IDS)
 
     def repair(self) -> None:
         """Remove the older version of every document that an interrupted replacement left with two."""
