@@ -5,7 +5,7 @@ A set is an `EvalSet`: cases (`EvalCase`, one question each, with its gold label
 own (`CorpusDocument`, ingested into a fresh data directory before asking) and the knowledge-base declarations
 the router needs for that corpus. Loaders:
 
-- `load_golden(path)`: Gatehouse's own YAML format (documented in `eval/README.md`); `eval/sets/golden.yml` is
+- `load_golden(path)`: Gatehouse's own YAML format (documented in `docs/evaluation.md`); `eval/sets/golden.yml` is
   the golden set for the sample knowledge bases in `kb/`.
 - `load_mtrag_un(data_dir)`: IBM MTRAG-UN `reference.jsonl`, four knowledge bases built from the pooled reference
   passages of each collection.
@@ -151,7 +151,7 @@ class GoldPart:
 
 @dataclass
 class EvalCase:
-    """One question with its gold labels (see `eval/README.md` for what each field means)."""
+    """One question with its gold labels (see `docs/evaluation.md` for what each field means)."""
 
     id: str
     question: str
@@ -657,7 +657,7 @@ def _golden_knowledge_bases(raw: Any, path: Path) -> list[dict]:
 
 def load_golden(path: str | Path, *, limit: int | None = None) -> EvalSet:
     """
-    Load a set in Gatehouse's YAML format (see `eval/README.md`).
+    Load a set in Gatehouse's YAML format (see `docs/evaluation.md`).
 
     With `kb_root` in the file, every gold source must exist there (`<kb_root>/<kb>/<source>`, or
     `<kb_root>/tenants/<tenant>/<kb>/<source>` for a tenant's case) and the version covers those files too, so a
@@ -727,7 +727,7 @@ MTRAG_DESCRIPTIONS = {
     "ibmcloud": "IBM Cloud product documentation: cloud services, accounts and access, command-line tools, APIs, "
                 "Kubernetes, networking, storage, security and troubleshooting.",
 }
-#: answerability label -> (answerable, keep the target as gold answer). See `eval/README.md`.
+#: answerability label -> (answerable, keep the target as gold answer). See `docs/evaluation.md`.
 MTRAG_ANSWERABILITY = {
     "ANSWERABLE": (True, True),
     "PARTIAL": (True, True),

@@ -346,7 +346,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
 
 
 def hayhooks_command(deploy_dir: Path, host: str, port: int) -> str:
-    """The equivalent plain `hayhooks run` invocation (without Gatehouse's middleware: see the README)."""
+    """The equivalent plain `hayhooks run` invocation (without Gatehouse's middleware: see docs/serving.md)."""
     return f"hayhooks run --pipelines-dir {deploy_dir} --host {host} --port {port}"
 
 
