@@ -16,6 +16,9 @@ from haystack import Document
 
 from gatehouse.settings import PUBLIC_TENANT  # the tenant of shared documents (defined where the CLI reads it cheaply)
 
+#: The answer when a question ends without a supported answer: every gate that can end it so gives this one message
+#: (each has a `fallback_message` setting to change it).
+FALLBACK_MESSAGE = "I couldn't locate specific documentation for this. Please verify the query or contact support."
 
 
 class State(TypedDict, total=False):

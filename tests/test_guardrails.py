@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from haystack import Document, Pipeline
 
-from gatehouse.components.guardrails.guardrails import DEFAULT_FALLBACK_MESSAGE, Guardrails
+from gatehouse.components.guardrails.guardrails import Guardrails
 from gatehouse.components.guardrails.pii import iban_valid, luhn_valid
-from gatehouse.components.state import new_state
+from gatehouse.components.state import FALLBACK_MESSAGE, new_state
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_init():
     assert gate.max_query_chars == 2000
     assert gate.pii_detectors == ["secret", "email", "iban", "card", "national_id", "phone"]
     assert "maybe" in gate.hedge_phrases
-    assert gate.fallback_message == DEFAULT_FALLBACK_MESSAGE
+    assert gate.fallback_message == FALLBACK_MESSAGE
     assert gate.pii_backend == "regex"
     assert gate.presidio_entities == ["PERSON", "LOCATION"]
     assert gate.presidio_score_threshold == 0.5
@@ -664,7 +664,7 @@ def test_run_output_replaces_unsupported_answer(output_gate):
         support={"supported": False},
         route="retrieve",
     )
-    assert state["answer"] == DEFAULT_FALLBACK_MESSAGE
+    assert state["answer"] == FALLBACK_MESSAGE
     assert state["status"] == "fallback"
     assert state["citations"] == []
     assert state["validation"]["guardrail_actions"] == ["override:unsupported_answer"]

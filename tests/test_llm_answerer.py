@@ -4,14 +4,13 @@ from typing import Any
 import pytest
 from gatehouse.components.builders.response_builder import ResponseBuilder
 from gatehouse.components.generators.llm_answerer import (
-    DEFAULT_FALLBACK_MESSAGE,
     DEFAULT_PASSAGE_TEMPLATE,
     DEFAULT_SYSTEM_PROMPT,
     DEFAULT_USER_PROMPT,
     LLMAnswerer,
 )
 from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
-from gatehouse.components.state import new_state
+from gatehouse.components.state import FALLBACK_MESSAGE, new_state
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 from haystack.utils import Secret
@@ -72,7 +71,7 @@ def test_init(llm_env):
     assert answerer.system_prompt == DEFAULT_SYSTEM_PROMPT and answerer.user_prompt == DEFAULT_USER_PROMPT
     assert answerer.passage_template == DEFAULT_PASSAGE_TEMPLATE == "[{source_id}] {heading}\n{content}"
     assert answerer.max_passages is None and answerer.not_found_reply == "NOT_FOUND"
-    assert answerer.fallback_message == DEFAULT_FALLBACK_MESSAGE
+    assert answerer.fallback_message == FALLBACK_MESSAGE
     assert answerer.fallback_to_extractive is True
     assert generator.api_base_url == CLOSED_PORT_URL and generator.model == "local-model"
     assert generator.configured_api_base_url == CLOSED_PORT_URL and generator.configured_model is None
@@ -130,7 +129,7 @@ def test_to_dict(llm_env, monkeypatch):
             "max_units": None,
             "max_unit_words": 80,
             "not_found_reply": "NOT_FOUND",
-            "fallback_message": DEFAULT_FALLBACK_MESSAGE,
+            "fallback_message": FALLBACK_MESSAGE,
             "fallback_to_extractive": False,
         },
     }
@@ -216,7 +215,7 @@ def test_run_answers_with_markers_and_counts_tokens():
 def test_run_not_found_reply_is_the_fallback():
     out = LLMAnswerer(chat_generator=RecordedReplies([reply("NOT_FOUND.", 200, 3)])).run(
         state=new_state("Can I pay with PayPal?", passages=PASSAGES))["state"]
-    assert out["status"] == "fallback" and out["fallback"] is True and out["answer"] == DEFAULT_FALLBACK_MESSAGE
+    assert out["status"] == "fallback" and out["fallback"] is True and out["answer"] == FALLBACK_MESSAGE
     assert out["path"] == ["start", "generate_llm", "llm_not_found"]
     assert out["usage"] == {"prompt_tokens": 200, "completion_tokens": 3, "total_tokens": 203}
 

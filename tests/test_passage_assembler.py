@@ -3,8 +3,8 @@ from copy import deepcopy
 import pytest
 from haystack import Document, Pipeline
 
-from gatehouse.components.builders.passage_assembler import DEFAULT_FALLBACK_MESSAGE, PassageAssembler
-from gatehouse.components.state import new_state
+from gatehouse.components.builders.passage_assembler import PassageAssembler
+from gatehouse.components.state import FALLBACK_MESSAGE, new_state
 
 
 def make_doc(
@@ -73,8 +73,8 @@ def test_init():
     assert assembler.dedupe_threshold == 0.8
     assert assembler.max_per_section is None
     assert assembler.compress is False
-    assert assembler.fallback_message == DEFAULT_FALLBACK_MESSAGE
-    assert DEFAULT_FALLBACK_MESSAGE.startswith("I couldn't locate specific documentation")
+    assert assembler.fallback_message == FALLBACK_MESSAGE
+    assert FALLBACK_MESSAGE.startswith("I couldn't locate specific documentation")
     with pytest.raises(ValueError):
         PassageAssembler(top_k=0)
     with pytest.raises(ValueError):
@@ -212,7 +212,7 @@ def test_run_fallback_when_no_documents():
         result = PassageAssembler().run(state=state)
         assert set(result) == {"fallback"}
         out = result["fallback"]
-        assert out["answer"] == DEFAULT_FALLBACK_MESSAGE
+        assert out["answer"] == FALLBACK_MESSAGE
         assert out["status"] == "fallback"
         assert out["passages"] == []
         assert out["path"][-1] == "fallback"

@@ -8,7 +8,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import State, advance
+from gatehouse.components.state import FALLBACK_MESSAGE, State, advance
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     content_words,
@@ -17,10 +17,6 @@ from gatehouse.components.text import (
     overlap,
     split_units,
     tokens,
-)
-
-DEFAULT_FALLBACK_MESSAGE = (
-    "I couldn't locate specific documentation for this. Please verify the query or contact support."
 )
 
 
@@ -80,7 +76,7 @@ class PassageAssembler:
         cache_dir: str | None = None,
         stopwords: list[str] | None = None,
         abbreviations: list[str] | None = None,
-        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        fallback_message: str = FALLBACK_MESSAGE,
     ) -> None:
         """
         Create the assembler.

@@ -6,8 +6,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from gatehouse.components.builders.passage_assembler import DEFAULT_FALLBACK_MESSAGE
-from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.text import DEFAULT_CITATION_PATTERN, rewrite_markers
 
 
@@ -39,7 +38,7 @@ class PlanSynthesizer:
         self,
         *,
         missing_template: str = "{label}: I couldn't find this in the documentation.",
-        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        fallback_message: str = FALLBACK_MESSAGE,
         answer_template: str = "{label}: {answer}",
         citation_pattern: str = DEFAULT_CITATION_PATTERN,
     ) -> None:

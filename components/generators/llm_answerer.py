@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
-from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
@@ -51,9 +51,6 @@ DEFAULT_USER_PROMPT = (
     "Answer in one to three sentences, each ending with the [S#] marker of the source that says it."
 )
 DEFAULT_PASSAGE_TEMPLATE = "[{source_id}] {heading}\n{content}"
-DEFAULT_FALLBACK_MESSAGE = (
-    "I couldn't locate specific documentation for this. Please verify the query or contact support."
-)
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 # Marker spellings small models use instead of `[S2]`: `[2]`, `[S 2]`, `[Source 2]`, `(S2)`, `(S1, S2)`.
@@ -127,7 +124,7 @@ class LLMAnswerer:
         max_units: int | None = None,
         max_unit_words: int = 80,
         not_found_reply: str = "NOT_FOUND",
-        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        fallback_message: str = FALLBACK_MESSAGE,
         fallback_to_extractive: bool = True,
     ) -> None:
         """

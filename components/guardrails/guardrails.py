@@ -59,7 +59,7 @@ from gatehouse.components.guardrails.sanitising import (
     SANITIZE_ROUNDS,
     drop_unsafe_links,
 )
-from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 
 # ---------------------------------------------------------------------------------------------------------------
 # Default rule tables (all overridable through init parameters)
@@ -67,9 +67,6 @@ from gatehouse.components.state import State, advance, with_validation
 
 DEFAULT_HEDGE_PHRASES: list[str] = ["I think", "maybe", "possibly", "probably", "might be", "not sure", "it seems"]
 
-DEFAULT_FALLBACK_MESSAGE = (
-    "I couldn't locate specific documentation for this. Please verify the query or contact support."
-)
 DEFAULT_INJECTION_MESSAGE = (
     "I can't follow instructions that try to change how I work. Please ask a question about {corpus_name}."
 )
@@ -95,7 +92,6 @@ CONTENT_FIELDS = ("query", "history", "context")
 def _or_default(value: Any, default: Any) -> Any:
     """The given value, or a private copy of the module default when it is None."""
     return deepcopy(default) if value is None else value
-
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -172,7 +168,7 @@ class Guardrails:
         allowed_tags: list[str] | None = None,
         allowed_image_hosts: list[str] | None = None,
         hedge_phrases: list[str] | None = None,
-        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        fallback_message: str = FALLBACK_MESSAGE,
         warn_without_sources: bool = True,
         allow_pii_from_sources: bool = True,
     ) -> None:

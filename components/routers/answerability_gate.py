@@ -60,7 +60,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units
 from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
-from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_STOPWORDS,
@@ -70,7 +70,6 @@ from gatehouse.components.text import (
     tokens,
 )
 
-DEFAULT_FALLBACK_MESSAGE = "I couldn't locate specific documentation for this. Please verify the query or contact support."
 
 #: Question patterns (regular expressions, matched case-insensitively, first match wins) and the answer type
 #: each one expects. A question matching none expects no particular type.
@@ -212,7 +211,7 @@ class AnswerabilityGate:
         bias: float = DEFAULT_BIAS,
         require_entities: bool = True,
         on_unanswerable: str = "fallback",
-        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        fallback_message: str = FALLBACK_MESSAGE,
         max_candidates: int = 5,
         answer_types: list[list[str]] | None = None,
         type_patterns: dict[str, str] | None = None,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.guardrails.sanitising import citation_url, plain_text
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
@@ -50,9 +50,6 @@ DEFAULT_ANTONYMS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("minimum",), ("maximum",)),
 )
 
-DEFAULT_FALLBACK_MESSAGE = (
-    "I couldn't locate specific documentation for this. Please verify the query or contact support."
-)
 
 _NUMBER_WITH_UNIT = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(%|[^\W\d_]+)?")
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -158,7 +155,7 @@ class CitationVerifier:
         remove_unsupported: bool = True,
         reattribute: bool = False,
         reattribute_threshold: float = 0.7,
-        fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+        fallback_message: str = FALLBACK_MESSAGE,
         connective_max_words: int = 6,
         snippet_chars: int = 200,
         citation_text_separator: str = " › ",
