@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from haystack.core.serialization import component_from_dict
 
 from gatehouse.pipelines import pipeline_path
 
@@ -28,7 +29,7 @@ def configured_component(pipeline: str | Path, name: str, cls: type[T]) -> T:
 
     :param pipeline: Pipeline name or YAML path.
     :param name: The component's name in that YAML.
-    :param cls: The component class (its `from_dict` builds it).
+    :param cls: The component class.
     :returns: The component.
     :raises ValueError: If the YAML has no such component.
     """
@@ -36,7 +37,7 @@ def configured_component(pipeline: str | Path, name: str, cls: type[T]) -> T:
     spec = (data.get("components") or {}).get(name)
     if not spec:
         raise ValueError(f"{pipeline_path(pipeline)} has no component '{name}'")
-    component = cls.from_dict(spec)
+    component = component_from_dict(cls, spec, name)
     if hasattr(component, "warm_up"):
         component.warm_up()
     return component

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Document
+from haystack.core.serialization import component_to_dict
 from tqdm import tqdm
 
 from gatehouse.components.validators.citation_verifier import CitationVerifier
@@ -171,7 +172,7 @@ def run_benchmark(
         "dataset": str(folder),
         "split": split,
         "pipeline": str(pipeline_path(pipeline)),
-        "verifier": verifier.to_dict()["init_parameters"],
+        "verifier": component_to_dict(verifier, "verifier")["init_parameters"],
         "seconds": round(time.perf_counter() - started, 1),
         "labels": labels,
         "targets": targets,

@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.retrievers.bm25_retriever import BM25Retriever
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
@@ -27,7 +28,7 @@ def test_init(store):
 
 
 def test_to_dict(store):
-    data = BM25Retriever(document_store=store, top_k=7).to_dict()
+    data = component_to_dict(BM25Retriever(document_store=store, top_k=7), "component")
     assert data["type"] == "gatehouse.components.retrievers.bm25_retriever.BM25Retriever"
     assert data["init_parameters"]["top_k"] == 7 and data["init_parameters"]["score_field"] == "bm25_score"
     assert data["init_parameters"]["document_store"] == store.to_dict()
@@ -36,15 +37,17 @@ def test_to_dict(store):
 def test_from_dict(store, monkeypatch):
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     original = BM25Retriever(document_store=store, top_k=3, score_field="ngram_score")
-    restored = BM25Retriever.from_dict(original.to_dict())
-    assert restored.to_dict() == original.to_dict()
+    restored = component_from_dict(BM25Retriever, component_to_dict(original, "component"), "component")
+    assert component_to_dict(restored, "component") == component_to_dict(original, "component")
 
 
 def test_run_filters_and_score_field(store):
     words = BM25Retriever(document_store=store).run(query="rotating keys", filters=KB)["documents"]
     assert [d.id for d in words] == ["a"] and words[0].meta["bm25_score"] == words[0].score > 0
-    trigrams = BM25Retriever(document_store=LexicalDocumentStore(backend="local", local={**store.local, "char_ngrams": 3}),
-                             score_field="ngram_score")
+    trigrams = BM25Retriever(
+        document_store=LexicalDocumentStore(backend="local", local={**store.local, "char_ngrams": 3}),
+        score_field="ngram_score",
+    )
     hits = trigrams.run(query="invoice", filters=KB, top_k=1)["documents"]
     assert [d.id for d in hits] == ["b"] and "bm25_score" not in hits[0].meta and hits[0].meta["ngram_score"] > 0
     assert BM25Retriever(document_store=store).run(query="rotating keys", filters=KB, top_k=0)["documents"] == []

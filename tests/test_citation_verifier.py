@@ -2,6 +2,7 @@ from copy import deepcopy
 
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.validators.citation_verifier import CitationVerifier
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
@@ -78,7 +79,9 @@ def test_init():
 
 
 def test_to_dict():
-    data = CitationVerifier(support_threshold=0.7, min_supported_ratio=0.8, skip_statuses=["fallback"]).to_dict()
+    data = component_to_dict(
+        CitationVerifier(support_threshold=0.7, min_supported_ratio=0.8, skip_statuses=["fallback"]), "component"
+    )
     assert data["type"] == "gatehouse.components.validators.citation_verifier.CitationVerifier"
     params = data["init_parameters"]
     assert params["support_threshold"] == 0.7
@@ -90,10 +93,10 @@ def test_to_dict():
 
 def test_from_dict():
     original = CitationVerifier(snippet_chars=80, url_template="https://kb.local/{kb}/{source}", cache_dir="off")
-    restored = CitationVerifier.from_dict(original.to_dict())
+    restored = component_from_dict(CitationVerifier, component_to_dict(original, "component"), "component")
     assert restored.snippet_chars == 80
     assert restored.url_template == "https://kb.local/{kb}/{source}"
-    assert restored.to_dict() == original.to_dict()
+    assert component_to_dict(restored, "component") == component_to_dict(original, "component")
 
 
 def test_run_removes_invalid_citations(verifier):
@@ -296,8 +299,12 @@ def test_run_does_not_mutate_input_state(verifier):
 
 
 def test_run_unicode(verifier):
-    french = passage("Les clés API expirent après 90 jours — renouvelez-les à temps.", "S1",
-                     section="Expiration", section_id="expiration")
+    french = passage(
+        "Les clés API expirent après 90 jours — renouvelez-les à temps.",
+        "S1",
+        section="Expiration",
+        section_id="expiration",
+    )
     out = verify(verifier, "Les clés API expirent après 90 jours — renouvelez-les à temps. [S1]", passages=[french])
     assert out["support"]["scores"][0]["score"] >= 0.99
     assert out["citations"][0]["url"].endswith("#expiration")
@@ -341,12 +348,12 @@ def test_init_contradiction_parameters():
 def test_to_dict_from_dict_contradiction_parameters():
     original = CitationVerifier(negation_cues=["not", "never"], antonyms=[[["on"], ["off"]]], cue_window=3,
                                 alignment_top_k=2, remove_unsupported=False, fallback_message="Nothing found.")
-    params = original.to_dict()["init_parameters"]
+    params = component_to_dict(original, "component")["init_parameters"]
     assert params["negation_cues"] == ["not", "never"]
     assert params["antonyms"] == [[["on"], ["off"]]]
     assert params["remove_unsupported"] is False and params["fallback_message"] == "Nothing found."
-    restored = CitationVerifier.from_dict(original.to_dict())
-    assert restored.to_dict() == original.to_dict()
+    restored = component_from_dict(CitationVerifier, component_to_dict(original, "component"), "component")
+    assert component_to_dict(restored, "component") == component_to_dict(original, "component")
 
 
 def cues_of(out: dict) -> list[list[str]]:
@@ -452,8 +459,8 @@ def test_run_supported_paraphrase_kept(verifier):
 
 def test_init_reattribute_is_off_by_default():
     assert CitationVerifier().reattribute is False
-    assert CitationVerifier(reattribute=True).to_dict()["init_parameters"]["reattribute"] is True
-    restored = CitationVerifier.from_dict(CitationVerifier(reattribute=True, reattribute_threshold=0.8).to_dict())
+    assert component_to_dict(CitationVerifier(reattribute=True), "component")["init_parameters"]["reattribute"] is True
+    restored = component_from_dict(CitationVerifier, component_to_dict(CitationVerifier(reattribute=True, reattribute_threshold=0.8), "component"), "component")
     assert (restored.reattribute, restored.reattribute_threshold) == (True, 0.8)
 
 

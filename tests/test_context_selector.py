@@ -1,6 +1,7 @@
 from copy import deepcopy
 
 import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.routers.context_selector import ContextSelector
 from gatehouse.components.state import new_state
@@ -21,7 +22,7 @@ def test_init_bad_invalid_context():
 
 
 def test_to_dict():
-    assert ContextSelector(min_context_chars=20).to_dict() == {
+    assert component_to_dict(ContextSelector(min_context_chars=20), "component") == {
         "type": "gatehouse.components.routers.context_selector.ContextSelector",
         "init_parameters": {
             "min_context_chars": 20,
@@ -33,7 +34,11 @@ def test_to_dict():
 
 
 def test_from_dict():
-    restored = ContextSelector.from_dict(ContextSelector(invalid_context="fallback_to_full_corpus").to_dict())
+    restored = component_from_dict(
+        ContextSelector,
+        component_to_dict(ContextSelector(invalid_context="fallback_to_full_corpus"), "component"),
+        "component",
+    )
     assert restored.invalid_context == "fallback_to_full_corpus" and restored.min_context_chars == 50
 
 

@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.vector import Vector
 from gatehouse.components.retrievers.dense_retriever import DenseRetriever
@@ -25,7 +26,7 @@ def test_init(store):
 
 
 def test_to_dict(store):
-    data = DenseRetriever(document_store=store, top_k=7).to_dict()
+    data = component_to_dict(DenseRetriever(document_store=store, top_k=7), "component")
     assert data["type"] == "gatehouse.components.retrievers.dense_retriever.DenseRetriever"
     assert data["init_parameters"]["top_k"] == 7
     assert data["init_parameters"]["document_store"]["type"].endswith("DenseDocumentStore")
@@ -34,7 +35,9 @@ def test_to_dict(store):
 def test_from_dict(store, monkeypatch):
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     original = DenseRetriever(document_store=store, top_k=3)
-    assert DenseRetriever.from_dict(original.to_dict()).to_dict() == original.to_dict()
+    assert component_to_dict(
+        component_from_dict(DenseRetriever, component_to_dict(original, "component"), "component"), "component"
+    ) == component_to_dict(original, "component")
 
 
 def test_run_filters_top_k_and_score_field(store):

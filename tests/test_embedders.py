@@ -3,6 +3,7 @@ import sqlite3
 import numpy as np
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.document_embedder import DocumentEmbedder
 from gatehouse.components.embedders.embedding import EmbeddingBackend
@@ -31,11 +32,11 @@ def test_init():
 
 
 def test_to_dict():
-    assert TextEmbedder(prefix="q: ").to_dict() == {
+    assert component_to_dict(TextEmbedder(prefix="q: "), "component") == {
         "type": "gatehouse.components.embedders.text_embedder.TextEmbedder",
         "init_parameters": {"model": None, "cache_dir": "off", "prefix": "q: "},
     }
-    assert DocumentEmbedder(meta_fields_to_embed=["title"]).to_dict() == {
+    assert component_to_dict(DocumentEmbedder(meta_fields_to_embed=["title"]), "component") == {
         "type": "gatehouse.components.embedders.document_embedder.DocumentEmbedder",
         "init_parameters": {
             "model": None,
@@ -49,9 +50,11 @@ def test_to_dict():
 
 
 def test_from_dict():
-    t = TextEmbedder.from_dict(TextEmbedder(prefix="q: ", cache_dir="/tmp/x").to_dict())
+    t = component_from_dict(
+        TextEmbedder, component_to_dict(TextEmbedder(prefix="q: ", cache_dir="/tmp/x"), "component"), "component"
+    )
     assert (t.prefix, t.cache_dir) == ("q: ", "/tmp/x")
-    d = DocumentEmbedder.from_dict(DocumentEmbedder(meta_fields_to_embed=["section"], batch_size=8).to_dict())
+    d = component_from_dict(DocumentEmbedder, component_to_dict(DocumentEmbedder(meta_fields_to_embed=["section"], batch_size=8), "component"), "component")
     assert (d.meta_fields_to_embed, d.batch_size) == (["section"], 8)
 
 

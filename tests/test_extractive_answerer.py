@@ -3,6 +3,7 @@ from copy import deepcopy
 
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.generators.extractive_answerer import DEFAULT_NO_ANSWER_MESSAGE, ExtractiveAnswerer
 from gatehouse.components.state import new_state
@@ -100,7 +101,9 @@ RELEASES = passage(
 )
 CODE = passage(
     "You can pass a timeout to a single call:\n\n```python\nclient.get(url, timeout=3)\n```\n\nTimeouts are in seconds.",
-    "S3", section="Timeouts", section_id="timeouts",
+    "S3",
+    section="Timeouts",
+    section_id="timeouts",
 )
 
 
@@ -118,14 +121,14 @@ def test_init():
 
 
 def test_to_dict():
-    data = ExtractiveAnswerer(max_units=2, style="span", cache_dir="off").to_dict()
+    data = component_to_dict(ExtractiveAnswerer(max_units=2, style="span", cache_dir="off"), "component")
     assert data["type"] == "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer"
     assert data["init_parameters"]["max_units"] == 2 and data["init_parameters"]["style"] == "span"
     assert data["init_parameters"]["cache_dir"] == "off"
 
 
 def test_from_dict():
-    restored = ExtractiveAnswerer.from_dict(ExtractiveAnswerer(max_units=3, min_relative_score=0.8).to_dict())
+    restored = component_from_dict(ExtractiveAnswerer, component_to_dict(ExtractiveAnswerer(max_units=3, min_relative_score=0.8), "component"), "component")
     assert restored.max_units == 3 and restored.min_relative_score == 0.8
 
 
@@ -187,7 +190,9 @@ def test_run_the_gates_ranking_decides(answerer):
     # The gate judged SCOPES' third sentence (unit 3) the answer; a runner-up within min_relative_score joins it.
     candidates = [gate_candidate(1, 3, 3, 0.9), gate_candidate(0, 1, 1, 0.8), gate_candidate(2, 1, 1, 0.2)]
     state = new_state("Can I change a key's scopes?", passages=PASSAGES, answer_candidates=candidates)
-    answer = ExtractiveAnswerer(max_units=2, min_relative_score=0.7, cache_dir="off").run(state=state)["state"]["answer"]
+    answer = ExtractiveAnswerer(max_units=2, min_relative_score=0.7, cache_dir="off").run(state=state)["state"][
+        "answer"
+    ]
     assert answer.startswith("API keys should be rotated every 90 days")  # reading order: S1 before S2
     assert "Scopes are chosen when the key is created and cannot be changed later; create a new key instead. [S2]" in answer
     assert "[S3]" not in answer

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from haystack import Document, Pipeline
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.guardrails.guardrails import Guardrails
 from gatehouse.components.guardrails.pii import iban_valid, luhn_valid
@@ -103,7 +104,7 @@ def test_init_rejects_bad_configuration():
 
 def test_to_dict():
     gate = Guardrails(stage="output", corpus_name="Acme", hedge_phrases=["perhaps"], allowed_tags=["b"])
-    data = gate.to_dict()
+    data = component_to_dict(gate, "component")
     assert data["type"] == "gatehouse.components.guardrails.guardrails.Guardrails"
     params = data["init_parameters"]
     assert params["stage"] == "output"
@@ -114,7 +115,7 @@ def test_to_dict():
     assert "external_action" in params["capability_patterns"]
     assert "code_generation" not in params["capability_patterns"]  # the intent gate decides code requests
     assert params["allow_pii_from_sources"] is True
-    assert Guardrails(stage="output", allow_pii_from_sources=False).to_dict()["init_parameters"][
+    assert component_to_dict(Guardrails(stage="output", allow_pii_from_sources=False), "component")["init_parameters"][
         "allow_pii_from_sources"
     ] is False
     assert params["pii_backend"] == "regex"
@@ -135,11 +136,15 @@ def test_from_dict():
         out_of_scope_topics={"weather": ["weather forecast"]},
         violation_actions={"prompt_injection": "warn"},
     )
-    restored = Guardrails.from_dict(original.to_dict())
-    assert restored.to_dict() == original.to_dict()
+    restored = component_from_dict(Guardrails, component_to_dict(original, "component"), "component")
+    assert component_to_dict(restored, "component") == component_to_dict(original, "component")
     assert restored.max_query_chars == 50
     assert restored.allow_pii_from_sources is True
-    output = Guardrails.from_dict(Guardrails(stage="output", allow_pii_from_sources=False).to_dict())
+    output = component_from_dict(
+        Guardrails,
+        component_to_dict(Guardrails(stage="output", allow_pii_from_sources=False), "component"),
+        "component",
+    )
     assert output.allow_pii_from_sources is False
     presidio = Guardrails(
         stage="output",
@@ -151,8 +156,8 @@ def test_from_dict():
         allowed_tags=["b", "br"],
         sanitize_markup=False,
     )
-    restored_presidio = Guardrails.from_dict(presidio.to_dict())
-    assert restored_presidio.to_dict() == presidio.to_dict()
+    restored_presidio = component_from_dict(Guardrails, component_to_dict(presidio, "component"), "component")
+    assert component_to_dict(restored_presidio, "component") == component_to_dict(presidio, "component")
     assert restored_presidio.pii_backend == "presidio"
     assert restored_presidio.presidio_entities == ["PERSON", "NRP"]
     assert restored_presidio.presidio_score_threshold == 0.7

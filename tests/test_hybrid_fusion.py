@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.joiners.hybrid_fusion import HybridFusion
 
@@ -31,7 +32,7 @@ def test_init_unknown_method():
 
 
 def test_to_dict():
-    assert HybridFusion(rrf_k=30).to_dict() == {
+    assert component_to_dict(HybridFusion(rrf_k=30), "component") == {
         "type": "gatehouse.components.joiners.hybrid_fusion.HybridFusion",
         "init_parameters": {
             "method": "rrf",
@@ -50,7 +51,7 @@ def test_from_dict():
         method="weighted_sum", weights={"dense": 1.0, "lexical": 0.5}, top_k=4, normalization="max",
         group_by="doc_id", chunks_per_group=2,
     )
-    restored = HybridFusion.from_dict(original.to_dict())
+    restored = component_from_dict(HybridFusion, component_to_dict(original, "component"), "component")
     assert restored.method == "weighted_sum" and restored.weights == {"dense": 1.0, "lexical": 0.5}
     assert restored.top_k == 4
     assert (restored.normalization, restored.group_by, restored.chunks_per_group) == ("max", "doc_id", 2)

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.retrievers.hybrid_retriever import HybridRetriever
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
@@ -11,7 +12,9 @@ QUERY = [1.0, 0.0, 0.0]
 
 
 def chunk(id_: str, content: str, embedding: list[float], doc_id: str, tenant: str = "public") -> Document:
-    return Document(id=id_, content=content, embedding=embedding, meta={"tenant": tenant, "kb": "faq", "doc_id": doc_id})
+    return Document(
+        id=id_, content=content, embedding=embedding, meta={"tenant": tenant, "kb": "faq", "doc_id": doc_id}
+    )
 
 
 CHUNKS = [  # "a" is far from the query as a whole (0.6) but its first sentence is the query's direction
@@ -55,7 +58,7 @@ def test_init(shared):
 
 def test_to_dict(shared):
     dense, lexical, ngrams = shared
-    data = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, method="rrf").to_dict()
+    data = component_to_dict(HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, method="rrf"), "component")
     assert data["type"] == "gatehouse.components.retrievers.hybrid_retriever.HybridRetriever"
     params = data["init_parameters"]
     assert params["method"] == "rrf" and params["group_by"] == "doc_id" and params["chunks_per_group"] == 3
@@ -66,9 +69,15 @@ def test_to_dict(shared):
 def test_from_dict(shared, monkeypatch):
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     dense, lexical, ngrams = shared
-    original = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, candidates=9,
-                               weights={"dense": 0.5, "lexical": 0.5}, group_by=None)
-    assert HybridRetriever.from_dict(original.to_dict()).to_dict() == original.to_dict()
+    original = HybridRetriever(
+        dense_store=dense,
+        lexical_store=lexical,
+        ngrams_store=ngrams,
+        candidates=9,
+        weights={"dense": 0.5, "lexical": 0.5},
+        group_by=None,
+    )
+    assert component_to_dict(component_from_dict(HybridRetriever, component_to_dict(original, "component"), "component"), "component") == component_to_dict(original, "component")
 
 
 def test_run_scores_a_chunk_by_its_best_sentence(shared):

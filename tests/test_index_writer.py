@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.document_embedder import DocumentEmbedder
 from gatehouse.components.writers.index_writer import IndexWriter
@@ -55,19 +56,22 @@ def test_init(stores):
 
 def test_to_dict(stores):
     dense, lexical = stores
-    data = IndexWriter(dense_store=dense, lexical_store=lexical).to_dict()
+    data = component_to_dict(IndexWriter(dense_store=dense, lexical_store=lexical), "component")
     assert data["type"] == "gatehouse.components.writers.index_writer.IndexWriter"
-    assert data["init_parameters"] == {"dense_store": dense.to_dict(), "lexical_store": lexical.to_dict()}
+    assert data["init_parameters"] == {
+        "dense_store": component_to_dict(dense, "component"),
+        "lexical_store": component_to_dict(lexical, "component"),
+    }
 
 
 def test_from_dict(stores, monkeypatch):
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
     dense, lexical = stores
-    restored = IndexWriter.from_dict(IndexWriter(dense_store=dense, lexical_store=lexical).to_dict())
+    restored = component_from_dict(IndexWriter, component_to_dict(IndexWriter(dense_store=dense, lexical_store=lexical), "component"), "component")
     assert isinstance(restored.dense_store, DenseDocumentStore)
     assert isinstance(restored.lexical_store, LexicalDocumentStore)
     assert restored.dense_store.path == dense.path
-    assert restored.lexical_store.to_dict() == lexical.to_dict()
+    assert restored.lexical_store.to_dict() == component_to_dict(lexical, "component")
 
 
 def test_run_writes_both_stores(stores, embedder):

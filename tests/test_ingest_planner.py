@@ -2,6 +2,7 @@ import hashlib
 
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ByteStream
 
 from gatehouse.components.writers.ingest_planner import DEFAULT_MIME_TYPES, IngestPlanner
@@ -32,7 +33,7 @@ def test_init(store):
 
 
 def test_to_dict(store, tmp_path):
-    data = IngestPlanner(document_store=store, mime_types={".md": "text/markdown"}).to_dict()
+    data = component_to_dict(IngestPlanner(document_store=store, mime_types={".md": "text/markdown"}), "component")
     assert data["type"] == "gatehouse.components.writers.ingest_planner.IngestPlanner"
     params = data["init_parameters"]
     assert params["document_store"] == store.to_dict()
@@ -44,7 +45,11 @@ def test_to_dict(store, tmp_path):
 def test_from_dict(store, tmp_path, monkeypatch):
     # nested Gatehouse classes deserialise only from allowlisted modules (gatehouse.pipelines allows gatehouse.components.*)
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
-    restored = IngestPlanner.from_dict(IngestPlanner(document_store=store, max_file_bytes=123).to_dict())
+    restored = component_from_dict(
+        IngestPlanner,
+        component_to_dict(IngestPlanner(document_store=store, max_file_bytes=123), "component"),
+        "component",
+    )
     assert isinstance(restored.document_store, LexicalDocumentStore)
     assert restored.document_store.store.folder == tmp_path / "store"
     assert restored.document_store.store.shares_shard(store.store)
@@ -130,7 +135,9 @@ def test_run_unchanged_skipped_changed_and_force(store, kb_dir):
     first = planner.run(sources=[str(path)], kb="faq", root=str(kb_dir))
     meta = first["sources"][0].meta
     # simulate the index writer having stored a chunk of this file
-    store.write_documents([Document(content="chunk", meta={"doc_id": meta["doc_id"], "content_hash": meta["content_hash"]})])
+    store.write_documents(
+        [Document(content="chunk", meta={"doc_id": meta["doc_id"], "content_hash": meta["content_hash"]})]
+    )
 
     again = planner.run(sources=[str(path)], kb="faq", root=str(kb_dir))
     assert again["sources"] == []

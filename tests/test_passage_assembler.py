@@ -2,6 +2,7 @@ from copy import deepcopy
 
 import pytest
 from haystack import Document, Pipeline
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.builders.passage_assembler import PassageAssembler
 from gatehouse.components.state import FALLBACK_MESSAGE, new_state
@@ -84,7 +85,9 @@ def test_init():
 
 
 def test_to_dict():
-    data = PassageAssembler(top_k=3, max_per_section=1, compress=True, fallback_message="Nothing.").to_dict()
+    data = component_to_dict(
+        PassageAssembler(top_k=3, max_per_section=1, compress=True, fallback_message="Nothing."), "component"
+    )
     assert data["type"] == "gatehouse.components.builders.passage_assembler.PassageAssembler"
     params = data["init_parameters"]
     assert params["top_k"] == 3
@@ -97,11 +100,11 @@ def test_to_dict():
 
 def test_from_dict():
     original = PassageAssembler(top_k=2, dedupe_threshold=0.6, max_context_tokens=500)
-    restored = PassageAssembler.from_dict(original.to_dict())
+    restored = component_from_dict(PassageAssembler, component_to_dict(original, "component"), "component")
     assert restored.top_k == 2
     assert restored.dedupe_threshold == 0.6
     assert restored.max_context_tokens == 500
-    assert restored.to_dict() == original.to_dict()
+    assert component_to_dict(restored, "component") == component_to_dict(original, "component")
 
 
 def test_pipeline_yaml_round_trip():

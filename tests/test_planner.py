@@ -8,6 +8,7 @@ import pytest
 import yaml
 from haystack import Document
 from haystack.components.generators.chat import MockChatGenerator
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
 
@@ -273,11 +274,11 @@ def test_plan_step_init():
 
 
 def test_plan_step_to_dict():
-    assert PlanStep().to_dict() == {"type": "gatehouse.components.routers.plan_step.PlanStep", "init_parameters": {}}
+    assert component_to_dict(PlanStep(), "plan_step") == {"type": "gatehouse.components.routers.plan_step.PlanStep", "init_parameters": {}}
 
 
 def test_plan_step_from_dict():
-    assert isinstance(PlanStep.from_dict(PlanStep().to_dict()), PlanStep)
+    assert isinstance(component_from_dict(PlanStep, component_to_dict(PlanStep(), "plan_step"), "plan_step"), PlanStep)
 
 
 def test_run_without_plan_is_done():
@@ -324,12 +325,13 @@ def test_synthesizer_init():
 
 
 def test_synthesizer_to_dict():
-    data = PlanSynthesizer(answer_template="{label} - {answer}").to_dict()
+    data = component_to_dict(PlanSynthesizer(answer_template="{label} - {answer}"), "synthesizer")
     assert data["init_parameters"]["answer_template"] == "{label} - {answer}"
 
 
 def test_synthesizer_from_dict():
-    assert PlanSynthesizer.from_dict(PlanSynthesizer(fallback_message="none").to_dict()).fallback_message == "none"
+    data = component_to_dict(PlanSynthesizer(fallback_message="none"), "synthesizer")
+    assert component_from_dict(PlanSynthesizer, data, "synthesizer").fallback_message == "none"
 
 
 def test_run_renumbers_citations_across_parts():

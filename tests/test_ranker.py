@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.rankers.ranker import Ranker
 
@@ -25,14 +26,16 @@ def test_init():
 
 
 def test_to_dict():
-    assert Ranker(top_k=5).to_dict() == {
+    assert component_to_dict(Ranker(top_k=5), "component") == {
         "type": "gatehouse.components.rankers.ranker.Ranker",
         "init_parameters": {"model": None, "top_k": 5, "batch_size": 16},
     }
 
 
 def test_from_dict():
-    restored = Ranker.from_dict(Ranker(model="m", top_k=2, batch_size=8).to_dict())
+    restored = component_from_dict(
+        Ranker, component_to_dict(Ranker(model="m", top_k=2, batch_size=8), "component"), "component"
+    )
     assert (restored.model, restored.top_k, restored.batch_size) == ("m", 2, 8)
 
 

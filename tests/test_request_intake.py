@@ -1,6 +1,7 @@
 import time
 
 import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.routers.request_intake import RequestIntake
 from gatehouse.components.state import VALIDATION_KEYS
@@ -18,14 +19,16 @@ def test_init_unknown_default_mode():
 
 
 def test_to_dict():
-    assert RequestIntake(max_history_turns=5).to_dict() == {
+    assert component_to_dict(RequestIntake(max_history_turns=5), "component") == {
         "type": "gatehouse.components.routers.request_intake.RequestIntake",
         "init_parameters": {"default_mode": "full-corpus", "max_history_turns": 5},
     }
 
 
 def test_from_dict():
-    restored = RequestIntake.from_dict(RequestIntake(default_mode="constrained-context").to_dict())
+    restored = component_from_dict(
+        RequestIntake, component_to_dict(RequestIntake(default_mode="constrained-context"), "component"), "component"
+    )
     assert restored.default_mode == "constrained-context" and restored.max_history_turns == 20
 
 

@@ -1,5 +1,6 @@
 import json
 import time
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.builders.response_builder import ResponseBuilder
 from gatehouse.components.state import VALIDATION_KEYS, advance, new_state, with_validation
@@ -26,14 +27,19 @@ def test_init():
 
 
 def test_to_dict():
-    assert ResponseBuilder(require_citations_for_success=False).to_dict() == {
+    assert component_to_dict(ResponseBuilder(require_citations_for_success=False), "component") == {
         "type": "gatehouse.components.builders.response_builder.ResponseBuilder",
         "init_parameters": {"require_citations_for_success": False},
     }
 
 
 def test_from_dict():
-    assert ResponseBuilder.from_dict(ResponseBuilder().to_dict()).require_citations_for_success is True
+    assert (
+        component_from_dict(
+            ResponseBuilder, component_to_dict(ResponseBuilder(), "component"), "component"
+        ).require_citations_for_success
+        is True
+    )
 
 
 def test_run_contract_keys():

@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document, Pipeline
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline, retrieval_input_mapping
 from gatehouse.components.retrievers.retrieval_request import RetrievalRequest
@@ -19,16 +20,20 @@ def test_init_maps_every_query_socket_and_the_filters():
 
 
 def test_to_dict_is_a_reference_to_the_file():
-    assert RetrievalPipeline(pipeline_file="retrieve").to_dict() == {
+    assert component_to_dict(RetrievalPipeline(pipeline_file="retrieve"), "component") == {
         "type": "gatehouse.components.retrievers.retrieval_pipeline.RetrievalPipeline",
         "init_parameters": {"pipeline_file": "retrieve"},
     }
 
 
 def test_from_dict():
-    retrieval = RetrievalPipeline.from_dict(
-        {"type": "gatehouse.components.retrievers.retrieval_pipeline.RetrievalPipeline",
-         "init_parameters": {"pipeline_file": "retrieve"}}
+    retrieval = component_from_dict(
+        RetrievalPipeline,
+        {
+            "type": "gatehouse.components.retrievers.retrieval_pipeline.RetrievalPipeline",
+            "init_parameters": {"pipeline_file": "retrieve"},
+        },
+        "component",
     )
     assert retrieval.pipeline_file == "retrieve" and "ranker" in retrieval.pipeline.graph.nodes
 
@@ -65,9 +70,9 @@ def test_run_retrieves_tenant_pinned_documents(tmp_path, monkeypatch):
 
 def test_request_init_to_dict_from_dict():
     request = RetrievalRequest()
-    data = request.to_dict()
+    data = component_to_dict(request, "component")
     assert data == {"type": "gatehouse.components.retrievers.retrieval_request.RetrievalRequest", "init_parameters": {}}
-    assert isinstance(RetrievalRequest.from_dict(data), RetrievalRequest)
+    assert isinstance(component_from_dict(RetrievalRequest, data, "component"), RetrievalRequest)
 
 
 def test_request_run_asks_for_a_search():
@@ -88,9 +93,9 @@ def test_request_run_reuses_the_evidence_search_of_the_same_query_and_kbs():
 
 
 def test_result_init_to_dict_from_dict():
-    data = RetrievalResult().to_dict()
+    data = component_to_dict(RetrievalResult(), "component")
     assert data == {"type": "gatehouse.components.retrievers.retrieval_result.RetrievalResult", "init_parameters": {}}
-    assert isinstance(RetrievalResult.from_dict(data), RetrievalResult)
+    assert isinstance(component_from_dict(RetrievalResult, data, "component"), RetrievalResult)
 
 
 def test_result_run_puts_caller_context_first_and_records_latency():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.routers.semantic_cache import (
@@ -87,25 +88,29 @@ def test_init_rejects_bad_numbers(parameters, message):
 
 
 def test_to_dict(store):
-    data = SemanticCache(similarity_threshold=0.95, max_entries=10, ttl_s=60, cache_partial=True,
-                         document_store=store).to_dict()
+    data = component_to_dict(SemanticCache(similarity_threshold=0.95, max_entries=10, ttl_s=60, cache_partial=True,
+                         document_store=store), "component")
     assert data["type"] == "gatehouse.components.routers.semantic_cache.SemanticCache"
     assert data["init_parameters"] == {
         "enabled": True, "similarity_threshold": 0.95, "max_entries": 10, "ttl_s": 60.0, "cache_partial": True,
         "document_store": store.to_dict(), "embedding_model": None, "cache_dir": None,
     }
-    assert SemanticCacheStore().to_dict() == {
+    assert component_to_dict(SemanticCacheStore(), "component") == {
         "type": "gatehouse.components.routers.semantic_cache.SemanticCacheStore", "init_parameters": {},
     }
 
 
 def test_from_dict(store, monkeypatch):
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
-    restored = SemanticCache.from_dict(SemanticCache(enabled=False, ttl_s=5, document_store=store).to_dict())
+    restored = component_from_dict(
+        SemanticCache,
+        component_to_dict(SemanticCache(enabled=False, ttl_s=5, document_store=store), "component"),
+        "component",
+    )
     assert restored.enabled is False and restored.ttl_s == 5.0
     assert isinstance(restored.document_store, LexicalDocumentStore)
     assert restored.document_store.local == store.local
-    assert isinstance(SemanticCacheStore.from_dict(SemanticCacheStore().to_dict()), SemanticCacheStore)
+    assert isinstance(component_from_dict(SemanticCacheStore, component_to_dict(SemanticCacheStore(), "component"), "component"), SemanticCacheStore)
 
 
 def test_normalise_question_and_key_terms():

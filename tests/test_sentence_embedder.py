@@ -1,4 +1,5 @@
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend, EmbeddingCache
 from gatehouse.components.embedders.sentence_embedder import SentenceEmbedder
@@ -18,7 +19,7 @@ def test_init():
 
 
 def test_to_dict():
-    assert SentenceEmbedder().to_dict() == {
+    assert component_to_dict(SentenceEmbedder(), "component") == {
         "type": "gatehouse.components.embedders.sentence_embedder.SentenceEmbedder",
         "init_parameters": {"model": None, "cache_dir": None, "batch_size": 32,
                             "sentences": {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}},
@@ -27,7 +28,9 @@ def test_to_dict():
 
 def test_from_dict():
     original = SentenceEmbedder(sentences={"min_words": 3, "context_fields": ["section"]})
-    assert SentenceEmbedder.from_dict(original.to_dict()).to_dict() == original.to_dict()
+    assert component_to_dict(
+        component_from_dict(SentenceEmbedder, component_to_dict(original, "component"), "component"), "component"
+    ) == component_to_dict(original, "component")
 
 
 def test_run_gives_each_chunks_sentence_vectors():

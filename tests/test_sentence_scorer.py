@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.rankers.sentence_scorer import SentenceScorer
@@ -17,7 +18,9 @@ def chunks() -> tuple[list[Document], list[Document]]:
         + MATCH,
         meta={"title": "A randomised trial", "doc_id": "A", "dense_score": 0.3},
     )
-    other = Document(id="b", content="Statins lower LDL cholesterol in adults.", meta={"title": "Statins", "doc_id": "B"})
+    other = Document(
+        id="b", content="Statins lower LDL cholesterol in adults.", meta={"title": "Statins", "doc_id": "B"}
+    )
     return [long], [replace_meta(long, bm25_score=7.0), other]
 
 
@@ -46,7 +49,7 @@ def test_init():
 
 
 def test_to_dict():
-    assert SentenceScorer(cache_dir="off").to_dict() == {
+    assert component_to_dict(SentenceScorer(cache_dir="off"), "component") == {
         "type": "gatehouse.components.rankers.sentence_scorer.SentenceScorer",
         "init_parameters": {
             "model": None,
@@ -61,7 +64,7 @@ def test_to_dict():
 
 def test_from_dict():
     original = SentenceScorer(sentences={"min_words": 2, "context_fields": ["section"]}, include_chunk=False)
-    assert SentenceScorer.from_dict(original.to_dict()).to_dict() == original.to_dict()
+    assert component_to_dict(component_from_dict(SentenceScorer, component_to_dict(original, "component"), "component"), "component") == component_to_dict(original, "component")
 
 
 def test_sentence_texts_split_context_and_min_words():

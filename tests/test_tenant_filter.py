@@ -1,5 +1,6 @@
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.utils.filters import document_matches_filter
 
 from gatehouse.components.retrievers.tenant_filter import TenantFilter
@@ -17,17 +18,20 @@ def test_init():
 
 
 def test_to_dict():
-    assert TenantFilter(default_tenant="shared", include_public=False).to_dict() == {
+    assert component_to_dict(TenantFilter(default_tenant="shared", include_public=False), "component") == {
         "type": "gatehouse.components.retrievers.tenant_filter.TenantFilter",
         "init_parameters": {"default_tenant": "shared", "include_public": False},
     }
-    assert TenantFilter().to_dict()["init_parameters"] == {"default_tenant": "public", "include_public": True}
+    assert component_to_dict(TenantFilter(), "component")["init_parameters"] == {
+        "default_tenant": "public",
+        "include_public": True,
+    }
 
 
 def test_from_dict():
-    restored = TenantFilter.from_dict(TenantFilter(default_tenant="x", include_public=False).to_dict())
+    restored = component_from_dict(TenantFilter, component_to_dict(TenantFilter(default_tenant="x", include_public=False), "component"), "component")
     assert restored.default_tenant == "x" and restored.include_public is False
-    minimal = TenantFilter.from_dict({"type": "gatehouse.components.retrievers.tenant_filter.TenantFilter", "init_parameters": {}})
+    minimal = component_from_dict(TenantFilter, {"type": "gatehouse.components.retrievers.tenant_filter.TenantFilter", "init_parameters": {}}, "component")
     assert minimal.include_public is True
 
 

@@ -7,6 +7,7 @@ knowledge bases holding documents the caller may read, deciding by retrieval evi
 import pytest
 import yaml
 from haystack import Document
+from haystack.core.serialization import component_from_dict
 
 from gatehouse.components.routers.kb_router import KBRouter
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
@@ -51,7 +52,7 @@ def router(ingested):
     spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())["components"]["router"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
-        component = KBRouter.from_dict(spec)
+        component = component_from_dict(KBRouter, spec, "component")
     component.warm_up()
     return component
 
@@ -84,7 +85,9 @@ def test_retrieval_tenant_reads_own_and_public_never_another_tenants(ingested):
     assert seen["globex"] == {"globex", "public"}
     assert seen["initech"] == {"initech", "public"}
     assert seen[None] == {"public"}
-    assert not any(doc.meta["tenant"] != "public" for doc in retrieve.run(query=question, tenant="umbrella")["documents"])
+    assert not any(
+        doc.meta["tenant"] != "public" for doc in retrieve.run(query=question, tenant="umbrella")["documents"]
+    )
 
 
 def test_router_catalogue_of_the_sample_stores(router):

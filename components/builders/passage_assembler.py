@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance
 from gatehouse.components.text import (
@@ -126,41 +126,6 @@ class PassageAssembler:
             from gatehouse.components.embedders.embedding import EmbeddingBackend
 
             self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.cache_dir)
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize this component to a dictionary.
-
-        :returns: The serialized component.
-        """
-        return default_to_dict(
-            self,
-            top_k=self.top_k,
-            max_context_tokens=self.max_context_tokens,
-            tokens_per_word=self.tokens_per_word,
-            dedupe_threshold=self.dedupe_threshold,
-            max_per_section=self.max_per_section,
-            compress=self.compress,
-            compress_min_tokens=self.compress_min_tokens,
-            compress_max_sentences=self.compress_max_sentences,
-            compress_embedding_weight=self.compress_embedding_weight,
-            compress_lexical_weight=self.compress_lexical_weight,
-            embedding_model=self.embedding_model,
-            cache_dir=self.cache_dir,
-            stopwords=self.stopwords,
-            abbreviations=self.abbreviations,
-            fallback_message=self.fallback_message,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PassageAssembler":
-        """
-        Deserialize this component from a dictionary.
-
-        :param data: The dictionary from `to_dict()`.
-        :returns: The component.
-        """
-        return default_from_dict(cls, data)
 
     @component.output_types(passages=State, fallback=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:

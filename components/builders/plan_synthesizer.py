@@ -4,7 +4,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.text import DEFAULT_CITATION_PATTERN, rewrite_markers
@@ -115,18 +115,3 @@ class PlanSynthesizer:
             new = with_validation(new, "confidence_warnings",
                                   "Not found in the documents: " + "; ".join(p["label"] for p in missing) + ".")
         return {"state": new}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            missing_template=self.missing_template,
-            fallback_message=self.fallback_message,
-            answer_template=self.answer_template,
-            citation_pattern=self.citation_pattern,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PlanSynthesizer":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -3,7 +3,7 @@
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
 from gatehouse.components.state import VALIDATION_KEYS, State
 
@@ -101,15 +101,6 @@ class ResponseBuilder:
         if state.get("cache"):
             response["metadata"]["cache"] = dict(state["cache"])
         return {"response": response}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self, require_citations_for_success=self.require_citations_for_success)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ResponseBuilder":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)
 
 
 def _plan_summary(plan: dict[str, Any], citations: list[dict[str, Any]]) -> dict[str, Any]:

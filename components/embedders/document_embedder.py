@@ -3,7 +3,7 @@
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 
@@ -78,20 +78,3 @@ class DocumentEmbedder:
         texts = [embedded_text(doc, self.meta_fields_to_embed, self.embedding_separator) for doc in documents]
         vectors = self._backend.embed(texts, batch_size=self.batch_size, progress_bar=self.progress_bar)
         return {"documents": [replace(doc, embedding=vector.tolist()) for doc, vector in zip(documents, vectors)]}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            model=self.model,
-            cache_dir=self.cache_dir,
-            meta_fields_to_embed=self.meta_fields_to_embed,
-            embedding_separator=self.embedding_separator,
-            batch_size=self.batch_size,
-            progress_bar=self.progress_bar,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DocumentEmbedder":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.sentences import sentence_settings, sentence_texts
@@ -69,14 +69,3 @@ class SentenceEmbedder:
                 embeddings[doc.id] = vectors[start : start + len(texts)]
             start += len(texts)
         return {"documents": documents, "sentence_embeddings": embeddings}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self, model=self.model, cache_dir=self.cache_dir, sentences=self.sentences, batch_size=self.batch_size
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SentenceEmbedder":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.embedders.vector import Vector
@@ -53,12 +53,3 @@ class TextEmbedder:
         self.warm_up()
         assert self._backend is not None
         return {"embedding": Vector(self._backend.embed([self.prefix + text])[0])}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self, model=self.model, cache_dir=self.cache_dir, prefix=self.prefix)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TextEmbedder":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -6,7 +6,7 @@ cannot invent anything.
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
 from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units, render
 from gatehouse.components.state import State, advance
@@ -126,22 +126,6 @@ class ExtractiveAnswerer:
             from gatehouse.components.embedders.embedding import EmbeddingBackend
 
             self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.cache_dir)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self, max_units=self.max_units, min_score=self.min_score, min_relative_score=self.min_relative_score,
-            embedding_weight=self.embedding_weight, lexical_weight=self.lexical_weight,
-            duplicate_threshold=self.duplicate_threshold, procedure_bonus=self.procedure_bonus,
-            max_list_items=self.max_list_items, order=self.order,
-            style=self.style, use_answer_candidates=self.use_answer_candidates,
-            no_answer_message=self.no_answer_message, embedding_model=self.embedding_model, cache_dir=self.cache_dir,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ExtractiveAnswerer":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)
 
     @component.output_types(state=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:

@@ -31,7 +31,7 @@ from copy import deepcopy
 from typing import Any
 
 import nh3
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
 from gatehouse.components.guardrails.document_screen import drop_foreign_images
 from gatehouse.components.guardrails.injection import (
@@ -332,64 +332,6 @@ class Guardrails:
             component.set_output_types(self, state=State)
 
     # -- serialisation ----------------------------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialise this component to a dictionary.
-
-        :returns: The dictionary with the type and the init parameters.
-        """
-        return default_to_dict(
-            self,
-            stage=self.stage,
-            corpus_name=self.corpus_name,
-            max_query_chars=self.max_query_chars,
-            pii_detectors=self.pii_detectors,
-            pii_patterns=self.pii_patterns,
-            national_id_patterns=self.national_id_patterns,
-            pii_placeholders=self.pii_placeholders,
-            phone_min_digits=self.phone_min_digits,
-            phone_max_digits=self.phone_max_digits,
-            card_min_digits=self.card_min_digits,
-            card_max_digits=self.card_max_digits,
-            pii_backend=self.pii_backend,
-            presidio_entities=self.presidio_entities,
-            presidio_score_threshold=self.presidio_score_threshold,
-            presidio_model=self.presidio_model,
-            presidio_language=self.presidio_language,
-            unicode_form=self.unicode_form,
-            strip_categories=self.strip_categories,
-            injection_patterns=self.injection_patterns,
-            injection_scope=self.injection_scope,
-            injection_message=self.injection_message,
-            capability_patterns=self.capability_patterns,
-            capability_exemptions=self.capability_exemptions,
-            capability_messages=self.capability_messages,
-            out_of_scope_topics=self.out_of_scope_topics,
-            out_of_scope_message=self.out_of_scope_message,
-            refusal_message=self.refusal_message,
-            violation_actions=self.violation_actions,
-            empty_query_message=self.empty_query_message,
-            query_too_long_message=self.query_too_long_message,
-            sanitize_markup=self.sanitize_markup,
-            dangerous_elements=self.dangerous_elements,
-            allowed_tags=self.allowed_tags,
-            allowed_image_hosts=self.allowed_image_hosts,
-            hedge_phrases=self.hedge_phrases,
-            fallback_message=self.fallback_message,
-            warn_without_sources=self.warn_without_sources,
-            allow_pii_from_sources=self.allow_pii_from_sources,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Guardrails":
-        """
-        Deserialise a component from a dictionary.
-
-        :param data: The dictionary from `to_dict()`.
-        :returns: The component.
-        """
-        return default_from_dict(cls, data)
 
     # -- run --------------------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.joiners.fusion import Fusion
 
@@ -98,21 +98,3 @@ class HybridFusion:
                        for doc in documents] for name, documents in ranked.items()}
         kept = self._fusion.rank(hits, self.top_k if top_k is None else top_k)
         return {"documents": [replace(merged[chunk], score=score) for chunk, score in kept]}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            method=self.method,
-            weights=self.weights,
-            rrf_k=self.rrf_k,
-            top_k=self.top_k,
-            normalization=self.normalization,
-            group_by=self.group_by,
-            chunks_per_group=self.chunks_per_group,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HybridFusion":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

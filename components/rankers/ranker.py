@@ -3,7 +3,7 @@
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse import settings
 
@@ -74,12 +74,3 @@ class Ranker:
         )
         ranked = sorted(zip(documents, scores), key=lambda pair: -float(pair[1]))[:limit]
         return {"documents": [replace(doc, meta={**doc.meta, "rerank_score": float(score)}) for doc, score in ranked]}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self, model=self.model, top_k=self.top_k, batch_size=self.batch_size)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Ranker":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

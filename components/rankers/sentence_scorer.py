@@ -4,7 +4,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 from haystack.core.component.types import Variadic
 
 from gatehouse.components.embedders.document_embedder import embedded_text
@@ -113,20 +113,3 @@ class SentenceScorer:
             scored.append(replace(doc, score=float(part.max()), meta=meta))
         scored.sort(key=lambda doc: -(doc.score or 0.0))
         return {"documents": scored}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            model=self.model,
-            cache_dir=self.cache_dir,
-            sentences=self.sentences,
-            include_chunk=self.include_chunk,
-            chunk_fields=self.chunk_fields,
-            batch_size=self.batch_size,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SentenceScorer":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -3,7 +3,7 @@
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
@@ -51,14 +51,3 @@ class BM25Retriever:
             query, filters=filters, top_k=self.top_k if top_k is None else top_k
         )
         return {"documents": [replace(d, meta={**d.meta, self.score_field: d.score}) for d in documents]}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self, document_store=self.document_store, top_k=self.top_k, score_field=self.score_field
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BM25Retriever":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -3,7 +3,7 @@
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.embedders.vector import Vector
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
@@ -49,12 +49,3 @@ class DenseRetriever:
         limit = self.top_k if top_k is None else top_k
         documents = self.document_store.embedding_retrieval(list(query_embedding), filters=filters, top_k=limit)
         return {"documents": [replace(d, meta={**d.meta, "dense_score": d.score}) for d in documents]}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self, document_store=self.document_store, top_k=self.top_k)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DenseRetriever":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -3,7 +3,7 @@
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.embedders.vector import Vector
 from gatehouse.components.joiners.fusion import Fusion
@@ -177,26 +177,3 @@ class HybridRetriever:
                            for document in hits]
         return [replace(found[chunk], score=fused, meta={**found[chunk].meta, **said[chunk]})
                 for chunk, fused in self._fusion.rank(lists, limit)]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            dense_store=self.dense_store,
-            lexical_store=self.lexical_store,
-            ngrams_store=self.ngrams_store,
-            candidates=self.candidates,
-            sentences=self.sentences,
-            method=self.method,
-            weights=self.weights,
-            normalization=self.normalization,
-            rrf_k=self.rrf_k,
-            group_by=self.group_by,
-            chunks_per_group=self.chunks_per_group,
-            top_k=self.top_k,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HybridRetriever":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -1,8 +1,7 @@
 """Retrieval as one component: a Haystack SuperComponent over the retrieval pipeline YAML, kept by reference."""
 
-from typing import Any
 
-from haystack import Pipeline, default_from_dict, default_to_dict, super_component
+from haystack import Pipeline, super_component
 
 from gatehouse.pipelines import load_pipeline
 
@@ -57,12 +56,3 @@ class RetrievalPipeline:
         self.pipeline = load_pipeline(pipeline_file)
         self.input_mapping = retrieval_input_mapping(self.pipeline)
         self.output_mapping = {f"{next(iter(self.pipeline.outputs()))}.documents": "documents"}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component (the pipeline by its file)."""
-        return default_to_dict(self, pipeline_file=self.pipeline_file)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RetrievalPipeline":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -3,7 +3,7 @@
 import time
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.state import State
 
@@ -41,12 +41,3 @@ class RetrievalRequest:
         if prefetched.get("query") == state["query"] and prefetched.get("kbs") == state.get("kbs"):
             return {"state": state, "documents": list(prefetched["documents"])}
         return {"state": state, "query": state["query"], "tenant": state.get("tenant"), "kbs": state.get("kbs") or None}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RetrievalRequest":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

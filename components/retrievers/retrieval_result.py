@@ -4,7 +4,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.state import State, advance
 
@@ -45,12 +45,3 @@ class RetrievalResult:
                 documents=documents, chunks_retrieved=len(documents),
             )
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RetrievalResult":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
 from gatehouse.components.state import PUBLIC_TENANT
 
@@ -70,12 +70,3 @@ class TenantFilter:
         if filters:
             conditions.append(filters)
         return {"filters": {"operator": "AND", "conditions": conditions}}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self, default_tenant=self.default_tenant, include_public=self.include_public)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TenantFilter":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -3,7 +3,7 @@
 import time
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.state import State, advance, with_validation
 
@@ -116,18 +116,3 @@ class ContextSelector:
                 context_documents=[document],
             )
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            min_context_chars=self.min_context_chars,
-            invalid_context=self.invalid_context,
-            context_source_name=self.context_source_name,
-            context_title=self.context_title,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ContextSelector":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -3,7 +3,7 @@
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
 from gatehouse.components.state import State, advance
 
@@ -85,12 +85,3 @@ class PlanStep:
             plan={**plan, "parts": parts, "current": following},
         )
         return {"part": advance(state, stage="plan_step", started=started, **updates)}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PlanStep":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

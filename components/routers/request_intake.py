@@ -3,7 +3,7 @@
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
 from gatehouse.components.state import PUBLIC_TENANT, State, new_state
 
@@ -90,12 +90,3 @@ class RequestIntake:
             state.update(status="error", error_message=problem, answer="", history=[], context=None)
             return {"invalid": state}
         return {"state": state}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self, default_mode=self.default_mode, max_history_turns=self.max_history_turns)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RequestIntake":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from haystack import component, default_from_dict, default_to_dict, logging
+from haystack import component, logging
 
 from gatehouse.components.builders.response_builder import FINAL_STATUSES
 from gatehouse.components.embedders.embedding import EmbeddingBackend
@@ -409,34 +409,6 @@ class SemanticCache:
                     del self._entries[partition]
         return True
 
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize the component to a dictionary.
-
-        :returns: Dictionary with serialized data.
-        """
-        return default_to_dict(
-            self,
-            enabled=self.enabled,
-            similarity_threshold=self.similarity_threshold,
-            max_entries=self.max_entries,
-            ttl_s=self.ttl_s,
-            cache_partial=self.cache_partial,
-            document_store=self.document_store,
-            embedding_model=self.embedding_model,
-            cache_dir=self.cache_dir,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SemanticCache":
-        """
-        Deserialize the component from a dictionary.
-
-        :param data: Dictionary to deserialize from.
-        :returns: Deserialized component.
-        """
-        return default_from_dict(cls, data)
-
 
 @component
 class SemanticCacheStore:
@@ -473,21 +445,3 @@ class SemanticCacheStore:
         stored = ticket.cache.store(ticket, state)
         return {"state": advance(state, stage="cache", started=started,
                                  cache={**(state.get("cache") or {}), "stored": stored})}
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize the component to a dictionary.
-
-        :returns: Dictionary with serialized data.
-        """
-        return default_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SemanticCacheStore":
-        """
-        Deserialize the component from a dictionary.
-
-        :param data: Dictionary to deserialize from.
-        :returns: Deserialized component.
-        """
-        return default_from_dict(cls, data)

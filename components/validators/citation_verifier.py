@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import numpy as np
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.guardrails.sanitising import citation_url, plain_text
@@ -241,51 +241,6 @@ class CitationVerifier:
             from gatehouse.components.embedders.embedding import EmbeddingBackend
 
             self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.cache_dir)
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize this component to a dictionary.
-
-        :returns: The serialized component.
-        """
-        return default_to_dict(
-            self,
-            support_threshold=self.support_threshold,
-            embedding_weight=self.embedding_weight,
-            lexical_weight=self.lexical_weight,
-            min_supported_ratio=self.min_supported_ratio,
-            unmatched_number_penalty=self.unmatched_number_penalty,
-            detect_contradictions=self.detect_contradictions,
-            negation_cues=self.negation_cues,
-            antonyms=self.antonyms,
-            cue_window=self.cue_window,
-            alignment_top_k=self.alignment_top_k,
-            remove_unsupported=self.remove_unsupported,
-            reattribute=self.reattribute,
-            reattribute_threshold=self.reattribute_threshold,
-            fallback_message=self.fallback_message,
-            connective_max_words=self.connective_max_words,
-            snippet_chars=self.snippet_chars,
-            citation_text_separator=self.citation_text_separator,
-            url_template=self.url_template,
-            fallback_kb=self.fallback_kb,
-            skip_statuses=self.skip_statuses,
-            citation_pattern=self.citation_pattern,
-            embedding_model=self.embedding_model,
-            cache_dir=self.cache_dir,
-            stopwords=self.stopwords,
-            abbreviations=self.abbreviations,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CitationVerifier":
-        """
-        Deserialize this component from a dictionary.
-
-        :param data: The dictionary from `to_dict()`.
-        :returns: The component.
-        """
-        return default_from_dict(cls, data)
 
     @component.output_types(state=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:

@@ -3,7 +3,7 @@
 from collections import defaultdict
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 from haystack.document_stores.types import DuplicatePolicy
 
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
@@ -99,12 +99,3 @@ class IndexWriter:
             self.dense_store.delete_documents(stale)
             self.lexical_store.delete_documents(stale)
         return len(stale)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(self, dense_store=self.dense_store, lexical_store=self.lexical_store)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IndexWriter":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -5,7 +5,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 from haystack.dataclasses import ByteStream
 
 from gatehouse.components.state import PUBLIC_TENANT
@@ -205,18 +205,3 @@ class IngestPlanner:
             "sources": to_write,
             "report": {"kb": kb, "tenant": tenant, "planned": report_planned, "skipped": skipped, "failed": failed},
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            document_store=self.document_store,
-            mime_types=self.mime_types,
-            max_file_bytes=self.max_file_bytes,
-            kb_pattern=self.kb_pattern,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IngestPlanner":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)
