@@ -1,10 +1,13 @@
 """
-Helpers for the optional LLM tier of Gatehouse's gates (plain Python, not a component): serialising an optional
-chat generator the way Haystack's Agent does, and asking it one question.
+Helpers for the optional LLM tier of Gatehouse's gates (plain Python, not a component): serialising a component
+with a chat generator the way Haystack's Agent does, and asking the generator one question.
 """
 
+import inspect
+from copy import deepcopy
 from typing import Any
 
+from haystack import default_from_dict, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 from haystack.utils import deserialize_component_inplace
@@ -31,6 +34,25 @@ def chat_generator_from_init_parameters(data: dict[str, Any]) -> dict[str, Any]:
     if data["init_parameters"].get("chat_generator") is not None:
         deserialize_component_inplace(data["init_parameters"], key="chat_generator")
     return data
+
+
+class ChatGeneratorSerialization:
+    """
+    Haystack's default serialisation (every `__init__` parameter, read from the attribute of the same name) for a
+    component with a `chat_generator` parameter, which is serialised as a component, as Haystack's Agent does.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the component (its chat generator too)."""
+        names = [name for name in inspect.signature(type(self).__init__).parameters if name != "self"]
+        parameters = {name: getattr(self, name) for name in names}
+        parameters["chat_generator"] = chat_generator_to_dict(parameters["chat_generator"])
+        return default_to_dict(self, **parameters)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """Deserialise the component (its chat generator too; `data` is left as it was)."""
+        return default_from_dict(cls, chat_generator_from_init_parameters(deepcopy(data)))
 
 
 def ask_chat_generator(

@@ -12,9 +12,9 @@ import re
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
-from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.state import State, advance, with_validation
 
 DEFAULT_OPERATOR_WORDS: dict[str, str] = {
@@ -152,7 +152,7 @@ def _has_operation(tree: ast.AST) -> bool:
 
 
 @component
-class DirectAnswerer:
+class DirectAnswerer(ChatGeneratorSerialization):
     """
     Answers without retrieval, for the intent gate's `direct` route (seed 000's `skip_retrieval`).
 
@@ -390,36 +390,3 @@ class DirectAnswerer:
                 generator=generator,
             )
         }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            operator_words=self.operator_words,
-            arithmetic_prefixes=self.arithmetic_prefixes,
-            arithmetic_suffixes=self.arithmetic_suffixes,
-            max_exponent=self.max_exponent,
-            max_result_digits=self.max_result_digits,
-            max_expression_chars=self.max_expression_chars,
-            significant_digits=self.significant_digits,
-            arithmetic_template=self.arithmetic_template,
-            division_by_zero_message=self.division_by_zero_message,
-            too_large_message=self.too_large_message,
-            greeting_patterns=self.greeting_patterns,
-            thanks_patterns=self.thanks_patterns,
-            farewell_patterns=self.farewell_patterns,
-            max_greeting_words=self.max_greeting_words,
-            greeting_message=self.greeting_message,
-            thanks_message=self.thanks_message,
-            farewell_message=self.farewell_message,
-            no_model_message=self.no_model_message,
-            llm_error_message=self.llm_error_message,
-            chat_generator=chat_generator_to_dict(self.chat_generator),
-            system_prompt=self.system_prompt,
-            max_history_turns=self.max_history_turns,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DirectAnswerer":
-        """Deserialise the component."""
-        return default_from_dict(cls, chat_generator_from_init_parameters(data))

@@ -7,9 +7,10 @@ import time
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from gatehouse.components.chat import ChatGeneratorSerialization
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ REPLY_LISTENER: ContextVar[ReplyListener | None] = ContextVar("gatehouse_reply_l
 
 
 @component
-class LLMAnswerer:
+class LLMAnswerer(ChatGeneratorSerialization):
     """
     Generates a cited answer with a chat model (llama.cpp's server from `gatehouse llm serve`, vLLM, Ollama, OpenAI,
     ...), given as any Haystack chat generator in `chat_generator`.
@@ -287,27 +288,6 @@ class LLMAnswerer:
                 listener.reply_grew(self.normalize_markers("".join(received)))
 
         return follow
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component (the chat generator too)."""
-        return default_to_dict(
-            self,
-            chat_generator=self.chat_generator,
-            system_prompt=self.system_prompt,
-            user_prompt=self.user_prompt,
-            passage_template=self.passage_template,
-            max_passages=self.max_passages,
-            max_units=self.max_units,
-            max_unit_words=self.max_unit_words,
-            not_found_reply=self.not_found_reply,
-            fallback_message=self.fallback_message,
-            fallback_to_extractive=self.fallback_to_extractive,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LLMAnswerer":
-        """Deserialise the component (the chat generator too)."""
-        return default_from_dict(cls, data)
 
 
 def _cut(text: str, words: int) -> str:

@@ -4,9 +4,9 @@ import re
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 
-from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.query.query_rewriter import QueryRewriter
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import DEFAULT_STOPWORDS, singular, tokenize
@@ -70,7 +70,7 @@ def _question_parts(questions: list[str]) -> list[dict[str, Any]]:
 
 
 @component
-class QueryPlanner:
+class QueryPlanner(ChatGeneratorSerialization):
     """
     Decides whether a question has several parts and, if so, plans one sub-query per part. Without a model, by two
     general rules of English:
@@ -338,25 +338,3 @@ class QueryPlanner:
         }
         return {"plan": advance(state, stage="planner", started=started, steps=[f"plan_{len(parts)}_subqueries"],
                                 plan=plan)}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            enabled=self.enabled,
-            max_subqueries=self.max_subqueries,
-            min_part_terms=self.min_part_terms,
-            question_words=self.question_words,
-            back_references=self.back_references,
-            comparison_cues=self.comparison_cues,
-            stopwords=self.stopwords,
-            chat_generator=chat_generator_to_dict(self.chat_generator),
-            llm_prompt=self.llm_prompt,
-            llm_cues=self.llm_cues,
-            llm_min_grounding=self.llm_min_grounding,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "QueryPlanner":
-        """Deserialise the component (the LLM tier's chat generator too)."""
-        return default_from_dict(cls, chat_generator_from_init_parameters(data))

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
-from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.kb_profile import KBProfiles
 from gatehouse.components.state import State, advance, with_validation
@@ -122,7 +122,7 @@ def _first_line(text: str) -> str:
 
 
 @component
-class QueryRewriter:
+class QueryRewriter(ChatGeneratorSerialization):
     """
     Rewrites the query: `task="retry"` for the next retrieval attempt, `task="condense"` for follow-up questions.
 
@@ -754,48 +754,3 @@ class QueryRewriter:
         )
 
     # -------------------------------------------------------- serialisation
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            task=self.task,
-            kb_keywords=self.kb_keywords,
-            profile_store=self.profile_store,
-            max_profile_keywords=self.max_profile_keywords,
-            strategies=self.strategies,
-            max_expansion_terms=self.max_expansion_terms,
-            min_keyword_similarity=self.min_keyword_similarity,
-            prf_terms=self.prf_terms,
-            prf_top_k=self.prf_top_k,
-            prf_min_term_length=self.prf_min_term_length,
-            stopwords=self.stopwords,
-            stemmer_language=self.stemmer_language,
-            max_history_turns=self.max_history_turns,
-            use_assistant_turns=self.use_assistant_turns,
-            max_condense_words=self.max_condense_words,
-            max_reference_content_terms=self.max_reference_content_terms,
-            followup_patterns=self.followup_patterns,
-            pronouns=self.pronouns,
-            noun_pronouns=self.noun_pronouns,
-            leading_connectives=self.leading_connectives,
-            ellipsis_patterns=self.ellipsis_patterns,
-            determiners=self.determiners,
-            question_determiners=self.question_determiners,
-            prepositions=self.prepositions,
-            auxiliary_verbs=self.auxiliary_verbs,
-            verb_cues=self.verb_cues,
-            definite_article=self.definite_article,
-            context_template=self.context_template,
-            embedding_model=self.embedding_model,
-            embedding_cache_dir=self.embedding_cache_dir,
-            chat_generator=chat_generator_to_dict(self.chat_generator),
-            rewrite_prompt=self.rewrite_prompt,
-            condense_prompt=self.condense_prompt,
-            max_query_chars=self.max_query_chars,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "QueryRewriter":
-        """Deserialise the component."""
-        return default_from_dict(cls, chat_generator_from_init_parameters(data))

@@ -56,10 +56,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units
-from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.text import (
     DEFAULT_ABBREVIATIONS,
@@ -194,7 +194,7 @@ class _Candidate:
 
 
 @component
-class AnswerabilityGate:
+class AnswerabilityGate(ChatGeneratorSerialization):
     """
     Routes the state to `answerable` when some passage sentence answers the question, else to `unanswerable`.
 
@@ -337,50 +337,6 @@ class AnswerabilityGate:
             self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.cache_dir)
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize this component to a dictionary.
-
-        :returns: The serialized component.
-        """
-        return default_to_dict(
-            self,
-            threshold=self.threshold,
-            weights=self.weights,
-            bias=self.bias,
-            require_entities=self.require_entities,
-            on_unanswerable=self.on_unanswerable,
-            fallback_message=self.fallback_message,
-            max_candidates=self.max_candidates,
-            answer_types=self.answer_types,
-            type_patterns=self.type_patterns,
-            negations=self.negations,
-            antonyms=self.antonyms,
-            question_words=self.question_words,
-            units=self.units,
-            stopwords=self.stopwords,
-            abbreviations=self.abbreviations,
-            skip_statuses=self.skip_statuses,
-            embedding_model=self.embedding_model,
-            cache_dir=self.cache_dir,
-            chat_generator=chat_generator_to_dict(self.chat_generator),
-            llm_weight=self.llm_weight,
-            llm_prompt=self.llm_prompt,
-            llm_candidates=self.llm_candidates,
-            success_threshold=self.success_threshold,
-            require_type=self.require_type,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AnswerabilityGate":
-        """
-        Deserialize this component from a dictionary.
-
-        :param data: The dictionary from `to_dict()`.
-        :returns: The component.
-        """
-        return default_from_dict(cls, chat_generator_from_init_parameters(data))
 
     # -- signals -------------------------------------------------------------------------------------------------
     def expected_type(self, question: str) -> str | None:

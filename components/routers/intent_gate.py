@@ -6,9 +6,9 @@ import time
 from copy import deepcopy
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict, logging
+from haystack import component, logging
 
-from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.kb_profile import KBProfile, KBProfiles
 from gatehouse.components.text import TermNormaliser, stem, tokenize, tokens
 from gatehouse.components.state import State, advance, with_validation
@@ -266,7 +266,7 @@ def _short(pattern: str, limit: int = 80) -> str:
 
 
 @component
-class IntentGate:
+class IntentGate(ChatGeneratorSerialization):
     """
     Classifies the query into an intent and makes the retrieval decision: retrieve, answer directly, or refuse.
 
@@ -497,61 +497,6 @@ class IntentGate:
         self._intent_index.warm_up()
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize the component to a dictionary.
-
-        :returns: Dictionary with serialized data.
-        """
-        return default_to_dict(
-            self,
-            refuse_patterns=self.refuse_patterns,
-            code_request_patterns=self.code_request_patterns,
-            direct_patterns=self.direct_patterns,
-            retrieve_patterns=self.retrieve_patterns,
-            general_knowledge_patterns=self.general_knowledge_patterns,
-            domain_keywords=self.domain_keywords,
-            refuse_keywords=self.refuse_keywords,
-            general_keywords=self.general_keywords,
-            max_general_subject_terms=self.max_general_subject_terms,
-            stopwords=self.stopwords,
-            examples=self.examples,
-            embedding_threshold=self.embedding_threshold,
-            embedding_margin=self.embedding_margin,
-            intent_patterns=self.intent_patterns,
-            intent_keywords=self.intent_keywords,
-            intent_keyword_margin=self.intent_keyword_margin,
-            intent_examples=self.intent_examples,
-            intent_embedding_threshold=self.intent_embedding_threshold,
-            intent_embedding_margin=self.intent_embedding_margin,
-            intent_routes=self.intent_routes,
-            intent_route_tiers=self.intent_route_tiers,
-            default_route=self.default_route,
-            default_intent=self.default_intent,
-            refuse_intent=self.refuse_intent,
-            refusal_message=self.refusal_message,
-            empty_query_route=self.empty_query_route,
-            empty_query_intent=self.empty_query_intent,
-            examples_top_k=self.examples_top_k,
-            embedding_model=self.embedding_model,
-            cache_dir=self.cache_dir,
-            chat_generator=chat_generator_to_dict(self.chat_generator),
-            llm_prompt=self.llm_prompt,
-            profile_store=self.profile_store,
-            include_public=self.include_public,
-            min_domain_coverage=self.min_domain_coverage,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IntentGate":
-        """
-        Deserialize the component from a dictionary.
-
-        :param data: Dictionary to deserialize from.
-        :returns: Deserialized component.
-        """
-        return default_from_dict(cls, chat_generator_from_init_parameters(deepcopy(data)))
 
     # --- the route -------------------------------------------------------------------------------------------
 

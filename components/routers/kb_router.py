@@ -9,9 +9,9 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict, logging
+from haystack import Document, component, logging
 
-from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.kb_profile import ENTRY_KEYS, KBProfiles
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import PUBLIC_TENANT, State, advance, with_validation
@@ -61,7 +61,7 @@ class _Tiers:
 
 
 @component
-class KBRouter:
+class KBRouter(ChatGeneratorSerialization):
     """
     Routes a query to one or two knowledge bases and emits the retrieval filters, always scoped to the tenant.
 
@@ -317,45 +317,6 @@ class KBRouter:
             self._retrieval.warm_up()
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
-
-    def to_dict(self) -> dict[str, Any]:
-        """
-        Serialize the component to a dictionary.
-
-        :returns: Dictionary with serialized data.
-        """
-        return default_to_dict(
-            self,
-            knowledge_bases=self.knowledge_bases,
-            keyword_weight=self.keyword_weight,
-            embedding_weight=self.embedding_weight,
-            pattern_weight=self.pattern_weight,
-            keyword_saturation=self.keyword_saturation,
-            embedding_top_k=self.embedding_top_k,
-            dual_route_margin=self.dual_route_margin,
-            max_kbs=self.max_kbs,
-            min_route_score=self.min_route_score,
-            default_threshold=self.default_threshold,
-            default_tenant=self.default_tenant,
-            include_public=self.include_public,
-            catalogue_store=self.catalogue_store,
-            evidence=self.evidence,
-            embedding_model=self.embedding_model,
-            cache_dir=self.cache_dir,
-            chat_generator=chat_generator_to_dict(self.chat_generator),
-            llm_margin=self.llm_margin,
-            llm_prompt=self.llm_prompt,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "KBRouter":
-        """
-        Deserialize the component from a dictionary.
-
-        :param data: Dictionary to deserialize from.
-        :returns: Deserialized component.
-        """
-        return default_from_dict(cls, chat_generator_from_init_parameters(deepcopy(data)))
 
     def score(self, query: str, tiers: "_Tiers | None" = None) -> tuple[dict[str, float], str]:
         """

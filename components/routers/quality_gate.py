@@ -9,9 +9,9 @@ import re
 import time
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
-from gatehouse.components.chat import ask_chat_generator, chat_generator_from_init_parameters, chat_generator_to_dict
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import TermNormaliser
@@ -45,7 +45,7 @@ def parse_relevance(text: str) -> float | None:
 
 
 @component
-class QualityGate:
+class QualityGate(ChatGeneratorSerialization):
     """
     Scores the retrieved documents against the original question and routes to `passed`, `retry` or `exhausted`.
 
@@ -310,34 +310,3 @@ class QualityGate:
             **common,
         )
         return {"exhausted": new}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component."""
-        return default_to_dict(
-            self,
-            default_threshold=self.default_threshold,
-            floor=self.floor,
-            max_retries=self.max_retries,
-            top_n=self.top_n,
-            best_dense_weight=self.best_dense_weight,
-            mean_dense_weight=self.mean_dense_weight,
-            coverage_weight=self.coverage_weight,
-            dense_range=list(self.dense_range),
-            dense_score_key=self.dense_score_key,
-            coverage_meta_fields=self.coverage_meta_fields,
-            stopwords=self.stopwords,
-            stemmer_language=self.stemmer_language,
-            min_term_length=self.min_term_length,
-            chat_generator=chat_generator_to_dict(self.chat_generator),
-            llm_weight=self.llm_weight,
-            llm_prompt=self.llm_prompt,
-            llm_max_context_chars=self.llm_max_context_chars,
-            rescore_rewritten=self.rescore_rewritten,
-            embedding_model=self.embedding_model,
-            embedding_cache_dir=self.embedding_cache_dir,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "QualityGate":
-        """Deserialise the component."""
-        return default_from_dict(cls, chat_generator_from_init_parameters(data))
