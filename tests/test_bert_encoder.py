@@ -56,3 +56,13 @@ def test_batching_does_not_change_a_vector(batch_size):
     encoder = BertEncoder(settings.embedding_model())
     np.testing.assert_allclose(encoder.encode(TEXTS, batch_size=batch_size), encoder.encode(TEXTS, batch_size=32),
                                atol=1e-5)
+
+
+def test_the_layers_run_on_packed_weights_with_the_default_kernels_results():
+    import torch
+
+    encoder = BertEncoder(settings.embedding_model())
+    assert bool(encoder._packed) == torch.backends.mkldnn.is_available()  # noqa: SLF001
+    packed = encoder.encode(TEXTS, batch_size=4)
+    encoder._packed = {}  # noqa: SLF001  (as on a torch build without oneDNN)
+    np.testing.assert_allclose(packed, encoder.encode(TEXTS, batch_size=4), atol=1e-5)
