@@ -29,6 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from haystack import Document, default_from_dict, default_to_dict
 from haystack.document_stores.errors import DuplicateDocumentError
 from haystack.document_stores.types import DuplicatePolicy
@@ -447,7 +448,7 @@ class EdgeDocumentStore:
                 vectors["dense"] = [float(x) for x in document.embedding]
             sentences = sentence_embeddings.get(document.id)
             if sentences is not None and len(sentences):
-                vectors["sentences"] = [[float(x) for x in row] for row in sentences]
+                vectors["sentences"] = np.asarray(sentences, dtype=np.float32).tolist()
             points.append(Point(id=id_, vector=vectors, payload=payload))
         value = version if version is not None else self._shard.next_version()
         kbs = {kb_of(document.meta) for document in documents}
