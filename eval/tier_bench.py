@@ -8,7 +8,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
 - intent (`intent`): intent and route accuracy; `llm_only` empties the pattern and keyword lists and sets the
   embedding thresholds above 1, so no cheaper tier is ever confident.
 - router (`router`): KB routing accuracy (the chosen KBs joined by "+" equal the gold KB) on the cases with a gold
-  KB; `llm_only` switches the evidence search off and sets `llm_margin` to 2 (every lead is below it).
+  KB; `llm_only` switches the evidence tier off and sets `llm_margin` to 2 (every lead is below it).
 - judge (`answerability`, and `quality_gate` with `--tiers quality`): the decision against the case's answerable
   label as abstention precision/recall, on the cases whose passages reach the gate in ask.yml as shipped;
   `llm_only` sets `llm_weight` to 1.
@@ -286,7 +286,7 @@ def run_benchmark(
     from gatehouse.eval.runner import work_dir
 
     from gatehouse.ingest import ingest, sample_groups
-    from gatehouse.pipelines import load_pipeline
+    from gatehouse.pipelines import component_spec, load_pipeline
 
     unknown = [tier for tier in tiers if tier not in TIERS]
     if unknown:
@@ -295,22 +295,23 @@ def run_benchmark(
     path = pipeline_path(pipeline)
     spec = without_answer_cache(yaml.safe_load(path.read_text(encoding="utf-8")))
     generator = chat_generator_spec(llm_url, model=model, timeout=timeout, max_tokens=max_tokens)
-    components = spec["components"]
 
     def variants(tier: str, names: tuple[str, ...] = VARIANTS) -> dict[str, Any]:
         name = COMPONENTS[tier]
-        return {variant: build(variant_spec(components[name], tier, variant, generator), name) for variant in names}
+        return {variant: build(variant_spec(component_spec(spec, name), tier, variant, generator), name)
+                for variant in names}
 
     base_file = work_dir() / f"tier-bench-{path.stem}.yml"
     base_file.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     base = load_pipeline(base_file)
     base.warm_up()
-    retrieval = RetrievalPipeline(pipeline_file=components["retrieval"]["init_parameters"]["pipeline_file"])
+    retrieval = RetrievalPipeline(pipeline_file=component_spec(spec, "retrieval")["init_parameters"]["pipeline_file"])
+    assembler = base.get_component("answer").pipeline.get_component("assembler")
     retrieval.warm_up()
     cases = golden_slice(limit)
     if "planner" in tiers:
         cases += [case for case in load_golden(GOLDEN_SET).cases if case.gold_parts]
-    router_off = build(variant_spec(components["router"], "router", "off", generator), "router")
+    router_off = build(variant_spec(component_spec(spec, "router"), "router", "off", generator), "router")
     gates = {tier: variants(tier, ("off", "llm") if tier in WITHOUT_LLM_ONLY else VARIANTS) for tier in tiers}
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {tier: {v: [] for v in gates[tier]} for tier in tiers}
 
@@ -320,7 +321,7 @@ def run_benchmark(
     inputs, guarded = [], []
     for case in cases:
         result = base.run({"intake": {"query": case.question, "tenant": case.tenant, "history": case.history}},
-                          include_outputs_from={"condenser", "assembler"})
+                          include_outputs_from={"condenser", "search"})
         if "condenser" not in result:  # refused by the input guardrails: no gate after them ran
             guarded.append(case.id)
             continue
@@ -328,7 +329,9 @@ def run_benchmark(
         routed = router_off.run(state=condensed)["routed"] if case.gold_kb else None
         first = (retrieval.run(query=condensed["query"], tenant=case.tenant, kbs=routed["kbs"])["documents"]
                  if routed else [])
-        inputs.append((case, condensed, (result.get("assembler") or {}).get("passages"), routed, first))
+        searched = (result.get("search") or {}).get("done")  # the passages reaching the answerability gate
+        passages = assembler.run(state=searched).get("passages") if searched and not searched.get("plan") else None
+        inputs.append((case, condensed, passages, routed, first))
     for tier, by_variant in gates.items():
         for variant, gate in by_variant.items():
             for case, condensed, passages, routed, first in inputs:
@@ -336,8 +339,8 @@ def run_benchmark(
                 if case.gold_parts and tier != "planner":
                     continue
                 if tier == "planner":
-                    name, out, row["calls"] = run_gate(gate, condensed)
-                    parts = (out.get("plan") or {}).get("parts") or [] if name == "plan" else []
+                    _, out, row["calls"] = run_gate(gate, condensed)
+                    parts = (out.get("plan") or {}).get("parts") or []
                     row.update(correct=bool(parts) == bool(case.gold_parts), predicted=len(parts),
                                llm_decided=bool(parts) and out["plan"]["strategy"] == "llm")
                     if case.gold_parts:

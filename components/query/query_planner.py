@@ -94,9 +94,10 @@ class QueryPlanner(ChatGeneratorSerialization):
     asking what another asks. Anything else (one line, an ungrounded line, a failed call: a warning says so) leaves
     the question single.
 
-    A plan goes out on `plan` with `state["plan"]` (`strategy` questions | coordination | llm, `question`, `parts`:
-    `index`, `query`, `label`, `status` "planned") and path `plan_{N}_subqueries`; anything else (one part, caller
-    context modes, more than `max_subqueries` parts) goes on `single` unchanged.
+    A plan goes out in `state["plan"]` (`strategy` questions | coordination | llm, `question`, `parts`: `index`,
+    `query`, `label`, `status` "planned") with path `plan_{N}_subqueries`; anything else (one part, caller context
+    modes, more than `max_subqueries` parts) goes on unchanged. The search and answer pipelines run once per part of
+    a plan.
 
     Usage:
     ```python
@@ -104,7 +105,7 @@ class QueryPlanner(ChatGeneratorSerialization):
     from gatehouse.components.state import new_state
 
     out = QueryPlanner().run(state=new_state("Compare the default ports of the server and the agent"))
-    [p["query"] for p in out["plan"]["plan"]["parts"]]
+    [p["query"] for p in out["state"]["plan"]["parts"]]
     # ["The default ports of the server?", "The default ports of the agent?"]
     ```
     """
@@ -125,7 +126,7 @@ class QueryPlanner(ChatGeneratorSerialization):
         llm_min_grounding: float = 1.0,
     ) -> None:
         """
-        :param enabled: False sends every question on `single`.
+        :param enabled: False leaves every question single.
         :param max_subqueries: Most sub-queries of a plan (each part runs the answering gates once: keep it below the
             pipeline's `max_runs_per_component`).
         :param min_part_terms: Fewest content words a split-off question needs to stand alone.
@@ -310,24 +311,24 @@ class QueryPlanner(ChatGeneratorSerialization):
             return None, f"planner: LLM tier failed ({type(error).__name__}); the question was answered as one"
         return self.llm_parts(question, reply), None
 
-    @component.output_types(single=State, plan=State)
+    @component.output_types(state=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:
         """
         Plan the question.
 
         :param state: The request state; reads `condensed_query` (or `query`) and `mode`.
-        :returns: `plan` with `state["plan"]`, or `single` with the state unchanged (but for a warning when the LLM
-            tier failed).
+        :returns: `state`, with `plan` when the question has several parts, else unchanged (but for a warning when
+            the LLM tier failed).
         """
         started = time.perf_counter()
         question = str(state.get("condensed_query") or state.get("query") or "")
         if not self.enabled or state.get("mode", "full-corpus") != "full-corpus":
-            return {"single": state}
+            return {"state": state}
         planned = self.plan(question)
         if planned is None:
             parts, warning = self._ask_llm(" ".join(question.split()))
             if parts is None:
-                return {"single": with_validation(state, "confidence_warnings", warning) if warning else state}
+                return {"state": with_validation(state, "confidence_warnings", warning) if warning else state}
             planned = ("llm", parts)
         strategy, parts = planned
         plan = {
@@ -336,5 +337,5 @@ class QueryPlanner(ChatGeneratorSerialization):
             "parts": [{"index": i, "query": p["query"], "label": p["label"], "status": "planned"}
                       for i, p in enumerate(parts)],
         }
-        return {"plan": advance(state, stage="planner", started=started, steps=[f"plan_{len(parts)}_subqueries"],
+        return {"state": advance(state, stage="planner", started=started, steps=[f"plan_{len(parts)}_subqueries"],
                                 plan=plan)}
