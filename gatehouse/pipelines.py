@@ -21,7 +21,6 @@ RENAMED_MODULES = {
     "components.direct_answerer": "gatehouse.components.generators.direct_answerer",
     "components.document_embedder": "gatehouse.components.embedders.document_embedder",
     "components.extractive_answerer": "gatehouse.components.generators.extractive_answerer",
-    "components.guardrails": "gatehouse.components.guardrails.guardrails",
     "components.hybrid_fusion": "gatehouse.components.joiners.hybrid_fusion",
     "components.index_writer": "gatehouse.components.writers.index_writer",
     "components.ingest_planner": "gatehouse.components.writers.ingest_planner",
@@ -42,6 +41,14 @@ RENAMED_MODULES = {
     "components.stores.lexical_document_store": "gatehouse.document_stores.lexical_document_store",
     "components.tenant_filter": "gatehouse.components.retrievers.tenant_filter",
     "components.text_embedder": "gatehouse.components.embedders.text_embedder",
+}
+
+# The class that became two (`Guardrails` with its `stage`), under its old and its last module: what it is now.
+SPLIT_TYPES = {
+    f"{module}.Guardrails": "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the "
+    "default) or gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without "
+    "`stage` (docs/pipelines.md lists the settings of each)"
+    for module in ("components.guardrails", "gatehouse.components.guardrails.guardrails")
 }
 
 
@@ -76,8 +83,8 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
         `type` and `init_parameters`) that replaces the pipeline's `generator` component; None keeps the YAML's own.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
-    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths, or a profile
-        is given for a pipeline without a `generator` component.
+    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths or by a class
+        that was split (`Guardrails`), or a profile is given for a pipeline without a `generator` component.
     """
     path = pipeline_path(name_or_path)
     if not path.is_file():
@@ -89,8 +96,8 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
     if outdated:
         fixes = "; ".join(f"{old} -> {new}" for old, new in outdated)
         raise PipelineYAMLError(
-            f"{path} names components by their old module paths; Gatehouse's components live in "
-            f"gatehouse.components.<family> now. Change the `type:` strings: {fixes}."
+            f"{path} names components by classes that moved (Gatehouse's components live in "
+            f"gatehouse.components.<family>) or were split in two. Change the `type:` strings: {fixes}."
         )
     return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
 
@@ -128,10 +135,13 @@ def _use_generator_profile(path: Path, spec: dict[str, Any], generator: str) -> 
 
 
 def _outdated_types(node: Any):
-    """(old, new) for every `type:` in the YAML tree that names a class by its pre-`gatehouse.components` module."""
+    """(old, new) for every `type:` in the YAML tree that names a class by its pre-`gatehouse.components` module or a
+    class that was split."""
     if isinstance(node, dict):
         kind = node.get("type")
-        if isinstance(kind, str) and kind.startswith("components."):
+        if isinstance(kind, str) and kind in SPLIT_TYPES:
+            yield kind, SPLIT_TYPES[kind]
+        elif isinstance(kind, str) and kind.startswith("components."):
             module, _, name = kind.rpartition(".")
             new = RENAMED_MODULES.get(module)
             if new:
