@@ -47,8 +47,7 @@ RENAMED_MODULES = {
     "components.text_embedder": "gatehouse.components.embedders.text_embedder",
 }
 
-
-#: Classes an earlier ask.yml used and what does their job now.
+#: Classes an earlier pipeline YAML used and what does their job now.
 RETIRED_CLASSES = {
     "gatehouse.components.routers.context_selector.ContextSelector":
         "no component: RequestIntake takes the caller's context (min_context_chars, invalid_context)",
@@ -56,6 +55,10 @@ RETIRED_CLASSES = {
         "gatehouse.components.pipelines.search_pipeline.SearchPipeline, which searches a plan's parts",
     "gatehouse.components.routers.plan_step.PlanStep":
         "gatehouse.components.pipelines.answer_pipeline.AnswerPipeline, which answers a plan's parts",
+    "gatehouse.components.guardrails.guardrails.Guardrails":
+        "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
+        "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage` "
+        "(docs/pipelines.md lists the settings of each)",
 }
 
 

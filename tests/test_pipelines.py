@@ -77,3 +77,33 @@ def test_build_pipeline_with_a_changed_sub_pipeline_and_a_generator_profile():
     assert component_spec(spec, "generator")["type"].endswith(".ExtractiveAnswerer")  # the spec given is unchanged
     with pytest.raises(PipelineYAMLError, match="no `generator` component"):
         load_pipeline("retrieve", generator="llm")
+
+
+def test_load_pipeline_names_the_two_classes_of_a_split_guardrails(tmp_path):
+    # A pipeline copied by `gatehouse init` before Guardrails became InputGuardrails and OutputGuardrails.
+    path = tmp_path / "ask.yml"
+    path.write_text(
+        "components:\n"
+        "  input_guard:\n"
+        "    type: gatehouse.components.guardrails.guardrails.Guardrails\n"
+        "    init_parameters: {stage: input, max_query_chars: 4000}\n"
+        "  output_guard:\n"
+        "    type: gatehouse.components.guardrails.guardrails.Guardrails\n"
+        "    init_parameters: {stage: output, allowed_tags: []}\n"
+        "connections:\n"
+        "  - {sender: input_guard.passed, receiver: output_guard.state}\n"
+    )
+    with pytest.raises(PipelineYAMLError) as raised:
+        load_pipeline(path)
+    message = str(raised.value)
+    assert (
+        "gatehouse.components.guardrails.guardrails.Guardrails -> "
+        "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
+        "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage`"
+    ) in message
+    assert message.count("InputGuardrails") == 1  # one fix for both components
+    # Its pre-`gatehouse.components` path gets the same fix.
+    path.write_text(path.read_text().replace("gatehouse.components.guardrails.guardrails.", "components.guardrails."))
+    with pytest.raises(PipelineYAMLError, match=r"components\.guardrails\.Guardrails -> .*InputGuardrails for "
+                                                r"`stage: input`.*OutputGuardrails for `stage: output`"):
+        load_pipeline(path)
