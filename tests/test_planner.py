@@ -211,11 +211,9 @@ def test_run_llm_tier_with_a_real_model(smollm2_url):
 def test_subquery_retrieval_init():
     retrieval = SubQueryRetrieval(max_workers=2, replan=False, quality_gate=QualityGate(floor=0.3))
     assert retrieval.max_workers == 2 and retrieval.replan is False and retrieval.quality_gate.floor == 0.3
-    assert retrieval.rewriter.task == "retry"
+    assert isinstance(retrieval.rewriter, QueryRewriter)
     with pytest.raises(ValueError, match="max_workers"):
         SubQueryRetrieval(max_workers=0)
-    with pytest.raises(ValueError, match="retry"):
-        SubQueryRetrieval(rewriter=QueryRewriter(task="condense"))
 
 
 def test_subquery_retrieval_to_dict():
@@ -224,7 +222,7 @@ def test_subquery_retrieval_to_dict():
     assert parameters["pipeline_file"] == "retrieve"
     assert parameters["quality_gate"]["type"].endswith("QualityGate")
     assert parameters["quality_gate"]["init_parameters"]["default_threshold"] == 0.7
-    assert parameters["rewriter"]["init_parameters"]["task"] == "retry"
+    assert parameters["rewriter"]["type"] == "gatehouse.components.query.query_rewriter.QueryRewriter"
 
 
 def test_subquery_retrieval_from_dict():
@@ -235,7 +233,7 @@ def test_subquery_retrieval_from_dict():
 
 
 def test_run_retrieves_parts_in_parallel_and_replans_the_failed_one(ingested):
-    retrieval = SubQueryRetrieval(rewriter=QueryRewriter(task="retry", kb_keywords={"ops": ["backups", "gateway"]}))
+    retrieval = SubQueryRetrieval(rewriter=QueryRewriter(kb_keywords={"ops": ["backups", "gateway"]}))
     retrieval.warm_up()
     state = new_state("q", tenant="public", plan=_plan("What is the uptime SLA?", "zxqv wobbleflarp"))
     out = retrieval.run(state=state)["state"]

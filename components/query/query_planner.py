@@ -7,7 +7,7 @@ from typing import Any
 from haystack import component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
-from gatehouse.components.query.query_rewriter import QueryRewriter
+from gatehouse.components.query.followup_rules import FollowUpRules
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.text import DEFAULT_STOPWORDS, singular, tokenize
 
@@ -166,8 +166,8 @@ class QueryPlanner(ChatGeneratorSerialization):
         self._question_words = frozenset(w.casefold() for w in question_words or DEFAULT_QUESTION_WORDS)
         self._back_references = frozenset(w.casefold() for w in back_references or DEFAULT_BACK_REFERENCES)
         self._stopwords = frozenset(w.casefold() for w in stopwords) if stopwords is not None else DEFAULT_STOPWORDS
-        self._resolver = QueryRewriter(task="condense", max_condense_words=40, max_reference_content_terms=40,
-                                       pronouns=sorted(self._back_references), noun_pronouns=[])
+        self._resolver = FollowUpRules(grammar={"pronouns": sorted(self._back_references), "noun_pronouns": []},
+                                       max_condense_words=40, max_reference_content_terms=40)
 
     def _opens_question(self, sentence: str) -> bool:
         words = tokenize(sentence)
@@ -200,7 +200,7 @@ class QueryPlanner(ChatGeneratorSerialization):
                     continue
                 piece, condition = condition + piece, ""
                 if parts and set(tokenize(piece)) & self._back_references:
-                    resolved = self._resolver.condense_question(piece, [{"role": "user", "content": parts[-1]}])
+                    resolved = self._resolver.condense(piece, [{"role": "user", "content": parts[-1]}])
                     if resolved == piece:  # nothing to refer to: it stays with the part before it
                         parts[-1] = f"{parts[-1]} and {piece}"
                         continue

@@ -58,18 +58,16 @@ class SubQueryRetrieval:
         :param pipeline_file: The retrieval pipeline (name in `pipelines/` or a YAML path), as `RetrievalPipeline`.
         :param quality_gate: Scores each part's documents (its threshold, floor and weights); None uses
             `QualityGate()`. Its `max_retries` is not used: a part is replanned at most once.
-        :param rewriter: Rewrites a part that failed the gate (`task: retry`); None uses `QueryRewriter(task="retry")`.
+        :param rewriter: Rewrites a part that failed the gate; None uses `QueryRewriter()`.
         :param replan: False keeps the first attempt of every part.
         :param max_workers: Parts searched at the same time.
-        :raises ValueError: When `max_workers` < 1 or the rewriter's task is not `retry`.
+        :raises ValueError: When `max_workers` < 1.
         """
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1.")
-        if rewriter is not None and rewriter.task != "retry":
-            raise ValueError("rewriter must be a QueryRewriter with task 'retry'.")
         self.pipeline_file = pipeline_file
         self.quality_gate = quality_gate or QualityGate()
-        self.rewriter = rewriter or QueryRewriter(task="retry")
+        self.rewriter = rewriter or QueryRewriter()
         self.replan = replan
         self.max_workers = max_workers
         self._retrieval = RetrievalPipeline(pipeline_file=pipeline_file)
