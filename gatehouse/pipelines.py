@@ -44,6 +44,20 @@ RENAMED_MODULES = {
     "components.text_embedder": "gatehouse.components.embedders.text_embedder",
 }
 
+_REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"
+_CONDENSER = "gatehouse.components.query.query_condenser.QueryCondenser"
+# Settings a component no longer takes because they were grouped into one mapping: class -> {setting: mapping}.
+MOVED_SETTINGS = {
+    _REWRITER: dict.fromkeys(["max_expansion_terms", "min_keyword_similarity", "max_profile_keywords", "prf_terms",
+                              "prf_top_k", "prf_min_term_length", "stopwords", "stemmer_language"], "expansion"),
+    _CONDENSER: dict.fromkeys(["followup_patterns", "pronouns", "noun_pronouns", "leading_connectives",
+                               "ellipsis_patterns", "determiners", "question_determiners", "prepositions",
+                               "auxiliary_verbs", "verb_cues", "definite_article", "stopwords", "stemmer_language"],
+                              "grammar"),
+    "gatehouse.components.query.query_planner.QueryPlanner": dict.fromkeys(
+        ["question_words", "back_references", "comparison_cues", "stopwords"], "grammar"),
+}
+
 
 class PipelineYAMLError(ValueError):
     """A pipeline YAML that cannot be loaded as written (the message says what to change)."""
@@ -76,7 +90,8 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
         `type` and `init_parameters`) that replaces the pipeline's `generator` component; None keeps the YAML's own.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
-    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths, or a profile
+    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths, sets what a
+        component no longer takes (`task` of the query rewriter, settings grouped into one mapping), or a profile
         is given for a pipeline without a `generator` component.
     """
     path = pipeline_path(name_or_path)
@@ -92,6 +107,9 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
             f"{path} names components by their old module paths; Gatehouse's components live in "
             f"gatehouse.components.<family> now. Change the `type:` strings: {fixes}."
         )
+    settings = list(dict.fromkeys(_outdated_settings(spec.get("components") or {})))
+    if settings:
+        raise PipelineYAMLError(f"{path} sets what its components no longer take: {'; '.join(settings)}.")
     return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
 
 
@@ -146,3 +164,27 @@ def _outdated_types(node: Any):
     elif isinstance(node, list):
         for value in node:
             yield from _outdated_types(value)
+
+
+def _outdated_settings(node: Any, where: str = ""):
+    """What to change in every component of the YAML tree (`where`: its place) that sets what it no longer takes."""
+    if isinstance(node, dict):
+        kind, params = node.get("type"), node.get("init_parameters")
+        if isinstance(kind, str) and isinstance(params, dict):
+            condenses = kind == _REWRITER and params.get("task") == "condense"
+            if condenses:
+                yield (f"`{where}` is a QueryRewriter with `task: condense`, and follow-ups are condensed by their own "
+                       f"component now: write `type: {_CONDENSER}` and remove `task`")
+            elif kind == _REWRITER and "task" in params:
+                yield (f"`{where}` sets `task: {params['task']}`, but QueryRewriter only rewrites a weak query for a "
+                       f"retry now (follow-ups: {_CONDENSER}): remove `task`")
+            elif kind == _CONDENSER and "task" in params:
+                yield f"`{where}` sets `task: {params['task']}`, but QueryCondenser takes no `task`: remove it"
+            moved = MOVED_SETTINGS.get(_CONDENSER if condenses else kind, {})
+            for name in [name for name in params if name in moved]:
+                yield f"`{where}`: `{name}` is a key of `{moved[name]}` now (`{moved[name]}: {{{name}: ...}}`)"
+        for key, value in node.items():
+            yield from _outdated_settings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _outdated_settings(value, f"{where}[{index}]")
