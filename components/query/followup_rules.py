@@ -105,11 +105,7 @@ def _tokens(text: str) -> list[_Token]:
 
 class FollowUpRules:
     """
-    A follow-up made standalone by rules: the topic is the noun phrase of the previous user turn that the question
-    asked about ("How do I rotate *an API key*?", "Which *regions* ...", "How much does *the basic tier* cost?"); a
-    leading "and"/"so" is dropped, then a new entity ("what about X", "and for X", "and the X?") takes the place of
-    the matching phrase of the previous question; else the first pronoun becomes the topic; else the question is put
-    in context with `context_template`. Earlier follow-ups in the history are resolved the same way first.
+    The rules of `QueryCondenser` (its docstring says what they do): `is_followup`, `noun_phrases` and `condense`.
 
     :param grammar: The English the rules read, keys of `DEFAULT_GRAMMAR` (a key left out or None keeps its
         default): `followup_patterns` (regexes marking a follow-up), `pronouns` (words replaced by the topic; this,
