@@ -42,7 +42,7 @@ class State(MutableMapping[str, Any]):
     context: str | None  # caller-provided text for the constrained and hybrid modes
     history: list[dict[str, Any]]  # earlier turns, {"role", "content"}
     started: float  # time.perf_counter() when the request was taken in (the response's total latency)
-    # The condenser (QueryRewriter task condense).
+    # The condenser (QueryCondenser).
     condensed_query: str  # the standalone question made of a follow-up
     # The answer cache (SemanticCache before the intent gate, SemanticCacheStore after the output guardrails).
     cache: dict[str, Any]  # status: hit | miss | skipped (with a reason); a hit adds age_s, match (exact |

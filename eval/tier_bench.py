@@ -16,7 +16,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
   the multi-part cases planned into as many parts as they have gold parts (`parts_accuracy`), over the slice plus
   every multi-part golden case; the LLM is asked only when the rules found no plan and a cue matches (no `llm_only`:
   the rules cannot be emptied).
-- rewriter (`rewriter`, task retry) and condenser (`condenser`): whether the LLM's query is used (`method: llm`, not
+- rewriter (`rewriter`) and condenser (`condenser`): whether the LLM's query is used (`method: llm`, not
   the rules' fallback) and the context recall (gold sources among the documents retrieved with the query, through
   the routed KBs) of the original question, the rules' query and the LLM's. The retry is the first one
   (`attempt: 1`) after a first search with the question; the condenser runs on the follow-up cases.

@@ -61,6 +61,20 @@ RETIRED_CLASSES = {
         "(docs/pipelines.md lists the settings of each)",
 }
 
+_REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"
+_CONDENSER = "gatehouse.components.query.query_condenser.QueryCondenser"
+# Settings a component no longer takes because they were grouped into one mapping: class -> {setting: mapping}.
+MOVED_SETTINGS = {
+    _REWRITER: dict.fromkeys(["max_expansion_terms", "min_keyword_similarity", "max_profile_keywords", "prf_terms",
+                              "prf_top_k", "prf_min_term_length", "stopwords", "stemmer_language"], "expansion"),
+    _CONDENSER: dict.fromkeys(["followup_patterns", "pronouns", "noun_pronouns", "leading_connectives",
+                               "ellipsis_patterns", "determiners", "question_determiners", "prepositions",
+                               "auxiliary_verbs", "verb_cues", "definite_article", "stopwords", "stemmer_language"],
+                              "grammar"),
+    "gatehouse.components.query.query_planner.QueryPlanner": dict.fromkeys(
+        ["question_words", "back_references", "comparison_cues", "stopwords"], "grammar"),
+}
+
 
 class PipelineYAMLError(ValueError):
     """A pipeline YAML that cannot be loaded as written (the message says what to change)."""
@@ -95,8 +109,9 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
         ask pipeline's is in `answer.yml`); None keeps the YAML's own.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
-    :raises PipelineYAMLError: If the YAML names components Gatehouse no longer has, or a profile is given for a
-        pipeline without a `generator` component.
+    :raises PipelineYAMLError: If the YAML names components Gatehouse no longer has, sets what a component no longer
+        takes (`task` of the query rewriter, settings grouped into one mapping), or a profile is given for a pipeline
+        without a `generator` component.
     """
     return build_pipeline(read_spec(name_or_path), origin=str(pipeline_path(name_or_path)), generator=generator)
 
@@ -127,11 +142,14 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
     if generator is not None:
         _use_generator_profile(origin, spec, generator)
     outdated = sorted(set(_outdated_types(spec)))
-    if outdated:
-        fixes = "; ".join(f"{old} -> {new}" for old, new in outdated)
+    settings = list(dict.fromkeys(_outdated_settings(spec.get("components") or {})))
+    if outdated or settings:
+        fixes = [f"change the `type:` strings: {'; '.join(f'{old} -> {new}' for old, new in outdated)}"] if outdated \
+            else []
+        fixes += [f"change what its components no longer take: {'; '.join(settings)}"] if settings else []
         raise PipelineYAMLError(
-            f"{origin} names components Gatehouse no longer has under that name. Change the `type:` strings (or run "
-            f"`gatehouse init` into a new folder for the current pipelines and carry your settings across): {fixes}."
+            f"{origin} was written for an earlier Gatehouse. To load it, {', and '.join(fixes)}. (Or run `gatehouse "
+            "init` into a new folder for the current pipelines and carry your settings across.)"
         )
     return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
 
@@ -251,3 +269,27 @@ def _current_type(kind: str) -> str:
     if module == "components.retrieval_stage":
         return "gatehouse.components.retrievers.retrieval_pipeline.RetrievalPipeline, inside pipelines/search.yml"
     return "a gatehouse.components.<family> module"
+
+
+def _outdated_settings(node: Any, where: str = ""):
+    """What to change in every component of the YAML tree (`where`: its place) that sets what it no longer takes."""
+    if isinstance(node, dict):
+        kind, params = node.get("type"), node.get("init_parameters")
+        if isinstance(kind, str) and isinstance(params, dict):
+            condenses = kind == _REWRITER and params.get("task") == "condense"
+            if condenses:
+                yield (f"`{where}` is a QueryRewriter with `task: condense`, and follow-ups are condensed by their own "
+                       f"component now: write `type: {_CONDENSER}` and remove `task`")
+            elif kind == _REWRITER and "task" in params:
+                yield (f"`{where}` sets `task: {params['task']}`, but QueryRewriter only rewrites a weak query for a "
+                       f"retry now (follow-ups: {_CONDENSER}): remove `task`")
+            elif kind == _CONDENSER and "task" in params:
+                yield f"`{where}` sets `task: {params['task']}`, but QueryCondenser takes no `task`: remove it"
+            moved = MOVED_SETTINGS.get(_CONDENSER if condenses else kind, {})
+            for name in [name for name in params if name in moved]:
+                yield f"`{where}`: `{name}` is a key of `{moved[name]}` now (`{moved[name]}: {{{name}: ...}}`)"
+        for key, value in node.items():
+            yield from _outdated_settings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _outdated_settings(value, f"{where}[{index}]")

@@ -47,13 +47,15 @@ def test_planner_init():
         QueryPlanner(max_subqueries=1)
     with pytest.raises(ValueError, match="min_part_terms"):
         QueryPlanner(min_part_terms=0)
+    with pytest.raises(ValueError, match=r"grammar has unknown keys \['question_word'\]"):
+        QueryPlanner(grammar={"question_word": ["what"]})
 
 
 def test_planner_to_dict():
     data = QueryPlanner(max_subqueries=5).to_dict()
     assert data["type"] == "gatehouse.components.query.query_planner.QueryPlanner"
     assert data["init_parameters"]["max_subqueries"] == 5
-    assert data["init_parameters"]["comparison_cues"] is None
+    assert data["init_parameters"]["grammar"] is None
 
 
 def test_planner_from_dict():
