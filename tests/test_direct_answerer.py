@@ -1,3 +1,4 @@
+import re
 from copy import deepcopy
 
 import pytest
@@ -42,7 +43,7 @@ def test_init():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"limits": {"max_exponents": 10}}, "'limits' has no setting 'max_exponents'"),
+        ({"limits": {"max_exponents": 10}}, r"'limits' has .*max_exponents"),
         ({"messages": "Hello"}, "'messages' must be a mapping"),
         ({"social_patterns": {"greeting": "^hi"}}, "'social_patterns.greeting' must be a list"),
         ({"social_patterns": {"thanks": ["(thanks"]}}, "'social_patterns.thanks' holds an invalid regular expression"),
@@ -93,10 +94,9 @@ def test_from_dict_names_the_new_place_of_a_moved_setting():
     with pytest.raises(ValueError) as raised:
         DirectAnswerer.from_dict(data)
     message = str(raised.value)
-    assert "'max_exponent' is now 'limits.max_exponent'" in message
-    assert "'greeting_patterns' is now 'social_patterns.greeting'" in message
-    assert "'arithmetic_template' is now 'messages.arithmetic'" in message
-    assert "'no_model_message' is now 'messages.no_model'" in message
+    for old, new in [("max_exponent", "limits.max_exponent"), ("greeting_patterns", "social_patterns.greeting"),
+                     ("arithmetic_template", "messages.arithmetic"), ("no_model_message", "messages.no_model")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", message), (old, message)
     assert "arithmetic_prefixes" not in message  # still a setting of its own
 
 

@@ -20,7 +20,7 @@ from gatehouse.components.generators.arithmetic import (
     evaluate_arithmetic,
     format_number,
 )
-from gatehouse.components.grouped_settings import MovedSettings, with_defaults
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.routers.tiered_classifier import compile_pattern
 from gatehouse.components.state import State, advance, with_validation
 
@@ -120,7 +120,7 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
     from gatehouse.components.generators.direct_answerer import DirectAnswerer
     from gatehouse.components.state import new_state
 
-    answerer = DirectAnswerer(messages={"greeting": "Hi! Ask me about billing."})
+    answerer = DirectAnswerer(messages={"greeting": "Hi! Ask me about gizmos."})
     answerer.run(state=new_state("What is 12 * 7?"))["state"]["answer"]   # "12 * 7 = 84."
     ```
     """
@@ -157,9 +157,9 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
         self.operator_words = operator_words
         self.arithmetic_prefixes = arithmetic_prefixes
         self.arithmetic_suffixes = arithmetic_suffixes
-        self.limits = with_defaults(limits, DEFAULT_LIMITS, "limits")
-        self.social_patterns = with_defaults(social_patterns, DEFAULT_SOCIAL_PATTERNS, "social_patterns")
-        self.messages = with_defaults(messages, DEFAULT_MESSAGES, "messages")
+        self.limits = setting_group("limits", limits, DEFAULT_LIMITS)
+        self.social_patterns = setting_group("social_patterns", social_patterns, DEFAULT_SOCIAL_PATTERNS)
+        self.messages = setting_group("messages", messages, DEFAULT_MESSAGES)
         self.chat_generator = chat_generator
         self.system_prompt = system_prompt
         self.max_history_turns = max_history_turns

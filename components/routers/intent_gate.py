@@ -8,7 +8,7 @@ from typing import Any
 from haystack import component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
-from gatehouse.components.grouped_settings import MovedSettings
+from gatehouse.components.setting_groups import MovedSettings
 from gatehouse.components.routers.intent_rules import ROUTES
 from gatehouse.components.routers.intent_settings import MOVED_SETTINGS, check_settings
 from gatehouse.components.routers.intent_tiers import IntentTiers
@@ -74,7 +74,7 @@ class IntentGate(MovedSettings, ChatGeneratorSerialization):
     from gatehouse.components.routers.intent_gate import IntentGate
     from gatehouse.components.state import new_state
 
-    gate = IntentGate(rules={"domain_keywords": ["widget*"]}, outcomes={"refusal_message": "Ask about widgets."})
+    gate = IntentGate(rules={"domain_keywords": ["gizmo*"]}, outcomes={"refusal_message": "Ask about gizmos."})
     result = gate.run(state=new_state("How do I reset my password?"))
     assert result["retrieve"]["intent"] == "procedural"
     result = gate.run(state=new_state("What is 12 * 7?"))

@@ -6,7 +6,7 @@ YAML written before the groups went.
 
 from typing import Any
 
-from gatehouse.components.grouped_settings import with_defaults
+from gatehouse.components.setting_groups import setting_group
 from gatehouse.components.routers.intent_rules import (
     DEFAULT_CODE_REQUEST_PATTERNS,
     DEFAULT_DIRECT_PATTERNS,
@@ -90,19 +90,19 @@ def check_settings(
     :raises ValueError: If a group has an unknown key, a list is malformed, a pattern does not compile, a number is
         not a number or a route name is unknown.
     """
-    rules = with_defaults(rules, DEFAULT_RULES, "rules")
+    rules = setting_group("rules", rules, DEFAULT_RULES)
     lists = [*ROUTE_PATTERN_RULES, *ROUTE_KEYWORD_RULES] + (["stopwords"] if rules["stopwords"] is not None else [])
     for name in lists:
         if isinstance(rules[name], str) or not isinstance(rules[name], (list, tuple)):
             raise ValueError(f"'{name}' must be a list of strings, got {type(rules[name]).__name__}.")
         rules[name] = list(rules[name])
-    tuning = with_defaults(tuning, DEFAULT_TUNING, "tuning")
+    tuning = setting_group("tuning", tuning, DEFAULT_TUNING)
     for name, value in tuning.items():
         try:
             tuning[name] = type(DEFAULT_TUNING[name])(value)
         except (TypeError, ValueError):
             raise ValueError(f"'tuning.{name}' must be a number, got {value!r}.") from None
-    outcomes = with_defaults(outcomes, DEFAULT_OUTCOMES, "outcomes")
+    outcomes = setting_group("outcomes", outcomes, DEFAULT_OUTCOMES)
     if not isinstance(outcomes["intent_routes"], dict):
         raise ValueError(f"'intent_routes' must be a mapping of intent to route, got {outcomes['intent_routes']!r}.")
     outcomes["intent_route_tiers"] = list(outcomes["intent_route_tiers"])
