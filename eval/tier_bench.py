@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
-from gatehouse.components.routers.intent_gate import DEFAULT_INTENT_KEYWORDS, DEFAULT_INTENT_PATTERNS
+from gatehouse.components.routers.intent_rules import DEFAULT_INTENT_KEYWORDS, DEFAULT_INTENT_PATTERNS
 from gatehouse.eval.datasets import GOLDEN_SET, EvalCase, load_golden, stratified_slice
 from haystack import component
 from haystack.core.serialization import allow_deserialization_module, component_from_dict, import_class_by_name
@@ -141,12 +141,14 @@ def variant_spec(component_spec: dict[str, Any], tier: str, variant: str,
     if variant == "llm":
         return spec
     if tier == "intent":
+        rules = params["rules"] = dict(params.get("rules") or {})
         for name in ("refuse_patterns", "direct_patterns", "retrieve_patterns", "general_knowledge_patterns",
                      "domain_keywords", "refuse_keywords", "general_keywords"):
-            params[name] = []
-        params["intent_patterns"] = {label: [] for label in params.get("intent_patterns") or DEFAULT_INTENT_PATTERNS}
-        params["intent_keywords"] = {label: [] for label in params.get("intent_keywords") or DEFAULT_INTENT_KEYWORDS}
-        params["embedding_threshold"] = params["intent_embedding_threshold"] = 2.0
+            rules[name] = []
+        rules["intent_patterns"] = {label: [] for label in rules.get("intent_patterns") or DEFAULT_INTENT_PATTERNS}
+        rules["intent_keywords"] = {label: [] for label in rules.get("intent_keywords") or DEFAULT_INTENT_KEYWORDS}
+        params["tuning"] = {**(params.get("tuning") or {}), "embedding_threshold": 2.0,
+                            "intent_embedding_threshold": 2.0}
     elif tier == "router":
         params["evidence"] = {**(params.get("evidence") or {}), "enabled": False}
         params["llm_margin"] = 2.0

@@ -85,11 +85,11 @@ def test_variant_specs_patch_a_copy():
     assert off["init_parameters"]["chat_generator"] is None
     llm = variant_spec(intent, "intent", "llm", GENERATOR)
     assert llm["init_parameters"]["chat_generator"] == GENERATOR
-    assert "refuse_patterns" not in llm["init_parameters"]  # as configured: the cheaper tiers first
+    assert "rules" not in llm["init_parameters"]  # as configured: the cheaper tiers first
     only = variant_spec(intent, "intent", "llm_only", GENERATOR)["init_parameters"]
-    assert only["refuse_patterns"] == [] and only["domain_keywords"] == []
-    assert only["embedding_threshold"] == only["intent_embedding_threshold"] == 2.0
-    assert only["intent_patterns"]["procedural"] == [] and "factual" in only["intent_keywords"]
+    assert only["rules"]["refuse_patterns"] == [] and only["rules"]["domain_keywords"] == []
+    assert only["tuning"]["embedding_threshold"] == only["tuning"]["intent_embedding_threshold"] == 2.0
+    assert only["rules"]["intent_patterns"]["procedural"] == [] and "factual" in only["rules"]["intent_keywords"]
     assert "chat_generator" not in intent["init_parameters"]  # ask.yml's own entry is untouched
 
     router = variant_spec(ask_component("router"), "router", "llm_only", GENERATOR)["init_parameters"]

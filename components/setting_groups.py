@@ -1,0 +1,68 @@
+"""
+Settings a component takes as one mapping parameter (a group of related tuning knobs) (plain Python, not a
+component): the group's defaults filled in, an unknown key refused, and a YAML that still names a setting where it
+stood before it moved into a group refused with its new place.
+
+Usage:
+```python
+from gatehouse.components.setting_groups import setting_group
+
+setting_group("limits", {"max_exponent": 10}, {"max_exponent": 1000, "max_result_digits": 100})
+# {"max_exponent": 10, "max_result_digits": 100}
+```
+"""
+
+from copy import deepcopy
+from typing import Any, ClassVar
+
+
+def setting_group(name: str, given: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
+    """
+    A group's complete settings: the given ones over the defaults.
+
+    :param name: The component parameter holding the group (named in errors).
+    :param given: The settings set (None: every default).
+    :param defaults: Every setting of the group with its default, in the group's order.
+    :returns: A deep copy: the defaults, overridden by `given`.
+    :raises ValueError: If `given` is not a mapping or names a setting the group does not have.
+    """
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise ValueError(f"'{name}' must be a mapping of setting to value, got {type(given).__name__}.")
+    unknown = [key for key in given if key not in defaults]
+    if unknown:
+        raise ValueError(f"'{name}' has no setting {', '.join(map(repr, unknown))}; it takes {', '.join(defaults)}.")
+    return deepcopy({**defaults, **given})
+
+
+class MovedSettingError(ValueError):
+    """Init parameters that name a setting where it stood before it moved into a group."""
+
+
+class MovedSettings:
+    """
+    A serialisation mixin: `from_dict` (how a pipeline YAML is loaded) refuses init parameters that still name a
+    setting that moved, with a `MovedSettingError` naming the old and the new place. List the moves in
+    `moved_settings` (`{"old_name": "group.key"}`) and put the mixin before the base that provides `from_dict`:
+
+    ```python
+    class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
+        moved_settings = {"max_exponent": "limits.max_exponent"}
+    ```
+    """
+
+    moved_settings: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """
+        Deserialise the component.
+
+        :raises MovedSettingError: If `data` sets a setting that moved, naming the old and the new place.
+        """
+        parameters = data.get("init_parameters") or {}
+        moved = [f"'{old}' is now '{new}'" for old, new in cls.moved_settings.items() if old in parameters]
+        if moved:
+            raise MovedSettingError(f"{cls.__name__} settings moved; change them in the YAML: {'; '.join(moved)}.")
+        return super().from_dict(data)  # type: ignore[misc]
