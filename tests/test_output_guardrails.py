@@ -15,7 +15,7 @@ def output_gate():
 
 
 def run_output(gate, answer, **fields):
-    result = gate.run(state=new_state("question", answer=answer, **fields))
+    result = gate.run(state=[new_state("question", answer=answer, **fields)])
     assert list(result) == ["state"]
     return result["state"]
 
@@ -303,7 +303,7 @@ def test_run_output_warns_without_sources(output_gate):
 
 
 def test_run_output_missing_answer(output_gate):
-    result = output_gate.run(state=new_state("q"))
+    result = output_gate.run(state=[new_state("q")])
     assert result["state"]["path"] == ["start", "output_guardrails"]
     assert "answer" not in result["state"]
 
@@ -314,7 +314,7 @@ def test_run_output_does_not_mutate_state(output_gate):
         support={"supported": True},
     )
     before = deepcopy(state)
-    out = output_gate.run(state=state)["state"]
+    out = output_gate.run(state=[state])["state"]
     assert state == before
     assert out["answer"] == "Maybe mail [EMAIL]"
     assert out["validation"] is not state["validation"]

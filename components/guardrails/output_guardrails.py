@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from haystack import component
+from haystack.core.component.types import GreedyVariadic
 
 from gatehouse.components.guardrails.document_screen import drop_foreign_images
 from gatehouse.components.guardrails.injection import compile_phrase
@@ -45,7 +46,7 @@ class OutputGuardrails:
     from gatehouse.components.state import new_state
 
     checker = OutputGuardrails()
-    out = checker.run(state={**new_state("q"), "answer": "<b>Maybe</b> use X [S1].", "citations": [{"id": "S1"}]})
+    out = checker.run(state=[new_state("q", answer="<b>Maybe</b> use X [S1].", citations=[{"id": "S1"}])])
     out["state"]["answer"]             # "Maybe use X [S1]."
     out["state"]["validation"]["confidence_warnings"]   # ["hedge_language:maybe"]
     ```
@@ -125,13 +126,15 @@ class OutputGuardrails:
         return masked, actions
 
     @component.output_types(state=State)
-    def run(self, state: State) -> dict[str, State]:
+    def run(self, state: GreedyVariadic[State]) -> dict[str, State]:
         """
         Screen the answer, replace it when unsupported, and add confidence warnings.
 
-        :param state: The request state (see `gatehouse.components.state`); it is not modified.
+        :param state: The request state (see `gatehouse.components.state`) from whichever gate ended the request (an
+            answer, a refusal, a cache hit, an error: every end of the ask pipeline comes here); it is not modified.
         :returns: `{"state": state}`.
         """
+        [state] = state
         self.warm_up()
         started = time.perf_counter()
         answer = state.get("answer")
