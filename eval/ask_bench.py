@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,6 @@ CACHE_QUESTION = "How do I rotate an API key?"
 
 def _worker(questions: list[str], rounds: int, hits: int) -> dict[str, Any]:
     """Time the asks of this process's Gatehouse (see the module docstring); only APIs every version has."""
-    import tempfile
-
     import yaml
     from haystack.core.pipeline import base, pipeline as haystack_pipeline
 
@@ -82,11 +81,12 @@ def _worker(questions: list[str], rounds: int, hits: int) -> dict[str, Any]:
 
 def _side(python: str, questions: list[str], rounds: int, hits: int, data: Path) -> dict[str, Any]:
     """One worker run of the interpreter `python` over the data folder `data`."""
-    environment = {**os.environ, "GATEHOUSE_DATA_DIR": str(data), "HAYSTACK_TELEMETRY_ENABLED": "False",
-                   "HF_HUB_OFFLINE": "1"}
+    environment = {**{k: v for k, v in os.environ.items() if k != "GATEHOUSE_PIPELINES_DIR"},
+                   "GATEHOUSE_DATA_DIR": str(data), "HAYSTACK_TELEMETRY_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
     arguments = json.dumps({WORKER_QUESTIONS: questions, "rounds": rounds, "hits": hits})
-    done = subprocess.run([python, str(Path(__file__).resolve()), "--worker", arguments], env=environment,
-                          capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory() as elsewhere:  # not a project folder: each side reads the pipelines it ships
+        done = subprocess.run([python, str(Path(__file__).resolve()), "--worker", arguments], env=environment,
+                              capture_output=True, text=True, check=False, cwd=elsewhere)
     if done.returncode != 0:
         raise RuntimeError(f"{python}: the ask worker failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -105,15 +105,16 @@ def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: 
     :raises ValueError: If `baseline_python` is not an executable file.
     """
     from gatehouse.eval.datasets import GOLDEN_SET, load_golden
-    from gatehouse.ingest import ingest, sample_groups
     from gatehouse.settings import data_dir
     from gatehouse.stats import percentile
 
     if baseline_python and not os.access(baseline_python, os.X_OK):
         raise ValueError(f"--baseline-python {baseline_python} is not an executable interpreter.")
-    ingest(sample_groups(), progress=False)
+    # in a process of its own: a data folder's store is open in one process at a time, and the workers need it
+    subprocess.run([sys.executable, "-c", "from gatehouse.ingest import ingest, sample_groups; "
+                    "ingest(sample_groups(), progress=False)"], check=True)
     cases = [c for c in load_golden(GOLDEN_SET).cases if c.gold_route == "retrieve" and not c.history
-             and not c.tenant]
+             and c.tenant == "public"]
     questions = [case.question for case in (cases[:limit] if limit else cases)]
     sides = {"this checkout": sys.executable, **({"baseline": baseline_python} if baseline_python else {})}
     runs: dict[str, dict[str, list[float]]] = {name: {"ask_ms": [], "copy_ms": [], "cache_hit_ms": []}

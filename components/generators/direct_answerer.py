@@ -211,11 +211,12 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
         return None
 
     @component.output_types(state=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Answer the question directly.
 
         :param state: The request state; reads `original_query` (or `query`) and `history`.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: `state`, a new state with `answer`, `status`, `citations`, `generator`.
         """
         started = time.perf_counter()
@@ -233,7 +234,7 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
             history = list(state.get("history") or [])[-2 * self.max_history_turns :] if self.max_history_turns else []
             try:
                 answer = ask_chat_generator(
-                    self.chat_generator, question, system_prompt=self.system_prompt, history=history
+                    self.chat_generator, question, system_prompt=self.system_prompt, history=history, deadline=deadline
                 )
                 status, generator = "success", "llm"
             except Exception as error:  # noqa: BLE001 - a failing model gets an honest reply, never a crash

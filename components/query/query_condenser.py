@@ -93,11 +93,12 @@ class QueryCondenser(ChatGeneratorSerialization):
             self.chat_generator.warm_up()
 
     @component.output_types(state=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Make the query standalone when it is a follow-up.
 
         :param state: The request state; reads `query` and `history`.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: `state`, a new state with `condensed_query` (and `query`) the standalone question.
         """
         started = time.perf_counter()
@@ -113,7 +114,8 @@ class QueryCondenser(ChatGeneratorSerialization):
             transcript = "\n".join(f"{t.get('role')}: {t.get('content')}" for t in turns)
             prompt = self.condense_prompt.replace("{history}", transcript).replace("{question}", question)
             try:
-                condensed = ask_for_query(self.chat_generator, prompt, max_chars=self.max_query_chars)
+                condensed = ask_for_query(self.chat_generator, prompt, max_chars=self.max_query_chars,
+                                          deadline=deadline)
             except Exception as error:  # noqa: BLE001 - any LLM failure falls back to the rules
                 warning = f"query_condenser: LLM condense failed ({type(error).__name__}: {error}); rules used"
         base = with_validation(state, "confidence_warnings", warning) if warning else state

@@ -321,24 +321,26 @@ class QueryPlanner(ChatGeneratorSerialization):
             return None
         return _question_parts(parts)
 
-    def _ask_llm(self, question: str) -> tuple[list[dict[str, Any]] | None, str | None]:
+    def _ask_llm(self, question: str, deadline: float | None) -> tuple[list[dict[str, Any]] | None, str | None]:
         """The LLM tier's parts (None: single) and a warning when the call failed."""
         if self.chat_generator is None or not any(cue.search(question) for cue in self._llm_cues):
             return None, None
         if set(tokenize(question)) & self._grammar.back_references:  # "... and how do I fix it?" is one question
             return None, None
         try:
-            reply = ask_chat_generator(self.chat_generator, self.llm_prompt.replace("{question}", question))
+            reply = ask_chat_generator(self.chat_generator, self.llm_prompt.replace("{question}", question),
+                                       deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure leaves the question single
             return None, f"planner: LLM tier failed ({type(error).__name__}); the question was answered as one"
         return self.llm_parts(question, reply), None
 
     @component.output_types(state=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Plan the question.
 
         :param state: The request state; reads `condensed_query` (or `query`) and `mode`.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: `state`, with `plan` when the question has several parts, else unchanged (but for a warning when
             the LLM tier failed).
         """
@@ -348,7 +350,7 @@ class QueryPlanner(ChatGeneratorSerialization):
             return {"state": state}
         planned = self.plan(question)
         if planned is None:
-            parts, warning = self._ask_llm(" ".join(question.split()))
+            parts, warning = self._ask_llm(" ".join(question.split()), deadline)
             if parts is None:
                 return {"state": with_validation(state, "confidence_warnings", warning) if warning else state}
             planned = ("llm", parts)

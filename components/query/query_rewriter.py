@@ -237,11 +237,12 @@ class QueryRewriter(ChatGeneratorSerialization):
         return candidates
 
     @component.output_types(state=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Rewrite the query for the next attempt.
 
         :param state: The request state as the quality gate's `retry` route emits it.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: `state`, a new state with the new `query` and the rewrite recorded in `rewrites`.
         """
         started = time.perf_counter()
@@ -277,7 +278,7 @@ class QueryRewriter(ChatGeneratorSerialization):
                 .replace("{feedback_terms}", ", ".join(feedback))
             )
             try:
-                reply = ask_for_query(self.chat_generator, prompt, max_chars=self.max_query_chars)
+                reply = ask_for_query(self.chat_generator, prompt, max_chars=self.max_query_chars, deadline=deadline)
                 if any(same_words(reply, p) for p in previous):
                     raise ValueError("reply repeats an earlier query")
                 new_query, record["method"], warnings = reply, "llm", []

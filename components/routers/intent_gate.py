@@ -141,14 +141,15 @@ class IntentGate(MovedSettings, ChatGeneratorSerialization):
 
     # --- the LLM tier ----------------------------------------------------------------------------------------
 
-    def _ask_llm(self, query: str, tenant: str | None) -> tuple[str | None, str | None, str | None]:
+    def _ask_llm(self, query: str, tenant: str | None,
+                 deadline: float | None) -> tuple[str | None, str | None, str | None]:
         """`(route, intent, error)` from the chat generator; unparseable parts are None."""
         listing = "\n".join(f"- {profile.description}" for profile in self._tiers.readable(tenant))
         intents = self.intents
         prompt = fill_prompt(self.llm_prompt, query=query, intents=", ".join(intents),
                              knowledge_bases=listing or "- (none described)")
         try:
-            reply = ask_chat_generator(self.chat_generator, prompt)
+            reply = ask_chat_generator(self.chat_generator, prompt, deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the non-LLM result
             return None, None, f"{type(error).__name__}: {error}"
         parsed = parse_json_object(reply) or {}
@@ -164,11 +165,12 @@ class IntentGate(MovedSettings, ChatGeneratorSerialization):
         return route, intent, error
 
     @component.output_types(retrieve=State, direct=State, refuse=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Classify `state["query"]` and emit the state on the route of the retrieval decision.
 
         :param state: The request state (see `gatehouse.components.state`); `query` is read.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: One of `{"retrieve": state}`, `{"direct": state}` or `{"refuse": state}`, where the new state
             carries `intent`, `intent_tier`, `route`, `decision_tier`, `decision_reason` and, when the embedding
             tier ran, `route_similarity` (similarity per route).
@@ -207,7 +209,7 @@ class IntentGate(MovedSettings, ChatGeneratorSerialization):
                     intent, intent_tier = decision.label, "embedding"
 
             if (route is None or intent is None) and self.chat_generator is not None:
-                llm_route, llm_intent, error = self._ask_llm(query, state.get("tenant"))
+                llm_route, llm_intent, error = self._ask_llm(query, state.get("tenant"), deadline)
                 if error:
                     warnings.append(f"intent_gate: LLM tier failed ({error}); used the non-LLM result")
                 if route is None and llm_route:

@@ -379,12 +379,13 @@ class KBRouter(ChatGeneratorSerialization):
         chosen = [name for name in names if best - scores[name] < self.dual_route_margin]
         return chosen[: self.max_kbs], False
 
-    def _ask_llm(self, query: str, candidates: list[str], descriptions: dict[str, str]) -> tuple[list[str], str | None]:
+    def _ask_llm(self, query: str, candidates: list[str], descriptions: dict[str, str],
+                 deadline: float | None) -> tuple[list[str], str | None]:
         """The candidate KBs chosen by the chat generator (best first) and an error message when it failed."""
         listing = "\n".join(f"- {name}: {descriptions.get(name) or name}" for name in candidates)
         prompt = fill_prompt(self.llm_prompt, query=query, knowledge_bases=listing)
         try:
-            reply = ask_chat_generator(self.chat_generator, prompt)
+            reply = ask_chat_generator(self.chat_generator, prompt, deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the non-LLM result
             return [], f"{type(error).__name__}: {error}"
         chosen = parse_labels(reply, candidates)[: self.max_kbs]
@@ -431,12 +432,13 @@ class KBRouter(ChatGeneratorSerialization):
         return {"routed": new_state}
 
     @component.output_types(routed=State, unknown_kb=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Route the query of `state` to knowledge bases.
 
         :param state: The request state (see `gatehouse.components.state`); reads `query`, `kb`, `tenant`, `mode` and
             `plan`.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: `{"routed": state}` with `kbs`, `threshold` (the lowest of the chosen KBs), `route_scores` (per
             candidate KB), `route_reason` (explicit, only, keywords, embedding, combined, low_confidence, evidence or
             llm) and `route_pending` (when the evidence decides: the candidate KBs searched and how to choose among
@@ -489,7 +491,7 @@ class KBRouter(ChatGeneratorSerialization):
         if self.evidence["enabled"] and query and len(searchable) > 1 and unsure:
             return self._routed(state, started, kbs, reason, scores, tiers, pending={"candidates": searchable})
         if self.chat_generator is not None and (low_confidence or lead < self.llm_margin):
-            chosen, error = self._ask_llm(query, declared + undeclared, self._descriptions(tenant, tiers))
+            chosen, error = self._ask_llm(query, declared + undeclared, self._descriptions(tenant, tiers), deadline)
             if error:
                 warnings.append(f"kb_router: LLM tier failed ({error}); used the non-LLM routing")
             else:
