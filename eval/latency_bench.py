@@ -44,7 +44,8 @@ def without_answer_checks(spec: dict[str, Any]) -> dict[str, Any]:
     router = dict(components["router"])
     router["init_parameters"] = {**router["init_parameters"], "evidence": {"enabled": False}}
     verifier = dict(components["verifier"])
-    verifier["init_parameters"] = {**verifier["init_parameters"], "detect_contradictions": False}
+    contradictions = {**(verifier["init_parameters"].get("contradictions") or {}), "enabled": False}
+    verifier["init_parameters"] = {**verifier["init_parameters"], "contradictions": contradictions}
     components.update(router=router, verifier=verifier)
     connections = []
     for connection in spec["connections"]:

@@ -5,8 +5,10 @@ from typing import Any
 
 import yaml
 from haystack import Pipeline
+from haystack.core.errors import DeserializationError
 from haystack.marshal import YamlMarshaller
 
+from gatehouse.components.setting_groups import MovedSettingError
 from gatehouse.settings import pipelines_dir
 
 ALLOWED_MODULES = ["gatehouse.components.*", "gatehouse.document_stores.*"]
@@ -76,8 +78,9 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
         `type` and `init_parameters`) that replaces the pipeline's `generator` component; None keeps the YAML's own.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
-    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths, or a profile
-        is given for a pipeline without a `generator` component.
+    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths or a setting by
+        its name from before it moved into a group, or a profile is given for a pipeline without a `generator`
+        component.
     """
     path = pipeline_path(name_or_path)
     if not path.is_file():
@@ -92,7 +95,12 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
             f"{path} names components by their old module paths; Gatehouse's components live in "
             f"gatehouse.components.<family> now. Change the `type:` strings: {fixes}."
         )
-    return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
+    try:
+        return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
+    except DeserializationError as error:
+        if isinstance(error.__cause__, MovedSettingError):
+            raise PipelineYAMLError(f"{path}: {error.__cause__}") from error
+        raise
 
 
 def without_answer_cache(spec: dict[str, Any]) -> dict[str, Any]:
