@@ -1,9 +1,10 @@
 """
 Helpers for the optional LLM tier of Gatehouse's gates (plain Python, not a component): serialising a component
-with a chat generator the way Haystack's Agent does, and asking the generator one question.
+with a chat generator the way Haystack's Agent does, and asking the generator one question (or for one query).
 """
 
 import inspect
+import re
 from copy import deepcopy
 from typing import Any
 
@@ -90,3 +91,27 @@ def ask_chat_generator(
     if not text:
         raise RuntimeError("the chat generator returned no text reply")
     return text
+
+
+_QUERY_LABEL = re.compile(r"^\s*(standalone\s+query|rewritten\s+query|query|search\s+query)\s*:\s*", re.IGNORECASE)
+
+
+def ask_for_query(chat_generator: Any, prompt: str, *, max_chars: int) -> str:
+    """
+    Ask a Haystack chat generator for a search query: the first non-empty line of its reply, without a `Query:`
+    label or quotes.
+
+    :param chat_generator: Any Haystack chat generator component.
+    :param prompt: The user message.
+    :param max_chars: The longest query accepted.
+    :returns: The query.
+    :raises RuntimeError: If the generator returns no text reply.
+    :raises ValueError: If the reply holds no query or a longer one than `max_chars` (callers catch both and fall
+        back).
+    """
+    lines = (_QUERY_LABEL.sub("", line).strip().strip("\"'`").strip()
+             for line in ask_chat_generator(chat_generator, prompt).splitlines())
+    query = next((line for line in lines if line), "")
+    if not query or len(query) > max_chars:
+        raise ValueError("empty or overlong reply")
+    return query

@@ -384,6 +384,11 @@ def rewrite_markers(
     return compiled.sub(replace, text or "")
 
 
+def same_words(a: str, b: str) -> bool:
+    """Whether two texts are the same words once case and spacing are ignored ("Reset  Login" and "reset login")."""
+    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+
+
 def singular(word: str) -> str:
     """A rough English singular by suffix: "policies" -> "policy", "plans" -> "plan"; "access", "status" stay."""
     lower = word.casefold()

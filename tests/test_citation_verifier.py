@@ -103,7 +103,7 @@ def test_from_dict():
 
 
 def test_init_rejects_bad_settings():
-    with pytest.raises(ValueError, match="'contradictions' has no setting window"):
+    with pytest.raises(ValueError, match="'contradictions' has no setting 'window'"):
         CitationVerifier(contradictions={"window": 3})
     with pytest.raises(ValueError, match="'scoring' must be a mapping"):
         CitationVerifier(scoring=0.5)
@@ -120,10 +120,11 @@ def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
     for old, new in [("detect_contradictions", "contradictions.enabled"), ("cue_window", "contradictions.cue_window"),
                      ("embedding_weight", "scoring.embedding_weight"),
                      ("citation_text_separator", "citations.text_separator")]:
-        assert f"`{old}` is now `{new}`" in str(raised.value)
+        assert f"'{old}' is now '{new}'" in str(raised.value)
     path = tmp_path / "old.yml"
     path.write_text(yaml.safe_dump({"components": {"verifier": data}, "connections": []}))
-    with pytest.raises(PipelineYAMLError, match=r"`cue_window` is now `contradictions.cue_window`"):
+    with pytest.raises(PipelineYAMLError, match=r"old\.yml: CitationVerifier settings moved.*'cue_window' is now "
+                                                r"'contradictions\.cue_window'"):
         load_pipeline(path)
 
 

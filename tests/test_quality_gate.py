@@ -98,7 +98,7 @@ def test_init_rejects_bad_parameters():
         QualityGate(judge={"weight": 1.5})
     with pytest.raises(ValueError, match="Unknown quality signals \\['cosine'\\] in 'weights'"):
         QualityGate(weights={"cosine": 1.0})
-    with pytest.raises(ValueError, match="'judge' has no setting llm_weight"):
+    with pytest.raises(ValueError, match="'judge' has no setting 'llm_weight'"):
         QualityGate(judge={"llm_weight": 0.3})
 
 
@@ -110,14 +110,17 @@ def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
         QualityGate.from_dict(data)
     for old, new in [("coverage_weight", "weights.coverage"), ("dense_range", "dense.range"),
                      ("llm_weight", "judge.weight"), ("embedding_cache_dir", "dense.cache_dir")]:
-        assert f"`{old}` is now `{new}`" in str(raised.value)
-    # the same gate nested in the planner's sub-query retrieval, as ask.yml's `subqueries` holds it
-    nested = {"type": "gatehouse.components.retrievers.subquery_retrieval.SubQueryRetrieval",
-              "init_parameters": {"quality_gate": data}}
-    path = tmp_path / "old.yml"
-    path.write_text(yaml.safe_dump({"components": {"subqueries": nested}, "connections": []}))
-    with pytest.raises(PipelineYAMLError, match=r"QualityGate settings have moved: .*`llm_weight` is now `judge.weight`"):
-        load_pipeline(path)
+        assert f"'{old}' is now '{new}'" in str(raised.value)
+    # the gate in a sub-pipeline, as ask.yml runs search.yml's
+    inner = tmp_path / "old-search.yml"
+    inner.write_text(yaml.safe_dump({"components": {"quality_gate": data}, "connections": []}))
+    outer = tmp_path / "old-ask.yml"
+    outer.write_text(yaml.safe_dump({"components": {"search": {
+        "type": "gatehouse.components.pipelines.state_pipeline.StatePipeline",
+        "init_parameters": {"pipeline_file": str(inner)}}}, "connections": []}))
+    with pytest.raises(PipelineYAMLError, match=r"old-search\.yml: QualityGate settings moved.*'llm_weight' is now "
+                                                r"'judge\.weight'"):
+        load_pipeline(outer)
 
 
 def test_to_dict():
@@ -173,7 +176,7 @@ def test_run_scores_relevant_high_and_unrelated_low(relevant_docs, unrelated_doc
 def test_run_passes_with_exact_path(relevant_docs):
     state = new_state(QUESTION, documents=relevant_docs, kbs=["faq"])
     route, out = only_route(QualityGate().run(state=state))
-    assert route == "passed"
+    assert route == "done"
     score = out["quality_score"]
     assert out["path"] == ["start", f"attempt_0_score_{score:.2f}"]
     assert out["attempts"] == [{"attempt": 0, "query": QUESTION, "score": score}]
@@ -201,7 +204,7 @@ def test_run_exhausted_with_fallback_below_floor(unrelated_docs):
     for _ in range(3):
         route, state = only_route(gate.run(state=state))
         routes.append(route)
-    assert routes == ["retry", "retry", "exhausted"]
+    assert routes == ["retry", "retry", "done"]
     scores = [a["score"] for a in state["attempts"]]
     assert [a["attempt"] for a in state["attempts"]] == [0, 1, 2]
     assert state["path"] == [
@@ -228,7 +231,7 @@ def test_run_exhausted_keeps_best_attempt_above_floor(backend, relevant_docs, un
 
     state = dict(state, query="rotate API key credentials", documents=unrelated_docs)
     route, state = only_route(gate.run(state=state))
-    assert route == "exhausted"
+    assert route == "done"
     assert state["attempts"][1]["query"] == "rotate API key credentials"
     assert state["attempts"][1]["score"] < first
     assert state["path"][-1] == "max_retries_reached"
@@ -246,12 +249,12 @@ def test_run_threshold_from_state_overrides_default(backend):
     gate = QualityGate(default_threshold=0.6)
     score = only_route(gate.run(state=new_state(QUESTION, documents=middling)))[1]["quality_score"]
     below, above = round(score - 0.05, 2), round(score + 0.05, 2)
-    assert only_route(gate.run(state=new_state(QUESTION, documents=middling, threshold=below)))[0] == "passed"
+    assert only_route(gate.run(state=new_state(QUESTION, documents=middling, threshold=below)))[0] == "done"
     route, out = only_route(gate.run(state=new_state(QUESTION, documents=middling, threshold=above)))
     assert route == "retry"
     assert out["threshold"] == above
     assert only_route(QualityGate(default_threshold=below).run(state=new_state(QUESTION, documents=middling)))[0] == (
-        "passed"
+        "done"
     )
 
 
@@ -259,7 +262,7 @@ def test_run_scores_original_query_not_rewritten_one(relevant_docs):
     state = new_state(QUESTION, documents=relevant_docs)
     state["query"] = "cafeteria lasagna thursday"
     route, out = only_route(QualityGate().run(state=state))
-    assert route == "passed"
+    assert route == "done"
     assert out["quality_signals"]["coverage"] == 1.0
     assert out["attempts"][0]["query"] == "cafeteria lasagna thursday"
 
@@ -271,7 +274,7 @@ def test_run_empty_documents():
     assert out["path"][-1] == "attempt_0_score_0.00"
 
     route, out = only_route(QualityGate(max_retries=0).run(state=new_state(QUESTION)))
-    assert route == "exhausted"
+    assert route == "done"
     assert out["fallback"] is True
     assert out["path"][-2:] == ["attempt_0_score_0.00", "max_retries_reached"]
 
@@ -298,7 +301,7 @@ def test_run_does_not_mutate_input(relevant_docs, unrelated_docs):
     gate = QualityGate(max_retries=0)
     for docs in (relevant_docs, unrelated_docs):
         state = new_state(QUESTION, documents=list(docs))
-        snapshot = deepcopy(state)
+        snapshot = deepcopy(dict(state))
         gate.run(state=state)
         assert state == snapshot
 
@@ -310,7 +313,7 @@ def test_run_llm_judge_failure_falls_back_and_is_recorded(monkeypatch, relevant_
     route, out = only_route(
         QualityGate(chat_generator=generator).run(state=new_state(QUESTION, documents=relevant_docs))
     )
-    assert route == "passed"
+    assert route == "done"
     assert out["quality_score"] == plain["quality_score"]
     assert out["quality_signals"]["llm"] is None
     assert any("LLM judge failed" in w for w in out["validation"]["confidence_warnings"])
@@ -333,3 +336,15 @@ def test_term_helpers():
     assert terms.terms("How do I rotate my API keys?") == ["rotat", "api", "key"]
     assert "how" in DEFAULT_STOPWORDS
     assert len(set(terms.terms("keys key KEY"))) == 1
+
+
+def test_run_max_retries_per_request(unrelated_docs):
+    gate = QualityGate(max_retries=2)
+    route, out = only_route(gate.run(state=new_state(QUESTION, documents=unrelated_docs), max_retries=0))
+    assert route == "done" and out["path"][-1] == "max_retries_reached"
+    assert only_route(gate.run(state=new_state(QUESTION, documents=unrelated_docs)))[0] == "retry"
+
+
+def test_run_constrained_context_is_not_scored(unrelated_docs):
+    state = new_state(QUESTION, mode="constrained-context", documents=unrelated_docs)
+    assert QualityGate().run(state=state) == {"done": state}

@@ -579,7 +579,8 @@ class AnswerabilityGate(ChatGeneratorSerialization):
             `status`.
         :returns: Exactly one of:
             - `answerable`: the state with `answerability` and `answer_candidates` (ranked, best first).
-            - `unanswerable`: the state with the fallback `answer`, status `fallback` and no passages.
+            - `unanswerable`: the state with the fallback `answer`, status `fallback` and no citations (the passages
+              judged stay in `passages`).
         """
         started = time.perf_counter()
         skip = ["fallback"] if self.skip_statuses is None else self.skip_statuses
@@ -666,7 +667,6 @@ class AnswerabilityGate(ChatGeneratorSerialization):
             status="fallback",
             fallback=True,
             fallback_reason="not_answerable",
-            passages=[],
             citations=[],
         )
         return {"unanswerable": with_validation(new, "confidence_warnings", reason)}
