@@ -15,6 +15,8 @@ setting_group("limits", {"max_exponent": 10}, {"max_exponent": 1000, "max_result
 from copy import deepcopy
 from typing import Any, ClassVar
 
+from haystack import default_from_dict
+
 
 def setting_group(name: str, given: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
     """
@@ -44,7 +46,8 @@ class MovedSettings:
     """
     A serialisation mixin: `from_dict` (how a pipeline YAML is loaded) refuses init parameters that still name a
     setting that moved, with a `MovedSettingError` naming the old and the new place. List the moves in
-    `moved_settings` (`{"old_name": "group.key"}`) and put the mixin before the base that provides `from_dict`:
+    `moved_settings` (`{"old_name": "group.key"}`) and put the mixin before the base that provides `from_dict`
+    (without one, Haystack's default deserialisation is used):
 
     ```python
     class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
@@ -65,4 +68,5 @@ class MovedSettings:
         moved = [f"'{old}' is now '{new}'" for old, new in cls.moved_settings.items() if old in parameters]
         if moved:
             raise MovedSettingError(f"{cls.__name__} settings moved; change them in the YAML: {'; '.join(moved)}.")
-        return super().from_dict(data)  # type: ignore[misc]
+        parent = super()
+        return parent.from_dict(data) if hasattr(parent, "from_dict") else default_from_dict(cls, data)
