@@ -221,11 +221,12 @@ class QualityGate(MovedSettings, ChatGeneratorSerialization):
             heuristic = 0.0
         return {"best_dense": best_dense, "mean_dense": mean_dense, "coverage": coverage, "heuristic": heuristic}
 
-    def _judge(self, question: str, documents: list[Document]) -> tuple[float | None, str | None]:
+    def _judge(self, question: str, documents: list[Document],
+               deadline: float | None) -> tuple[float | None, str | None]:
         context = "\n\n".join(d.content or "" for d in documents[: self.top_n])[: self.judge["max_context_chars"]]
         prompt = self.judge["prompt"].replace("{question}", question).replace("{context}", context)
         try:
-            reply = ask_chat_generator(self.chat_generator, prompt)
+            reply = ask_chat_generator(self.chat_generator, prompt, deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the heuristic score
             return None, f"quality_gate: LLM judge failed ({type(error).__name__}: {error}); heuristic score used"
         rating = parse_relevance(reply)
@@ -234,13 +235,15 @@ class QualityGate(MovedSettings, ChatGeneratorSerialization):
         return rating, None
 
     @component.output_types(retry=State, done=State)
-    def run(self, state: State, max_retries: int | None = None) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, max_retries: int | None = None,
+            deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Score the latest attempt and route the state.
 
         :param state: The request state; reads `documents`, `condensed_query` / `original_query` / `query`,
             `threshold`, `attempt`, `attempts`, `best_score`, `best_documents`.
         :param max_retries: This request's retries, in place of the setting (a plan's parts are retried once).
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM judge's call fits in it).
         :returns: Exactly one of `retry` or `done`, holding the new state.
         """
         if state.get("mode") == "constrained-context":
@@ -258,7 +261,7 @@ class QualityGate(MovedSettings, ChatGeneratorSerialization):
         score = signals["heuristic"] or 0.0
         warning = None
         if self.chat_generator is not None and documents:
-            rating, warning = self._judge(question, documents)
+            rating, warning = self._judge(question, documents, deadline)
             signals["llm"] = rating
             if rating is not None:
                 score = (1.0 - self.judge["weight"]) * score + self.judge["weight"] * rating
