@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from haystack import Document, component
 
+from gatehouse.components.generators.reply_stream import ReplyStream
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.text import (
@@ -32,6 +33,7 @@ from gatehouse.components.validators.answer_edits import (
 from gatehouse.components.validators.citation_list import CITATION_DEFAULTS, CitationList
 from gatehouse.components.validators.claim_alignment import SCORING_DEFAULTS, ClaimAligner
 from gatehouse.components.validators.contradiction import CONTRADICTION_DEFAULTS
+from gatehouse.components.validators.verified_reply import VerifiedReply
 
 #: The `reading` settings and their defaults: the regex of a citation marker (group 1 holds the ids), the words whose
 #: trailing period ends no sentence and the stopwords (None: the built-in lists), and the most words of connective
@@ -177,11 +179,16 @@ class CitationVerifier(MovedSettings):
         """
         Verify the citations of `state["answer"]` against `state["passages"]`.
 
-        :param state: The request state; reads `answer`, `passages` and `status`.
+        :param state: The request state; reads `answer`, `passages` and `status`, or `reply` when the answer is
+            streamed (a `ReplyStream` the model is still to write).
         :returns:
             - `state`: the state with the cleaned `answer`, `citations`, `citation_coverage`, `support` and the
-              validation records; unchanged but for the path when there is nothing to verify.
+              validation records; unchanged but for the path when there is nothing to verify. A streamed reply is
+              verified as it is written: `reply` becomes a `VerifiedReply`, which releases each sentence once it is
+              verified and returns this verification of the complete answer.
         """
+        if isinstance(state.get("reply"), ReplyStream):
+            return {"state": State(state, reply=VerifiedReply(self, state))}
         started = time.perf_counter()
         answer = str(state.get("answer") or "")
         passages = list(state.get("passages") or [])
