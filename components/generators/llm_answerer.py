@@ -115,8 +115,7 @@ class LLMAnswerer(ChatGeneratorSerialization):
         :param chat_generator: A Haystack chat generator component.
         :param system_prompt: The system message.
         :param user_prompt: The user message; `{passages}` and `{question}` are filled in.
-        :param passage_template: A passage as sent: `{source_id}`, `{heading}` (title › section), `{title}`,
-            `{section}`, `{content}`.
+        :param passage_template: A passage as sent (`{source_id}`, `{heading}`, `{title}`, `{section}`, `{content}`).
         :param max_passages: Only the first (best) passages are sent; None sends all of them.
         :param max_units: Send at most this many of the answerability gate's best answering units (a sentence, a list,
             a code block with its lead-in) under their passages' markers; None, or no candidates: whole passages.
