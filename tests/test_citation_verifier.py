@@ -1,13 +1,19 @@
+import re
 from copy import deepcopy
+from typing import Any
 
 import pytest
 import yaml
-from haystack import Document
+from haystack import Document, component
 from haystack.core.serialization import component_from_dict, component_to_dict
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from gatehouse.components.validators.citation_verifier import CitationVerifier
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
 from gatehouse.components.builders.passage_assembler import PassageAssembler
+from gatehouse.components.generators.llm_answerer import LLMAnswerer
+from gatehouse.components.guardrails.output_guardrails import OutputGuardrails
+from gatehouse.components.validators.verified_reply import VerifiedReply
 from gatehouse.components.state import new_state
 from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
@@ -567,3 +573,46 @@ def test_run_a_verbatim_sentence_repeating_the_questions_negation_is_supported()
     state = new_state("How do I raise the level without a restart?", passages=[passage],
                       answer="To raise the level without a restart, run `ctl level set debug`. [S1]")
     assert not CitationVerifier(support_threshold=0.45).run(state=state)["state"]["validation"]["unsupported_sentences"]
+
+
+# --- a streamed reply, verified while it is written ---------------------------------------------------------------
+
+@component
+class StreamedReply:
+    """A chat generator that streams one reply word by word, recording each word's turn among everything sent."""
+
+    def __init__(self, text: str, events: list[str]) -> None:
+        self.text = text
+        self.events = events
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], streaming_callback: Any = None) -> dict[str, Any]:
+        for word in re.findall(r"\s*\S+", self.text):
+            self.events.append(f"model:{word.strip()}")
+            if streaming_callback is not None:
+                streaming_callback(StreamingChunk(content=word))
+        self.events.append("model:end")
+        return {"replies": [ChatMessage.from_assistant(self.text)]}
+
+
+def test_run_a_streamed_reply_releases_verified_sentences_while_the_model_writes(verifier):
+    text = f"{VERBATIM_1} [S1] {FABRICATED} [S1] {VERBATIM_2} [S2]"
+    events: list[str] = []
+    answerer = LLMAnswerer(chat_generator=StreamedReply(text, events), fallback_to_extractive=False)
+    state = new_state("How often should keys be rotated?", passages=PASSAGES)
+    chunks: list[StreamingChunk] = []
+
+    def received(chunk: StreamingChunk) -> None:
+        chunks.append(chunk)
+        events.append("sent" if chunk.content else "finish")
+
+    streamed = answerer.run(state=state, streaming_callback=received)["state"]
+    verified = verifier.run(state=streamed)["state"]
+    assert isinstance(verified["reply"], VerifiedReply) and events == []  # nothing asked until the guard follows it
+    final = OutputGuardrails().run(state=[verified], streaming_callback=received)["state"]
+    whole = verifier.run(state=answerer.run(state=state)["state"])["state"]
+    assert final["answer"] == OutputGuardrails().run(state=[whole])["state"]["answer"]  # the same answer either way
+    assert "".join(c.content for c in chunks) == final["answer"]
+    assert FABRICATED not in final["answer"] and chunks[-1].meta["sentences_dropped"] == 1
+    assert events.index("sent") < events.index("model:end")  # the first sentence went out while the model wrote
+    assert chunks[0].meta["citations"][0]["id"] == "S1" and "reply" not in final

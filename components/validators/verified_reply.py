@@ -89,7 +89,7 @@ class VerifiedReply:
             units = self._units(answered["answer"])
             self._decide(answered["answer"], units, len(units))
         self._open = False
-        return self.verifier.run(state=State(answered, reply=None))["state"]
+        return self.verifier.run(state=answered)["state"]
 
     def _grew(self, text: str) -> None:
         """Decide the units the model has finished: all but the last (and the one before a possible marker)."""
