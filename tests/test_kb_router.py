@@ -1,14 +1,18 @@
 """Tests for `gatehouse.components.routers.kb_router.KBRouter` with real MiniLM embeddings."""
 
 import pytest
+import yaml
 from haystack import Document
+from haystack.core.serialization import component_from_dict
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.utils import Secret
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.routers.kb_router import KBRouter
+from gatehouse.components.routers.kb_router_settings import LLM_DEFAULTS, SCORING_DEFAULTS
 from gatehouse.components.state import new_state
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 KNOWLEDGE_BASES = [
     {
@@ -171,6 +175,46 @@ def test_init_rejects_bad_numbers():
         KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=0)
     with pytest.raises(ValueError, match="keyword_weight"):
         KBRouter(knowledge_bases=KNOWLEDGE_BASES, scoring={"keyword_weight": 0, "embedding_weight": 0})
+
+
+def test_init_groups_keep_the_defaults_left_out():
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, scoring={"keyword_weight": "0.4", "cache_dir": "off"},
+                      llm={"margin": 0.2})
+    assert router.scoring == {**SCORING_DEFAULTS, "keyword_weight": 0.4, "cache_dir": "off"}
+    assert router.llm == {**LLM_DEFAULTS, "margin": 0.2}
+    assert KBRouter(knowledge_bases=KNOWLEDGE_BASES).scoring == SCORING_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"scoring": 0.3}, "'scoring' must be a mapping"),
+        ({"scoring": {"keyword_weights": 0.3}}, "'scoring' has no setting 'keyword_weights'"),
+        ({"scoring": {"pattern_weight": "high"}}, r"'scoring\.pattern_weight' must be a number"),
+        ({"scoring": {"keyword_saturation": 0}}, r"'scoring\.keyword_saturation' must be positive"),
+        ({"llm": {"margin": 0.1, "temperature": 0}}, "'llm' has no setting 'temperature'"),
+    ],
+)
+def test_init_rejects_bad_groups(settings, message):
+    with pytest.raises(ValueError, match=message):
+        KBRouter(knowledge_bases=KNOWLEDGE_BASES, **settings)
+
+
+def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
+    data = {"type": "gatehouse.components.routers.kb_router.KBRouter",
+            "init_parameters": {"max_kbs": 2, "keyword_weight": 0.4, "min_route_score": 0.3, "cache_dir": "off",
+                                "llm_margin": 0.2, "llm_prompt": "{query}"}}
+    with pytest.raises(ValueError) as raised:
+        component_from_dict(KBRouter, data, "router")
+    for old, new in [("keyword_weight", "scoring.keyword_weight"), ("min_route_score", "scoring.min_route_score"),
+                     ("cache_dir", "scoring.cache_dir"), ("llm_margin", "llm.margin"), ("llm_prompt", "llm.prompt")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
+    assert "max_kbs" not in str(raised.value)  # still a setting of its own
+    path = tmp_path / "old.yml"
+    path.write_text(yaml.safe_dump({"components": {"router": data}, "connections": []}))
+    with pytest.raises(PipelineYAMLError,
+                       match=r"old\.yml: KBRouter settings moved.*'llm_margin' is now 'llm\.margin'"):
+        load_pipeline(path)
 
 
 def test_to_dict():
