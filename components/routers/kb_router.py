@@ -1,5 +1,7 @@
 """
-The knowledge-base router: picks the knowledge base(s) to search for a query and builds the retrieval filters.
+The knowledge-base router: picks the knowledge base(s) to search for a query and builds the retrieval filters. Its
+helpers: `kb_entries` (the entries checked), `kb_router_settings` (the `scoring`, `evidence` and `llm` groups),
+`kb_tiers` (the tiers that score the entries) and `kb_candidates` (the KBs a caller may be routed to).
 """
 
 import time

@@ -11,7 +11,7 @@ from gatehouse.components.routers.kb_tiers import KBTiers
 tiers = KBTiers.build(check_entries([{"name": "faq", "description": "accounts and billing"},
                                      {"name": "ops", "description": "deployment", "keywords": ["docker"]}], 0.5),
                       SCORING_DEFAULTS)
-tiers.score("How do I run it with docker?")   # ({"ops": 0.71, "faq": 0.05}, "keywords")
+scores, tier = tiers.score("How do I run it with docker?")   # ops first; tier "keywords" (only ops had a hit)
 ```
 """
 
