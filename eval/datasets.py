@@ -44,7 +44,7 @@ import yaml
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from gatehouse.components.routers.intent_rules import DEFAULT_INTENT_PATTERNS, ROUTES
-from gatehouse.components.routers.kb_router import KB_KEYS, KB_NAME
+from gatehouse.components.routers.kb_entries import KB_KEYS, KB_NAME
 from gatehouse.settings import bundled_dir
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.components.text import DEFAULT_STOPWORDS

@@ -8,7 +8,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
 - intent (`intent`): intent and route accuracy; `llm_only` empties the pattern and keyword lists and sets the
   embedding thresholds above 1, so no cheaper tier is ever confident.
 - router (`router`): KB routing accuracy (the chosen KBs joined by "+" equal the gold KB) on the cases with a gold
-  KB; `llm_only` switches the evidence tier off and sets `llm_margin` to 2 (every lead is below it).
+  KB; `llm_only` switches the evidence tier off and sets `llm.margin` to 2 (every lead is below it).
 - judge (`answerability`, and `quality_gate` with `--tiers quality`): the decision against the case's answerable
   label as abstention precision/recall, on the cases whose passages reach the gate in ask.yml as shipped;
   `llm_only` sets the answerability gate's `llm_weight` and the quality gate's `judge.weight` to 1.
@@ -151,7 +151,7 @@ def variant_spec(component_spec: dict[str, Any], tier: str, variant: str,
                             "intent_embedding_threshold": 2.0}
     elif tier == "router":
         params["evidence"] = {**(params.get("evidence") or {}), "enabled": False}
-        params["llm_margin"] = 2.0
+        params["llm"] = {**(params.get("llm") or {}), "margin": 2.0}
     elif tier == "judge":
         params["llm_weight"] = 1.0
     elif tier == "quality":

@@ -1,14 +1,18 @@
 """Tests for `gatehouse.components.routers.kb_router.KBRouter` with real MiniLM embeddings."""
 
 import pytest
+import yaml
 from haystack import Document
+from haystack.core.serialization import component_from_dict
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.utils import Secret
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.routers.kb_router import KBRouter
+from gatehouse.components.routers.kb_router_settings import LLM_DEFAULTS, SCORING_DEFAULTS
 from gatehouse.components.state import new_state
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 KNOWLEDGE_BASES = [
     {
@@ -54,6 +58,9 @@ KNOWLEDGE_BASES = [
     },
 ]
 
+#: The scoring settings of every router here: no embedding cache on disk.
+NO_CACHE = {"cache_dir": "off"}
+
 # Questions written for these tests (not the KB examples), varied wording; several have no keyword hit at all.
 QUESTIONS = {
     "product": [
@@ -88,20 +95,20 @@ QUESTIONS = {
 
 @pytest.fixture(scope="module")
 def router() -> KBRouter:
-    component = KBRouter(knowledge_bases=KNOWLEDGE_BASES, cache_dir="off")
+    component = KBRouter(knowledge_bases=KNOWLEDGE_BASES, scoring=NO_CACHE)
     component.warm_up()
     return component
 
 
 def test_init():
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, dual_route_margin=0.1, max_kbs=3, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, dual_route_margin=0.1, max_kbs=3, scoring=NO_CACHE)
     assert router.knowledge_bases == KNOWLEDGE_BASES
     assert router.knowledge_bases is not KNOWLEDGE_BASES
     assert router.dual_route_margin == 0.1
     assert router.max_kbs == 3
     assert router.names == ["product", "ops", "faq"]
     assert router.chat_generator is None
-    assert router.keyword_weight == 0.3 and router.embedding_weight == 0.7
+    assert router.scoring["keyword_weight"] == 0.3 and router.scoring["embedding_weight"] == 0.7
     assert router.include_public is True
     assert router.catalogue_store is None
     assert router.evidence == {"enabled": False, "margin": 0.05, "lead_below": 0.3}
@@ -111,7 +118,7 @@ def test_init_tenant_and_evidence_parameters(tmp_path):
     store = LexicalDocumentStore(backend="local", local={"path": str(tmp_path)})
     router = KBRouter(
         knowledge_bases=KNOWLEDGE_BASES, include_public=False, catalogue_store=store,
-        evidence={"enabled": True, "margin": 0}, cache_dir="off",
+        evidence={"enabled": True, "margin": 0}, scoring=NO_CACHE,
     )
     assert router.include_public is False
     assert router.catalogue_store is store
@@ -132,13 +139,13 @@ def test_init_tenant_and_evidence_parameters(tmp_path):
 )
 def test_init_rejects_bad_evidence(evidence, message):
     with pytest.raises(ValueError, match=message):
-        KBRouter(knowledge_bases=KNOWLEDGE_BASES, evidence=evidence, cache_dir="off")
+        KBRouter(knowledge_bases=KNOWLEDGE_BASES, evidence=evidence, scoring=NO_CACHE)
 
 
 def test_init_without_declared_knowledge_bases():
     # A KB made by `gatehouse ingest DIR --kb NAME` is routed from its profile: no YAML entry is needed.
     for declared in (None, []):
-        assert KBRouter(knowledge_bases=declared, cache_dir="off").knowledge_bases == []
+        assert KBRouter(knowledge_bases=declared, scoring=NO_CACHE).knowledge_bases == []
 
 
 @pytest.mark.parametrize(
@@ -160,25 +167,65 @@ def test_init_without_declared_knowledge_bases():
 )
 def test_init_rejects_malformed_knowledge_bases(knowledge_bases, message):
     with pytest.raises(ValueError, match=message):
-        KBRouter(knowledge_bases=knowledge_bases, cache_dir="off")
+        KBRouter(knowledge_bases=knowledge_bases, scoring=NO_CACHE)
 
 
 def test_init_rejects_bad_numbers():
     with pytest.raises(ValueError, match="max_kbs"):
         KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=0)
     with pytest.raises(ValueError, match="keyword_weight"):
-        KBRouter(knowledge_bases=KNOWLEDGE_BASES, keyword_weight=0, embedding_weight=0)
+        KBRouter(knowledge_bases=KNOWLEDGE_BASES, scoring={"keyword_weight": 0, "embedding_weight": 0})
+
+
+def test_init_groups_keep_the_defaults_left_out():
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, scoring={"keyword_weight": "0.4", "cache_dir": "off"},
+                      llm={"margin": 0.2})
+    assert router.scoring == {**SCORING_DEFAULTS, "keyword_weight": 0.4, "cache_dir": "off"}
+    assert router.llm == {**LLM_DEFAULTS, "margin": 0.2}
+    assert KBRouter(knowledge_bases=KNOWLEDGE_BASES).scoring == SCORING_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"scoring": 0.3}, "'scoring' must be a mapping"),
+        ({"scoring": {"keyword_weights": 0.3}}, "'scoring' has no setting 'keyword_weights'"),
+        ({"scoring": {"pattern_weight": "high"}}, r"'scoring\.pattern_weight' must be a number"),
+        ({"scoring": {"keyword_saturation": 0}}, r"'scoring\.keyword_saturation' must be positive"),
+        ({"llm": {"margin": 0.1, "temperature": 0}}, "'llm' has no setting 'temperature'"),
+    ],
+)
+def test_init_rejects_bad_groups(settings, message):
+    with pytest.raises(ValueError, match=message):
+        KBRouter(knowledge_bases=KNOWLEDGE_BASES, **settings)
+
+
+def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
+    data = {"type": "gatehouse.components.routers.kb_router.KBRouter",
+            "init_parameters": {"max_kbs": 2, "keyword_weight": 0.4, "min_route_score": 0.3, "cache_dir": "off",
+                                "llm_margin": 0.2, "llm_prompt": "{query}"}}
+    with pytest.raises(ValueError) as raised:
+        component_from_dict(KBRouter, data, "router")
+    for old, new in [("keyword_weight", "scoring.keyword_weight"), ("min_route_score", "scoring.min_route_score"),
+                     ("cache_dir", "scoring.cache_dir"), ("llm_margin", "llm.margin"), ("llm_prompt", "llm.prompt")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
+    assert "max_kbs" not in str(raised.value)  # still a setting of its own
+    path = tmp_path / "old.yml"
+    path.write_text(yaml.safe_dump({"components": {"router": data}, "connections": []}))
+    with pytest.raises(PipelineYAMLError,
+                       match=r"old\.yml: KBRouter settings moved.*'llm_margin' is now 'llm\.margin'"):
+        load_pipeline(path)
 
 
 def test_to_dict():
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=1, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=1, scoring=NO_CACHE)
     data = router.to_dict()
     assert data["type"] == "gatehouse.components.routers.kb_router.KBRouter"
     params = data["init_parameters"]
     assert params["knowledge_bases"] == KNOWLEDGE_BASES
     assert params["max_kbs"] == 1
     assert params["dual_route_margin"] == 0.05
-    assert params["cache_dir"] == "off"
+    assert params["scoring"]["cache_dir"] == "off"
     assert params["chat_generator"] is None
     assert params["include_public"] is True
     assert params["catalogue_store"] is None
@@ -191,7 +238,7 @@ def test_to_dict_from_dict_with_catalogue_and_evidence(tmp_path, monkeypatch):
     router = KBRouter(
         knowledge_bases=KNOWLEDGE_BASES, include_public=False, catalogue_store=store,
         evidence={"enabled": True, "margin": 0.1, "lead_below": 0.5},
-        cache_dir="off",
+        scoring=NO_CACHE,
     )
     data = router.to_dict()
     params = data["init_parameters"]
@@ -207,12 +254,13 @@ def test_to_dict_from_dict_with_catalogue_and_evidence(tmp_path, monkeypatch):
 
 def test_from_dict():
     generator = MockChatGenerator(responses="ops")
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, chat_generator=generator, llm_margin=0.2, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, chat_generator=generator, llm={"margin": 0.2},
+                      scoring=NO_CACHE)
     data = router.to_dict()
     assert data["init_parameters"]["chat_generator"]["type"].endswith("MockChatGenerator")
     restored = KBRouter.from_dict(data)
     assert restored.knowledge_bases == KNOWLEDGE_BASES
-    assert restored.llm_margin == 0.2
+    assert restored.llm["margin"] == 0.2
     assert isinstance(restored.chat_generator, MockChatGenerator)
     assert restored.to_dict() == data
 
@@ -226,7 +274,7 @@ def test_from_dict_minimal_yaml_style():
     )
     assert restored.names == ["docs"]
     assert restored.dual_route_margin == 0.05
-    assert restored._kbs[0]["threshold"] == restored.default_threshold
+    assert restored.entries(None).kbs[0]["threshold"] == restored.default_threshold
 
 
 @pytest.mark.parametrize("kb", sorted(QUESTIONS))
@@ -291,7 +339,7 @@ def test_run_unknown_kb(router):
 
 
 def test_run_dual_route_when_scores_are_close():
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, dual_route_margin=1.0, max_kbs=2, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, dual_route_margin=1.0, max_kbs=2, scoring=NO_CACHE)
     routed = router.run(state=new_state("How do I rotate the API key the gateway uses?"))["routed"]
     assert len(routed["kbs"]) == 2
     assert set(routed["kbs"]) == {"faq", "ops"}
@@ -337,19 +385,19 @@ def test_run_does_not_mutate_input(router):
 
 def test_examples_are_embedded_once_per_instance(router):
     backend = EmbeddingBackend.get(cache_dir="off")
-    matrix = router._static.index._matrix
+    matrix = router._candidates.static.index._matrix
     assert matrix is not None and matrix.shape[0] == sum(1 + len(kb["examples"]) for kb in KNOWLEDGE_BASES)
     before = backend.encoded_count
     router.run(state=new_state("Is my data encrypted at rest? (unique query 1)"))
     router.run(state=new_state("Is my data encrypted at rest? (unique query 2)"))
     assert backend.encoded_count - before == 2  # only the two queries were encoded
-    assert router._static.index._matrix is matrix
+    assert router._candidates.static.index._matrix is matrix
 
 
 def test_run_llm_tier_decides_when_ambiguous():
     router = KBRouter(
-        knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="ops"), llm_margin=1.0,
-        cache_dir="off",
+        knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="ops"), llm={"margin": 1.0},
+        scoring=NO_CACHE,
     )
     routed = router.run(state=new_state("Which models are supported?"))["routed"]
     assert routed["kbs"] == ["ops"]
@@ -359,8 +407,8 @@ def test_run_llm_tier_decides_when_ambiguous():
 
 def test_run_llm_tier_not_asked_when_confident():
     router = KBRouter(
-        knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="ops"), llm_margin=0.01,
-        cache_dir="off",
+        knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="ops"), llm={"margin": 0.01},
+        scoring=NO_CACHE,
     )
     routed = router.run(state=new_state("How do I rotate an API key?"))["routed"]
     assert routed["kbs"] == ["faq"]
@@ -370,7 +418,7 @@ def test_run_llm_tier_not_asked_when_confident():
 def test_run_llm_unparseable_reply_falls_back():
     router = KBRouter(
         knowledge_bases=KNOWLEDGE_BASES, chat_generator=MockChatGenerator(responses="I am not sure."),
-        llm_margin=1.0, cache_dir="off",
+        llm={"margin": 1.0}, scoring=NO_CACHE,
     )
     routed = router.run(state=new_state("How do I rotate an API key?"))["routed"]
     assert routed["kbs"] == ["faq"]
@@ -382,7 +430,8 @@ def test_run_llm_failure_falls_back():
     unreachable = OpenAIChatGenerator(
         api_key=Secret.from_token("not-a-key"), api_base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0
     )
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, chat_generator=unreachable, llm_margin=1.0, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, chat_generator=unreachable, llm={"margin": 1.0},
+                      scoring=NO_CACHE)
     routed = router.run(state=new_state("I forgot my password"))["routed"]
     assert routed["kbs"] == ["faq"]
     warnings = routed["validation"]["confidence_warnings"]
@@ -400,7 +449,7 @@ def _catalogue(tmp_path, placements):
 
 def test_run_routes_only_to_kbs_with_the_callers_documents(tmp_path):
     store = _catalogue(tmp_path, [("public", "ops"), ("public", "faq"), ("globex", "product")])
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, scoring=NO_CACHE)
     public = router.run(state=new_state("Which models are supported?"))["routed"]
     assert set(public["route_scores"]) == {"ops", "faq"}
     assert "product" not in public["kbs"]
@@ -413,14 +462,14 @@ def test_run_routes_only_to_kbs_with_the_callers_documents(tmp_path):
 
 def test_run_tenant_without_public_documents(tmp_path):
     store = _catalogue(tmp_path, [("public", "product"), ("public", "faq"), ("acme", "ops")])
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, include_public=False, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, include_public=False, scoring=NO_CACHE)
     routed = router.run(state=new_state("How do I rotate an API key?", tenant="acme"))["routed"]
     assert list(routed["route_scores"]) == ["ops"] and routed["kbs"] == ["ops"]
 
 
 def test_run_catalogue_sees_new_documents(tmp_path):
     store = _catalogue(tmp_path, [("public", "ops")])
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, scoring=NO_CACHE)
     assert router.candidates(None) == (["ops"], [])
     LexicalDocumentStore(backend="local", local={"path": str(tmp_path)}).write_documents(
         [Document(content="refund policy", meta={"tenant": "public", "kb": "faq"})]
@@ -430,14 +479,14 @@ def test_run_catalogue_sees_new_documents(tmp_path):
 
 
 def test_run_empty_catalogue_considers_every_declared_kb(tmp_path):
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=_catalogue(tmp_path, []), cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=_catalogue(tmp_path, []), scoring=NO_CACHE)
     assert router.candidates("acme") == (["product", "ops", "faq"], [])
     assert router.run(state=new_state("How do I rotate an API key?"))["routed"]["kbs"] == ["faq"]
 
 
 def test_run_kbs_without_an_entry(tmp_path):
     store = _catalogue(tmp_path, [("public", "faq"), ("public", "wiki"), ("acme", "handbook"), ("globex", "quasar")])
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, cache_dir="off")
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, scoring=NO_CACHE)
     assert router.candidates("acme") == (["faq"], ["handbook", "wiki"])
     assert router.candidates(None) == (["faq"], ["wiki"])  # a public KB needs no entry to be a candidate
     explicit = router.run(state=new_state("What is the leave policy?", tenant="acme", kb="handbook"))["routed"]
@@ -453,7 +502,7 @@ def test_run_kbs_without_an_entry(tmp_path):
 
 def test_run_single_candidate_and_no_entries(tmp_path):
     store = _catalogue(tmp_path, [("public", "wiki")])
-    router = KBRouter(catalogue_store=store, cache_dir="off")
+    router = KBRouter(catalogue_store=store, scoring=NO_CACHE)
     routed = router.run(state=new_state("What is the leave policy?"))["routed"]
     assert routed["kbs"] == ["wiki"] and routed["route_reason"] == "only"
 
@@ -465,7 +514,7 @@ def test_run_entry_stored_with_the_profile(tmp_path, monkeypatch):
     store = _catalogue(tmp_path / "store", [("public", "wiki"), ("public", "billing")])
     KBProfiles(store).set_entry("public", "billing", {"description": "Invoices, refunds and payments",
                                                       "keywords": ["invoice*", "refund*"], "threshold": 0.4})
-    router = KBRouter(catalogue_store=store, cache_dir="off")
+    router = KBRouter(catalogue_store=store, scoring=NO_CACHE)
     assert router.entries(None).names == ["billing"]
     routed = router.run(state=new_state("Where can I download my invoices?"))["routed"]
     assert routed["route_scores"] == {"billing": routed["route_scores"]["billing"]}
@@ -481,7 +530,7 @@ def test_run_leaves_constrained_context_and_plans_unrouted(router):
 
 
 def test_run_unsure_leaves_the_choice_to_the_first_search_attempt():
-    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, min_route_score=0.99, cache_dir="off",
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, scoring={"min_route_score": 0.99, "cache_dir": "off"},
                       evidence={"enabled": True, "margin": 0.1})
     routed = router.run(state=new_state("asdkjh qwpoeiru zxmcnv"))["routed"]
     pending = routed["route_pending"]

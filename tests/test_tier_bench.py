@@ -93,7 +93,8 @@ def test_variant_specs_patch_a_copy():
     assert "chat_generator" not in intent["init_parameters"]  # ask.yml's own entry is untouched
 
     router = variant_spec(ask_component("router"), "router", "llm_only", GENERATOR)["init_parameters"]
-    assert router["evidence"]["enabled"] is False and router["evidence"]["margin"] == 0.05 and router["llm_margin"] == 2.0
+    assert router["evidence"]["enabled"] is False and router["evidence"]["margin"] == 0.05
+    assert router["llm"]["margin"] == 2.0
     assert ask_component("router")["init_parameters"]["evidence"]["enabled"] is True
     judge = variant_spec(ask_component(COMPONENTS["judge"]), "judge", "llm_only", GENERATOR)["init_parameters"]
     assert judge["llm_weight"] == 1.0
