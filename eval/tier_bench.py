@@ -88,6 +88,7 @@ class RecordingChatGenerator(OpenAICompatibleChatGenerator):
         *,
         tools: ToolsType | None = None,
         tools_strict: bool | None = None,
+        deadline: float | None = None,
     ) -> dict[str, list[ChatMessage]]:
         """Generate replies as `OpenAICompatibleChatGenerator.run` does, and record the call."""
         started = time.perf_counter()
@@ -96,7 +97,7 @@ class RecordingChatGenerator(OpenAICompatibleChatGenerator):
         try:
             result = OpenAICompatibleChatGenerator.run(self, messages, streaming_callback=streaming_callback,
                                                        generation_kwargs=generation_kwargs, tools=tools,
-                                                       tools_strict=tools_strict)
+                                                       tools_strict=tools_strict, deadline=deadline)
         except Exception as error:
             record["error"] = f"{type(error).__name__}: {error}"
             raise

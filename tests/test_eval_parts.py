@@ -271,10 +271,10 @@ def test_retrieved_contexts_of_a_plan_are_every_part_s_passages():
     def passage(kb: str, source: str) -> Document:
         return Document(content=f"text of {source}", meta={"kb": kb, "source": source})
 
-    last_part = {"passages": {"passages": [passage("ops", "backup-and-restore.md")]}}
     plan = {"parts": [{"passages": [passage("product", "sla.md")]}, {"passages": []},
                       {"passages": [passage("ops", "backup-and-restore.md")]}]}
-    result = {"assembler": last_part, "synthesizer": {"state": {"plan": plan}}}
+    result = {"answer": {"plan": {"plan": plan, "passages": [passage("ops", "last-part-only.md")]}}}
     assert [r["source"] for r in _retrieved(result)] == ["product/sla.md", "ops/backup-and-restore.md"]
-    assert _retrieved({"assembler": last_part}) == [{"source": "ops/backup-and-restore.md",
-                                                     "text": "text of backup-and-restore.md"}]
+    one = {"answer": {"unanswerable": {"passages": [passage("ops", "backup-and-restore.md")]}}}
+    assert _retrieved(one) == [{"source": "ops/backup-and-restore.md", "text": "text of backup-and-restore.md"}]
+    assert _retrieved({}) == []  # the question never reached the answering (a refusal, a direct answer)
