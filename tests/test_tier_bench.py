@@ -91,8 +91,10 @@ def test_variant_specs_patch_a_copy():
     router = variant_spec(ASK["router"], "router", "llm_only", GENERATOR)["init_parameters"]
     assert router["evidence"]["enabled"] is False and router["evidence"]["top_k"] == 10 and router["llm_margin"] == 2.0
     assert ASK["router"]["init_parameters"]["evidence"]["enabled"] is True
-    for tier in ("judge", "quality"):
-        assert variant_spec(ASK[COMPONENTS[tier]], tier, "llm_only", GENERATOR)["init_parameters"]["llm_weight"] == 1.0
+    assert variant_spec(ASK[COMPONENTS["judge"]], "judge", "llm_only", GENERATOR)["init_parameters"]["llm"] == {
+        "weight": 1.0}
+    assert variant_spec(ASK[COMPONENTS["quality"]], "quality", "llm_only", GENERATOR)["init_parameters"][
+        "llm_weight"] == 1.0
     with pytest.raises(ValueError, match="rewriter tier has no llm_only variant"):
         variant_spec(ASK["rewriter"], "rewriter", "llm_only", GENERATOR)
 
