@@ -44,6 +44,12 @@ RENAMED_MODULES = {
     "components.text_embedder": "gatehouse.components.embedders.text_embedder",
 }
 
+# Components that moved to another module of `gatehouse.components`.
+MOVED_CLASSES = {
+    "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
+        "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
+}
+
 
 class PipelineYAMLError(ValueError):
     """A pipeline YAML that cannot be loaded as written (the message says what to change)."""
@@ -76,8 +82,8 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
         `type` and `init_parameters`) that replaces the pipeline's `generator` component; None keeps the YAML's own.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
-    :raises PipelineYAMLError: If the YAML names components by their old `components.*` module paths, or a profile
-        is given for a pipeline without a `generator` component.
+    :raises PipelineYAMLError: If the YAML names components by their old module paths (`components.*`, or a
+        module a component has moved from), or a profile is given for a pipeline without a `generator` component.
     """
     path = pipeline_path(name_or_path)
     if not path.is_file():
@@ -89,8 +95,8 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
     if outdated:
         fixes = "; ".join(f"{old} -> {new}" for old, new in outdated)
         raise PipelineYAMLError(
-            f"{path} names components by their old module paths; Gatehouse's components live in "
-            f"gatehouse.components.<family> now. Change the `type:` strings: {fixes}."
+            f"{path} names components by their old module paths (Gatehouse's components live in "
+            f"gatehouse.components.<family>, one module each). Change the `type:` strings: {fixes}."
         )
     return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
 
@@ -128,10 +134,12 @@ def _use_generator_profile(path: Path, spec: dict[str, Any], generator: str) -> 
 
 
 def _outdated_types(node: Any):
-    """(old, new) for every `type:` in the YAML tree that names a class by its pre-`gatehouse.components` module."""
+    """(old, new) for every `type:` in the YAML tree that names a class by a module it has moved from."""
     if isinstance(node, dict):
         kind = node.get("type")
-        if isinstance(kind, str) and kind.startswith("components."):
+        if isinstance(kind, str) and kind in MOVED_CLASSES:
+            yield kind, MOVED_CLASSES[kind]
+        elif isinstance(kind, str) and kind.startswith("components."):
             module, _, name = kind.rpartition(".")
             new = RENAMED_MODULES.get(module)
             if new:
