@@ -7,9 +7,10 @@ from haystack import Document
 from haystack.core.errors import DeserializationError
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from gatehouse.components.citation_markers import strip_markers
 from gatehouse.components.generators.extractive_answerer import DEFAULT_NO_ANSWER_MESSAGE, ExtractiveAnswerer
 from gatehouse.components.state import new_state
-from gatehouse.components.text import normalize_space, split_sentences, strip_markers
+from gatehouse.components.text_units import normalize_space, split_sentences
 from gatehouse.pipelines import load_pipeline
 
 

@@ -2,6 +2,7 @@
 The passage assembler: turns the retrieved documents into the labelled passages the generator may use.
 """
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -10,15 +11,8 @@ from haystack import Document, component
 
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance
-from gatehouse.components.text import (
-    DEFAULT_ABBREVIATIONS,
-    content_words,
-    estimate_tokens,
-    jaccard,
-    overlap,
-    split_units,
-    tokens,
-)
+from gatehouse.components.terms import content_words, jaccard, overlap, tokens
+from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS, split_units
 
 #: How `compress` reduces a long passage: only passages above `min_tokens` (estimated) are compressed, to their
 #: `max_sentences` sentences or list items scoring best by `embedding_weight` x the query's embedding cosine +
@@ -26,6 +20,17 @@ from gatehouse.components.text import (
 #: English list); `embedding_model` and `cache_dir` (None: the configured defaults, `"off"`: no cache) embed them.
 COMPRESSION: dict[str, Any] = {"min_tokens": 200, "max_sentences": 6, "embedding_weight": 0.6, "lexical_weight": 0.4,
                                "stopwords": None, "embedding_model": None, "cache_dir": None}
+
+
+def estimate_tokens(text: str, tokens_per_word: float = 1.3) -> int:
+    """
+    Estimate the LLM token count of a text as whitespace words times `tokens_per_word`, rounded up.
+
+    :param text: Any text.
+    :param tokens_per_word: Average tokens per English word (about 1.3 for BPE tokenisers).
+    :returns: The estimated token count.
+    """
+    return math.ceil(len((text or "").split()) * tokens_per_word)
 
 
 def _check_settings(top_k: int, max_context_tokens: int, max_per_section: int | None) -> None:

@@ -11,13 +11,8 @@ from haystack import component
 from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units, render
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance
-from gatehouse.components.text import (
-    DEFAULT_ABBREVIATIONS,
-    content_words,
-    jaccard,
-    overlap,
-    strip_list_marker,
-)
+from gatehouse.components.terms import content_words, jaccard, overlap
+from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS, strip_list_marker
 
 DEFAULT_NO_ANSWER_MESSAGE = (
     "I couldn't find an answer to this in the available documentation. "

@@ -9,7 +9,7 @@ from haystack import component
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.query.query_rewriter import QueryRewriter
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import DEFAULT_STOPWORDS, singular, tokenize
+from gatehouse.components.terms import DEFAULT_STOPWORDS, singular, tokenize
 
 DEFAULT_QUESTION_WORDS = ["what", "which", "how", "where", "when", "who", "why", "is", "are", "can", "could", "do",
                           "does", "did", "should", "will", "would", "if"]

@@ -18,7 +18,7 @@ from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_gener
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.kb_profile import KBProfiles
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import TermNormaliser, singular, tokenize
+from gatehouse.components.terms import TermNormaliser, singular, tokenize
 
 TASKS = ("retry", "condense")
 STRATEGIES = ("keywords", "feedback")

@@ -53,7 +53,7 @@ from gatehouse.components.routers.answerability_settings import (
 from gatehouse.components.routers.answerability_signals import Candidate, answer_candidates
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
-from gatehouse.components.text import stem, tokens
+from gatehouse.components.terms import stem, tokens
 
 
 @component

@@ -20,7 +20,8 @@ from typing import Iterable
 
 from haystack import Document
 
-from gatehouse.components.text import DEFAULT_ABBREVIATIONS, DEFAULT_STOPWORDS, numbers, stem, tokens
+from gatehouse.components.terms import DEFAULT_STOPWORDS, numbers, stem, tokens
+from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS
 
 #: Question patterns (regular expressions, matched case-insensitively, first match wins) and the answer type
 #: each one expects. A question matching none expects no particular type.

@@ -43,7 +43,8 @@ from haystack import Document
 
 from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units
 from gatehouse.components.routers.answerability_lexicon import Lexicon
-from gatehouse.components.text import numbers, stem, strip_list_marker, tokens
+from gatehouse.components.terms import numbers, stem, tokens
+from gatehouse.components.text_units import strip_list_marker
 
 
 @dataclass

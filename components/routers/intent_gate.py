@@ -10,7 +10,7 @@ from haystack import component, logging
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.kb_profile import KBProfile, KBProfiles
-from gatehouse.components.text import TermNormaliser, stem, tokenize, tokens
+from gatehouse.components.terms import TermNormaliser, stem, tokenize, tokens
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.routers.tiered_classifier import (
     Decision,

@@ -14,7 +14,7 @@ from haystack import Document, component
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import TermNormaliser
+from gatehouse.components.terms import TermNormaliser
 
 
 DEFAULT_JUDGE_PROMPT = (

@@ -15,7 +15,7 @@ meaning("Can I enable SSO?") != meaning("Can I disable SSO?")
 import re
 import unicodedata
 
-from gatehouse.components.text import DEFAULT_STOPWORDS, stem
+from gatehouse.components.terms import DEFAULT_STOPWORDS, stem
 
 _WORD = re.compile(r"\w(?:[\w\-./]*\w)?")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;])\s*$")

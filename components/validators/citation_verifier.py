@@ -13,22 +13,16 @@ from haystack import Document, component
 
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.guardrails.sanitising import citation_url, plain_text
-from gatehouse.components.text import (
+from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers, rewrite_markers, strip_markers
+from gatehouse.components.printable import printable
+from gatehouse.components.terms import content_words, numbers, overlap, stem
+from gatehouse.components.text_units import (
     DEFAULT_ABBREVIATIONS,
-    DEFAULT_CITATION_PATTERN,
     Unit,
-    content_words,
-    find_markers,
     normalize_space,
-    numbers,
-    overlap,
-    printable,
-    rewrite_markers,
     split_units,
     strip_heading_markers,
     strip_list_marker,
-    strip_markers,
-    stem,
 )
 
 #: Words and phrases that negate what follows them; `n't` matches the contracted form ("doesn't", "can't").

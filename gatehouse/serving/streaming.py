@@ -47,7 +47,8 @@ from haystack import Document, Pipeline
 from gatehouse.components.generators.llm_answerer import REPLY_LISTENER
 from gatehouse.components.guardrails.guardrails import Guardrails
 from gatehouse.components.state import State
-from gatehouse.components.text import Unit, rewrite_markers
+from gatehouse.components.citation_markers import rewrite_markers
+from gatehouse.components.text_units import Unit
 from gatehouse.components.validators.citation_verifier import CitationVerifier
 
 logger = logging.getLogger(__name__)
