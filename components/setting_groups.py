@@ -1,19 +1,14 @@
 """
-Component settings grouped into one mapping (`compression: {min_tokens: 100}`), and the error a YAML gets that still
-sets one of them where it stood before it moved into its group.
-
-A component keeps a group's keys and defaults in a module constant and stores the group with the defaults filled in
-(`setting_group`). A component some of whose settings moved inherits `MovedSettings` and lists them in
-`MOVED_SETTINGS`: loading a YAML that uses an old name then fails with a ValueError naming the new place, instead of
-Haystack's "unexpected keyword argument".
+Settings a component takes as one mapping parameter (a group of related tuning knobs) (plain Python, not a
+component): the group's defaults filled in, an unknown key refused, and a YAML that still names a setting where it
+stood before it moved into a group refused with its new place.
 
 Usage:
 ```python
 from gatehouse.components.setting_groups import setting_group
 
-setting_group("compression", {"min_tokens": 100}, {"min_tokens": 200, "max_sentences": 6})
-# {"min_tokens": 100, "max_sentences": 6}
-setting_group("compression", {"min_token": 100}, {"min_tokens": 200})   # ValueError naming 'min_token'
+setting_group("limits", {"max_exponent": 10}, {"max_exponent": 1000, "max_result_digits": 100})
+# {"max_exponent": 10, "max_result_digits": 100}
 ```
 """
 
@@ -23,41 +18,55 @@ from typing import Any, ClassVar
 from haystack import default_from_dict
 
 
-def setting_group(name: str, value: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
+def setting_group(name: str, given: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
     """
-    A group of settings with its defaults filled in.
+    A group's complete settings: the given ones over the defaults.
 
-    :param name: The group's parameter name, for the error message.
-    :param value: The mapping given; None takes every default.
-    :param defaults: Every key of the group with its default.
-    :returns: A new mapping holding every key of `defaults`.
-    :raises ValueError: If `value` is not a mapping or has a key the group does not have.
+    :param name: The component parameter holding the group (named in errors).
+    :param given: The settings set (None: every default).
+    :param defaults: Every setting of the group with its default, in the group's order.
+    :returns: A deep copy: the defaults, overridden by `given`.
+    :raises ValueError: If `given` is not a mapping or names a setting the group does not have.
     """
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        raise ValueError(f"'{name}' must be a mapping of {', '.join(defaults)}; got {type(value).__name__}.")
-    unknown = sorted(set(value) - set(defaults))
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise ValueError(f"'{name}' must be a mapping of setting to value, got {type(given).__name__}.")
+    unknown = [key for key in given if key not in defaults]
     if unknown:
-        raise ValueError(f"'{name}' has unknown keys {unknown}; use {', '.join(defaults)}.")
-    return {**deepcopy(defaults), **value}
+        raise ValueError(f"'{name}' has no setting {', '.join(map(repr, unknown))}; it takes {', '.join(defaults)}.")
+    return deepcopy({**defaults, **given})
+
+
+class MovedSettingError(ValueError):
+    """Init parameters that name a setting where it stood before it moved into a group."""
 
 
 class MovedSettings:
     """
-    Deserialisation of a component whose settings moved: `MOVED_SETTINGS` maps each old name to its new place
-    (`{"compress_min_tokens": "compression.min_tokens"}`). `init_parameters` using an old name are a ValueError naming
-    both; others are deserialised as the next base class does (Haystack's default when none does).
+    A serialisation mixin: `from_dict` (how a pipeline YAML is loaded) refuses init parameters that still name a
+    setting that moved, with a `MovedSettingError` naming the old and the new place. List the moves in
+    `moved_settings` (`{"old_name": "group.key"}`) and put the mixin before the base that provides `from_dict`
+    (without one, Haystack's default deserialisation follows):
+
+    ```python
+    class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
+        moved_settings = {"max_exponent": "limits.max_exponent"}
+    ```
     """
 
-    MOVED_SETTINGS: ClassVar[dict[str, str]] = {}
+    moved_settings: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
-        """Deserialise the component; a setting under its old name is an error naming where it went."""
-        moved = [name for name in data.get("init_parameters") or {} if name in cls.MOVED_SETTINGS]
+        """
+        Deserialise the component.
+
+        :raises MovedSettingError: If `data` sets a setting that moved, naming the old and the new place.
+        """
+        parameters = data.get("init_parameters") or {}
+        moved = [f"'{old}' is now '{new}'" for old, new in cls.moved_settings.items() if old in parameters]
         if moved:
-            fixes = "; ".join(f"'{name}' moved to '{cls.MOVED_SETTINGS[name]}'" for name in moved)
-            raise ValueError(f"{cls.__name__}: {fixes}. Change these settings in the pipeline YAML.")
+            raise MovedSettingError(f"{cls.__name__} settings moved; change them in the YAML: {'; '.join(moved)}.")
         parent = super()
         return parent.from_dict(data) if hasattr(parent, "from_dict") else default_from_dict(cls, data)

@@ -1,3 +1,4 @@
+import re
 from copy import deepcopy
 
 import pytest
@@ -100,19 +101,21 @@ def test_from_dict(monkeypatch):
 def test_from_dict_names_where_a_moved_setting_went(tmp_path):
     data = AnswerabilityGate().to_dict()
     data["init_parameters"] = {"threshold": 0.2, "require_entities": False, "llm_weight": 1.0}
-    with pytest.raises(ValueError, match=r"'require_entities' moved to 'rules\.require_entities'; "
-                                         r"'llm_weight' moved to 'llm\.weight'"):
+    with pytest.raises(ValueError) as raised:
         AnswerabilityGate.from_dict(data)
-    with pytest.raises(ValueError, match=r"'rules' has unknown keys \['require_entity'\]"):
+    for old, new in [("require_entities", "rules.require_entities"), ("llm_weight", "llm.weight")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
+    with pytest.raises(ValueError, match=r"'rules'.*'require_entity'"):
         AnswerabilityGate(rules={"require_entity": False})
     # A user's pipeline YAML written before the settings moved: loading it names the new place.
     path = tmp_path / "old.yml"
     path.write_text(yaml.safe_dump({"components": {"answerability": {
         "type": "gatehouse.components.routers.answerability_gate.AnswerabilityGate",
         "init_parameters": {"threshold": 0.2, "cache_dir": "off"}}}, "connections": []}))
-    with pytest.raises(DeserializationError, match=r"'cache_dir' moved to 'signals\.cache_dir'") as raised:
+    with pytest.raises(DeserializationError) as raised:
         load_pipeline(path)
     assert isinstance(raised.value.__cause__, ValueError)
+    assert re.search(r"\Wcache_dir\W.*\Wsignals\.cache_dir\W", str(raised.value)), str(raised.value)
 
 
 def test_score_is_logistic():

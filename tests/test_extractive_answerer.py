@@ -140,19 +140,21 @@ def test_from_dict():
 def test_from_dict_names_where_a_moved_setting_went(tmp_path):
     data = component_to_dict(ExtractiveAnswerer(), "component")
     data["init_parameters"] = {"max_units": 2, "min_score": 0.5, "procedure_bonus": 0.2}
-    with pytest.raises(ValueError, match=r"'min_score' moved to 'own_ranking\.min_score'; "
-                                         r"'procedure_bonus' moved to 'own_ranking\.procedure_bonus'"):
+    with pytest.raises(ValueError) as raised:
         component_from_dict(ExtractiveAnswerer, data, "component")
-    with pytest.raises(ValueError, match=r"'own_ranking' has unknown keys \['minimum_score'\]"):
+    for old, new in [("min_score", "own_ranking.min_score"), ("procedure_bonus", "own_ranking.procedure_bonus")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
+    with pytest.raises(ValueError, match=r"'own_ranking'.*'minimum_score'"):
         ExtractiveAnswerer(own_ranking={"minimum_score": 0.5})
     # A user's pipeline YAML written before the settings moved: loading it names the new place.
     path = tmp_path / "old.yml"
     path.write_text(yaml.safe_dump({"components": {"generator": {
         "type": "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer",
         "init_parameters": {"style": "unit", "duplicate_threshold": 0.9}}}, "connections": []}))
-    with pytest.raises(DeserializationError,
-                       match=r"'duplicate_threshold' moved to 'own_ranking\.duplicate_threshold'"):
+    with pytest.raises(DeserializationError) as raised:
         load_pipeline(path)
+    assert isinstance(raised.value.__cause__, ValueError)
+    assert re.search(r"\Wduplicate_threshold\W.*\Wown_ranking\.duplicate_threshold\W", str(raised.value))
 
 
 def test_run_procedural_question_returns_the_steps(answerer):

@@ -1,3 +1,4 @@
+import re
 from copy import deepcopy
 
 import pytest
@@ -114,18 +115,21 @@ def test_from_dict():
 def test_from_dict_names_where_a_moved_setting_went(tmp_path):
     data = component_to_dict(PassageAssembler(), "component")
     data["init_parameters"] = {"top_k": 3, "compress_min_tokens": 100, "cache_dir": "off"}
-    with pytest.raises(ValueError, match=r"'compress_min_tokens' moved to 'compression\.min_tokens'; "
-                                         r"'cache_dir' moved to 'compression\.cache_dir'"):
+    with pytest.raises(ValueError) as raised:
         component_from_dict(PassageAssembler, data, "component")
-    with pytest.raises(ValueError, match=r"'compression' has unknown keys \['min_token'\]"):
+    for old, new in [("compress_min_tokens", "compression.min_tokens"), ("cache_dir", "compression.cache_dir")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
+    with pytest.raises(ValueError, match=r"'compression'.*'min_token'"):
         PassageAssembler(compression={"min_token": 100})
     # A user's pipeline YAML written before the settings moved: loading it names the new place.
     path = tmp_path / "old.yml"
     path.write_text(yaml.safe_dump({"components": {"assembler": {
         "type": "gatehouse.components.builders.passage_assembler.PassageAssembler",
         "init_parameters": {"compress": True, "compress_max_sentences": 3}}}, "connections": []}))
-    with pytest.raises(DeserializationError, match=r"'compress_max_sentences' moved to 'compression\.max_sentences'"):
+    with pytest.raises(DeserializationError) as raised:
         load_pipeline(path)
+    assert isinstance(raised.value.__cause__, ValueError)
+    assert re.search(r"\Wcompress_max_sentences\W.*\Wcompression\.max_sentences\W", str(raised.value))
 
 
 def test_pipeline_yaml_round_trip():

@@ -81,7 +81,7 @@ class PassageAssembler(MovedSettings):
     ```
     """
 
-    MOVED_SETTINGS = {
+    moved_settings = {
         "compress_min_tokens": "compression.min_tokens",
         "compress_max_sentences": "compression.max_sentences",
         "compress_embedding_weight": "compression.embedding_weight",

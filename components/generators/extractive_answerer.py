@@ -75,7 +75,7 @@ class ExtractiveAnswerer(MovedSettings):
     ```
     """
 
-    MOVED_SETTINGS = {name: f"own_ranking.{name}" for name in OWN_RANKING}
+    moved_settings = {name: f"own_ranking.{name}" for name in OWN_RANKING}
 
     def __init__(
         self,

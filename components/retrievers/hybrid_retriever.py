@@ -64,7 +64,7 @@ class HybridRetriever(MovedSettings):
     ```
     """
 
-    MOVED_SETTINGS = {name: f"fusion.{name}" for name in FUSION}
+    moved_settings = {name: f"fusion.{name}" for name in FUSION}
 
     def __init__(
         self,

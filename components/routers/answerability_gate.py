@@ -66,7 +66,7 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
     passage contains (`missing_terms`).
     """
 
-    MOVED_SETTINGS = MOVED_SETTINGS
+    moved_settings = MOVED_SETTINGS
 
     def __init__(  # noqa: PLR0913
         self,
