@@ -1,16 +1,19 @@
 """
 The request state that travels through `ask.yml`.
 
-Every gate of the ask pipeline takes one `state: State` and emits it (a new dict, never the input mutated) on exactly
-one of its named routes. `State` is a `TypedDict`: at run time a plain dict, at load time the socket type, so a YAML
-connection from a socket of another type (a response, a document list) to a gate's `state` fails when the pipeline
-is loaded. Keeping one state object makes the path, the attempts and the per-stage latency trivial to record, and
-lets a branch end anywhere and still build a complete response. Every key is listed, with who sets it, on `State`.
+Every gate of the ask pipeline takes one `state: State` and emits it (a new state, never the input changed) on
+exactly one of its named routes. Keeping one state object makes the path, the attempts and the per-stage latency
+trivial to record, and lets a branch end anywhere and still build a complete response.
+
+Haystack copies every input before it hands it to a component. A `State` copies as a new mapping of the same values
+(a few dozen references), not value by value: the values are shared, which is safe because no component changes a
+value in place (`advance` and `with_validation` build the new lists and mappings they extend). Documents are shared
+the same way.
 """
 
 import time
-from copy import deepcopy
-from typing import Any, TypedDict
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
 
 from haystack import Document
 
@@ -21,8 +24,14 @@ from gatehouse.settings import PUBLIC_TENANT  # the tenant of shared documents (
 FALLBACK_MESSAGE = "I couldn't locate specific documentation for this. Please verify the query or contact support."
 
 
-class State(TypedDict, total=False):
-    """The request state. Only `query` is always present; `new_state` sets the request's keys and the records."""
+class State(MutableMapping[str, Any]):
+    """
+    The request state: a mapping of the keys below. Only `query` is always present; `new_state` sets the request's keys
+    and the records. Copying it (Haystack's deep copy of a component's inputs included) gives a new mapping of the
+    same values.
+    """
+
+    __slots__ = ("_data",)
 
     # The request (RequestIntake, then the input guardrails redact and normalise).
     query: str  # the current query: redacted, condensed, rewritten on retries
@@ -33,7 +42,7 @@ class State(TypedDict, total=False):
     context: str | None  # caller-provided text for the constrained and hybrid modes
     history: list[dict[str, Any]]  # earlier turns, {"role", "content"}
     started: float  # time.perf_counter() when the request was taken in (the response's total latency)
-    # The condenser (QueryRewriter task condense).
+    # The condenser (QueryCondenser).
     condensed_query: str  # the standalone question made of a follow-up
     # The answer cache (SemanticCache before the intent gate, SemanticCacheStore after the output guardrails).
     cache: dict[str, Any]  # status: hit | miss | skipped (with a reason); a hit adds age_s, match (exact |
@@ -45,9 +54,10 @@ class State(TypedDict, total=False):
     decision_tier: str | None  # which tier chose the route
     decision_reason: str | None  # why, in words
     route_similarity: dict[str, float]  # the embedding tier's similarity per route, when it decided
-    # The context selector: caller context as documents (hybrid mode puts them before the retrieved ones).
+    # RequestIntake: the caller's context as a document (the only passage in constrained-context mode; before the
+    # retrieved ones in hybrid mode).
     context_documents: list[Document]
-    # The planner (QueryPlanner, SubQueryRetrieval, PlanStep, PlanSynthesizer): a multi-part question's plan.
+    # The planner (QueryPlanner, SearchPipeline, AnswerPipeline, PlanSynthesizer): a multi-part question's plan.
     plan: dict[str, Any] | None  # strategy, question, current (the part being answered), wall_ms, slowest_ms and
     # parts: index, query, label, status (planned | retrieved | missing | answered), score, kbs, replanned,
     # replan_query, ms, documents; answered parts add answer, citations, passages; missing ones a reason
@@ -55,12 +65,10 @@ class State(TypedDict, total=False):
     kbs: list[str]  # the knowledge bases to search
     threshold: float  # their quality threshold (the strictest of them)
     route_scores: dict[str, float]  # the router's score per candidate KB
-    route_evidence: dict[str, float]  # best document score per KB when the evidence tier searched
+    route_evidence: dict[str, float]  # best document score per KB when the evidence tier decided (KBEvidence)
     route_reason: str  # which tier decided
-    filters: dict[str, Any]  # Haystack metadata filters for retrieval (always pinned to the tenant)
-    prefetched_documents: dict[str, Any] | None  # {query, kbs, documents} of the evidence search, used by
-    # RetrievalRequest as the first attempt's retrieval (then cleared)
-    # Retrieval (RetrievalRequest -> RetrievalPipeline -> RetrievalResult) and the quality loop.
+    route_pending: dict[str, Any] | None  # the candidate KBs the first search attempt chooses among (KBEvidence)
+    # Retrieval (RetrievalRequest -> RetrievalPipeline -> RetrievalResult) and the quality loop (search.yml).
     retrieval_started: float  # time.perf_counter() when this attempt's retrieval started
     documents: list[Document]  # the latest attempt's documents (the quality gate keeps the best attempt's)
     chunks_retrieved: int
@@ -95,6 +103,39 @@ class State(TypedDict, total=False):
     validation: dict[str, list[str]]  # boundary_violations, confidence_warnings, guardrail_actions,
     # unsupported_sentences
 
+    def __init__(self, data: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        self._data: dict[str, Any] = {**(data or {}), **fields}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and self._data == dict(other)
+
+    def __repr__(self) -> str:
+        return f"State({self._data!r})"
+
+    def __or__(self, other: Mapping[str, Any]) -> "State":
+        return State(self._data, **other)
+
+    def __copy__(self) -> "State":
+        return State(self._data)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "State":
+        return State(self._data)
+
 
 VALIDATION_KEYS = ("boundary_violations", "confidence_warnings", "guardrail_actions", "unsupported_sentences")
 
@@ -105,24 +146,25 @@ def new_state(query: str, **fields: Any) -> State:
 
     :param query: The user's question.
     :param fields: Any other state keys to set.
-    :returns: A new state dictionary.
+    :returns: A new state.
     """
-    state: State = {
-        "query": query,
-        "original_query": query,
-        "tenant": PUBLIC_TENANT,
-        "kb": None,
-        "mode": "full-corpus",
-        "context": None,
-        "history": [],
-        "attempt": 0,
-        "attempts": [],
-        "path": ["start"],
-        "latency_ms": {},
-        "validation": {key: [] for key in VALIDATION_KEYS},
-    }
-    state.update(fields)  # type: ignore[typeddict-item]
-    return state
+    return State(
+        {
+            "query": query,
+            "original_query": query,
+            "tenant": PUBLIC_TENANT,
+            "kb": None,
+            "mode": "full-corpus",
+            "context": None,
+            "history": [],
+            "attempt": 0,
+            "attempts": [],
+            "path": ["start"],
+            "latency_ms": {},
+            "validation": {key: [] for key in VALIDATION_KEYS},
+        },
+        **fields,
+    )
 
 
 def advance(
@@ -145,13 +187,13 @@ def advance(
     :param updates: Keys to set on the new state.
     :returns: The new state.
     """
-    new: State = dict(state)  # type: ignore[assignment]
+    new = State(state)
     new["path"] = list(state.get("path", [])) + list(steps or [])
     new["latency_ms"] = dict(state.get("latency_ms", {}))
     if stage is not None and started is not None:
         elapsed = (time.perf_counter() - started) * 1000.0
         new["latency_ms"][stage] = round(new["latency_ms"].get(stage, 0.0) + elapsed, 3)
-    new.update(updates)  # type: ignore[typeddict-item]
+    new.update(updates)
     return new
 
 
@@ -167,8 +209,8 @@ def with_validation(state: State, key: str, *items: str) -> State:
     """
     if key not in VALIDATION_KEYS:
         raise ValueError(f"Unknown validation key '{key}'. Use one of {', '.join(VALIDATION_KEYS)}.")
-    new: State = dict(state)  # type: ignore[assignment]
-    validation = deepcopy(state.get("validation") or {k: [] for k in VALIDATION_KEYS})
-    validation.setdefault(key, []).extend(items)
+    new = State(state)
+    validation = {k: list(v) for k, v in (state.get("validation") or {k: [] for k in VALIDATION_KEYS}).items()}
+    validation[key] = [*validation.get(key, []), *items]
     new["validation"] = validation
     return new

@@ -1,7 +1,7 @@
 """
 Words and terms, as the gates compare texts: lower-cased word tokens, English Snowball stems, content words (tokens
-without stopwords), the numbers a text writes, set overlap, a rough singular, and `TermNormaliser` for components
-whose stopwords, stemmer and minimum term length are settings.
+without stopwords), the numbers a text writes, set overlap, the same words whatever case and spacing, a rough
+singular, and `TermNormaliser` for components whose stopwords, stemmer and minimum term length are settings.
 
 The one stopword list (`DEFAULT_STOPWORDS`) lives with the BM25 analyser (`gatehouse.document_stores.analysis`), so
 the gates and the index drop the same words.
@@ -107,6 +107,11 @@ def overlap(query_words: set[str], text_words: set[str]) -> float:
     if not query_words:
         return 0.0
     return len(query_words & text_words) / len(query_words)
+
+
+def same_words(a: str, b: str) -> bool:
+    """Whether two texts are the same words once case and spacing are ignored ("Reset  Login" and "reset login")."""
+    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
 
 
 def singular(word: str) -> str:

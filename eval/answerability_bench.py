@@ -130,6 +130,7 @@ def domain_rows(gate: AnswerabilityGate, names: list[str], workdir: str | Path |
         copy.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
         loaded = load_pipeline(copy)
         loaded.warm_up()
+        assembler = loaded.get_component("answer").pipeline.get_component("assembler")
         for domain in sets:
             questions = []
             for case in domain.cases:
@@ -141,8 +142,11 @@ def domain_rows(gate: AnswerabilityGate, names: list[str], workdir: str | Path |
             for key, question, history, answer, aliases, sources in tqdm(questions, desc=f"answerability {domain.name}",
                                                                          disable=not progress):
                 result = loaded.run({"intake": {"query": question, "history": history}},
-                                    include_outputs_from={"assembler", "condenser"})
-                passages = ((result.get("assembler") or {}).get("passages") or {}).get("passages") or []
+                                    include_outputs_from={"search", "condenser"})
+                searched = (result.get("search") or {}).get("done")  # the passages the answerability gate judges
+                assembled = assembler.run(state=searched).get("passages") if searched and not searched.get("plan") \
+                    else None
+                passages = (assembled or {}).get("passages") or []
                 asked = ((result.get("condenser") or {}).get("state") or {}).get("condensed_query") or question
                 ranked = gate.candidates(asked, passages)
                 rows.append({

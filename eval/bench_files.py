@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from haystack.core.serialization import component_from_dict
 
-from gatehouse.pipelines import pipeline_path
+from gatehouse.pipelines import component_spec, pipeline_path, read_spec
 
 T = TypeVar("T")
 
@@ -28,15 +27,16 @@ def configured_component(pipeline: str | Path, name: str, cls: type[T]) -> T:
     The component `name` of a pipeline YAML, built from its `init_parameters` and warmed up.
 
     :param pipeline: Pipeline name or YAML path.
-    :param name: The component's name in that YAML.
+    :param name: The component's name in that YAML, or in one of its sub-pipelines (`answer.verifier`).
     :param cls: The component class.
     :returns: The component.
     :raises ValueError: If the YAML has no such component.
     """
-    data = yaml.safe_load(pipeline_path(pipeline).read_text(encoding="utf-8"))
-    spec = (data.get("components") or {}).get(name)
-    if not spec:
-        raise ValueError(f"{pipeline_path(pipeline)} has no component '{name}'")
+    try:
+        spec = component_spec(read_spec(pipeline), name)
+    except KeyError:
+        raise ValueError(f"{pipeline_path(pipeline)} has no component '{name}' (nor has any of its sub-pipelines)") \
+            from None
     component = component_from_dict(cls, spec, name)
     if hasattr(component, "warm_up"):
         component.warm_up()

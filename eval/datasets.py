@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
-from gatehouse.components.routers.intent_gate import DEFAULT_INTENT_PATTERNS, ROUTES
+from gatehouse.components.routers.intent_rules import DEFAULT_INTENT_PATTERNS, ROUTES
 from gatehouse.components.routers.kb_router import KB_KEYS, KB_NAME
 from gatehouse.settings import bundled_dir
 from gatehouse.components.state import PUBLIC_TENANT

@@ -15,6 +15,7 @@ print(format_table(run_benchmark(repeats=1)))
 ```
 """
 
+import copy
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ import yaml
 from gatehouse.eval.datasets import GOLDEN_SET, load_golden
 from gatehouse.ask import run_ask
 from gatehouse.ingest import ingest, sample_groups
-from gatehouse.pipelines import load_pipeline, pipeline_path
+from gatehouse.pipelines import component_spec, load_pipeline, pipeline_path, sub_pipeline_spec
 from gatehouse.stats import percentile
 
 
@@ -33,26 +34,28 @@ def without_answer_checks(spec: dict[str, Any]) -> dict[str, Any]:
     """
     The ask pipeline spec without the answerability gate, the router's evidence tier and contradiction detection.
 
-    :param spec: A loaded ask.yml.
-    :returns: A new spec.
+    :param spec: A loaded ask.yml; it is not changed.
+    :returns: A new spec (the answer pipeline's read into it, see `gatehouse.pipelines.component_spec`).
     :raises ValueError: If the spec has no answerability gate.
     """
-    components = dict(spec["components"])
-    if "answerability" not in components:
-        raise ValueError("The pipeline has no 'answerability' component to leave out.")
-    del components["answerability"]
-    router = dict(components["router"])
-    router["init_parameters"] = {**router["init_parameters"], "evidence": {"enabled": False}}
-    verifier = dict(components["verifier"])
-    verifier["init_parameters"] = {**verifier["init_parameters"], "detect_contradictions": False}
-    components.update(router=router, verifier=verifier)
+    spec = copy.deepcopy(spec)
+    try:
+        component_spec(spec, "answerability")
+    except KeyError:
+        raise ValueError("The pipeline has no 'answerability' component to leave out.") from None
+    component_spec(spec, "router")["init_parameters"]["evidence"] = {"enabled": False}
+    component_spec(spec, "verifier")["init_parameters"]["detect_contradictions"] = False
+    answer = sub_pipeline_spec(spec, "answer")
+    del answer["components"]["answerability"]
     connections = []
-    for connection in spec["connections"]:
+    for connection in answer["connections"]:
         if connection["receiver"] == "answerability.state":
             connections.append({"sender": connection["sender"], "receiver": "generator.state"})
         elif not connection["sender"].startswith("answerability."):
             connections.append(connection)
-    return {**spec, "components": components, "connections": connections}
+    answer["connections"] = connections
+    spec["connections"] = [c for c in spec["connections"] if c["sender"] != "answer.unanswerable"]
+    return spec
 
 
 def run_benchmark(*, pipeline: str | Path = "ask", repeats: int = 1, warmup: int = 3,

@@ -117,12 +117,13 @@ def ingest_set(eval_set: EvalSet, work_dir: Path) -> dict[str, Any]:
 
 
 def _retrieved(result: dict[str, Any]) -> list[dict[str, str]]:
-    """The passages the answer was built from: of every part when a plan was synthesized, else the assembler's."""
-    parts = (((result.get("synthesizer") or {}).get("state") or {}).get("plan") or {}).get("parts") or []
-    if parts:  # the assembler ran once per part; its last output holds the last part's passages only
+    """The passages the answer was built from: of every part when a plan was answered, else the question's."""
+    answered = next(iter((result.get("answer") or {}).values()), None) or {}
+    parts = (answered.get("plan") or {}).get("parts") or []
+    if parts:
         documents = [document for part in parts for document in part.get("passages") or []]
     else:
-        documents = ((result.get("assembler") or {}).get("passages") or {}).get("passages") or []
+        documents = answered.get("passages") or []
     return [{"source": f"{d.meta.get('kb')}/{d.meta.get('source')}", "text": d.content or ""} for d in documents]
 
 
@@ -130,7 +131,7 @@ def ask_case(pipeline: Any, eval_set: EvalSet, case: EvalCase) -> dict[str, Any]
     """Run one case through the ask pipeline and return its record (see `gatehouse.eval.metrics`)."""
     result = pipeline.run(
         {"intake": {"query": case.question, "tenant": case.tenant, "history": case.history}},
-        include_outputs_from={"assembler", "synthesizer"},
+        include_outputs_from={"answer"},
     )
     return {
         "set": eval_set.name,

@@ -8,7 +8,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
 - intent (`intent`): intent and route accuracy; `llm_only` empties the pattern and keyword lists and sets the
   embedding thresholds above 1, so no cheaper tier is ever confident.
 - router (`router`): KB routing accuracy (the chosen KBs joined by "+" equal the gold KB) on the cases with a gold
-  KB; `llm_only` switches the evidence search off and sets `llm_margin` to 2 (every lead is below it).
+  KB; `llm_only` switches the evidence tier off and sets `llm_margin` to 2 (every lead is below it).
 - judge (`answerability`, and `quality_gate` with `--tiers quality`): the decision against the case's answerable
   label as abstention precision/recall, on the cases whose passages reach the gate in ask.yml as shipped;
   `llm_only` gives the LLM's verdict all the weight (the answerability gate's `llm.weight`, the quality gate's
@@ -17,7 +17,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
   the multi-part cases planned into as many parts as they have gold parts (`parts_accuracy`), over the slice plus
   every multi-part golden case; the LLM is asked only when the rules found no plan and a cue matches (no `llm_only`:
   the rules cannot be emptied).
-- rewriter (`rewriter`, task retry) and condenser (`condenser`): whether the LLM's query is used (`method: llm`, not
+- rewriter (`rewriter`) and condenser (`condenser`): whether the LLM's query is used (`method: llm`, not
   the rules' fallback) and the context recall (gold sources among the documents retrieved with the query, through
   the routed KBs) of the original question, the rules' query and the LLM's. The retry is the first one
   (`attempt: 1`) after a first search with the question; the condenser runs on the follow-up cases.
@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
-from gatehouse.components.routers.intent_gate import DEFAULT_INTENT_KEYWORDS, DEFAULT_INTENT_PATTERNS
+from gatehouse.components.routers.intent_rules import DEFAULT_INTENT_KEYWORDS, DEFAULT_INTENT_PATTERNS
 from gatehouse.eval.datasets import GOLDEN_SET, EvalCase, load_golden, stratified_slice
 from haystack import component
 from haystack.core.serialization import allow_deserialization_module, component_from_dict, import_class_by_name
@@ -142,12 +142,14 @@ def variant_spec(component_spec: dict[str, Any], tier: str, variant: str,
     if variant == "llm":
         return spec
     if tier == "intent":
+        rules = params["rules"] = dict(params.get("rules") or {})
         for name in ("refuse_patterns", "direct_patterns", "retrieve_patterns", "general_knowledge_patterns",
                      "domain_keywords", "refuse_keywords", "general_keywords"):
-            params[name] = []
-        params["intent_patterns"] = {label: [] for label in params.get("intent_patterns") or DEFAULT_INTENT_PATTERNS}
-        params["intent_keywords"] = {label: [] for label in params.get("intent_keywords") or DEFAULT_INTENT_KEYWORDS}
-        params["embedding_threshold"] = params["intent_embedding_threshold"] = 2.0
+            rules[name] = []
+        rules["intent_patterns"] = {label: [] for label in rules.get("intent_patterns") or DEFAULT_INTENT_PATTERNS}
+        rules["intent_keywords"] = {label: [] for label in rules.get("intent_keywords") or DEFAULT_INTENT_KEYWORDS}
+        params["tuning"] = {**(params.get("tuning") or {}), "embedding_threshold": 2.0,
+                            "intent_embedding_threshold": 2.0}
     elif tier == "router":
         params["evidence"] = {**(params.get("evidence") or {}), "enabled": False}
         params["llm_margin"] = 2.0
@@ -289,7 +291,7 @@ def run_benchmark(
     from gatehouse.eval.runner import work_dir
 
     from gatehouse.ingest import ingest, sample_groups
-    from gatehouse.pipelines import load_pipeline
+    from gatehouse.pipelines import component_spec, load_pipeline
 
     unknown = [tier for tier in tiers if tier not in TIERS]
     if unknown:
@@ -298,22 +300,23 @@ def run_benchmark(
     path = pipeline_path(pipeline)
     spec = without_answer_cache(yaml.safe_load(path.read_text(encoding="utf-8")))
     generator = chat_generator_spec(llm_url, model=model, timeout=timeout, max_tokens=max_tokens)
-    components = spec["components"]
 
     def variants(tier: str, names: tuple[str, ...] = VARIANTS) -> dict[str, Any]:
         name = COMPONENTS[tier]
-        return {variant: build(variant_spec(components[name], tier, variant, generator), name) for variant in names}
+        return {variant: build(variant_spec(component_spec(spec, name), tier, variant, generator), name)
+                for variant in names}
 
     base_file = work_dir() / f"tier-bench-{path.stem}.yml"
     base_file.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     base = load_pipeline(base_file)
     base.warm_up()
-    retrieval = RetrievalPipeline(pipeline_file=components["retrieval"]["init_parameters"]["pipeline_file"])
+    retrieval = RetrievalPipeline(pipeline_file=component_spec(spec, "retrieval")["init_parameters"]["pipeline_file"])
+    assembler = base.get_component("answer").pipeline.get_component("assembler")
     retrieval.warm_up()
     cases = golden_slice(limit)
     if "planner" in tiers:
         cases += [case for case in load_golden(GOLDEN_SET).cases if case.gold_parts]
-    router_off = build(variant_spec(components["router"], "router", "off", generator), "router")
+    router_off = build(variant_spec(component_spec(spec, "router"), "router", "off", generator), "router")
     gates = {tier: variants(tier, ("off", "llm") if tier in WITHOUT_LLM_ONLY else VARIANTS) for tier in tiers}
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {tier: {v: [] for v in gates[tier]} for tier in tiers}
 
@@ -323,7 +326,7 @@ def run_benchmark(
     inputs, guarded = [], []
     for case in cases:
         result = base.run({"intake": {"query": case.question, "tenant": case.tenant, "history": case.history}},
-                          include_outputs_from={"condenser", "assembler"})
+                          include_outputs_from={"condenser", "search"})
         if "condenser" not in result:  # refused by the input guardrails: no gate after them ran
             guarded.append(case.id)
             continue
@@ -331,7 +334,9 @@ def run_benchmark(
         routed = router_off.run(state=condensed)["routed"] if case.gold_kb else None
         first = (retrieval.run(query=condensed["query"], tenant=case.tenant, kbs=routed["kbs"])["documents"]
                  if routed else [])
-        inputs.append((case, condensed, (result.get("assembler") or {}).get("passages"), routed, first))
+        searched = (result.get("search") or {}).get("done")  # the passages reaching the answerability gate
+        passages = assembler.run(state=searched).get("passages") if searched and not searched.get("plan") else None
+        inputs.append((case, condensed, passages, routed, first))
     for tier, by_variant in gates.items():
         for variant, gate in by_variant.items():
             for case, condensed, passages, routed, first in inputs:
@@ -339,8 +344,8 @@ def run_benchmark(
                 if case.gold_parts and tier != "planner":
                     continue
                 if tier == "planner":
-                    name, out, row["calls"] = run_gate(gate, condensed)
-                    parts = (out.get("plan") or {}).get("parts") or [] if name == "plan" else []
+                    _, out, row["calls"] = run_gate(gate, condensed)
+                    parts = (out.get("plan") or {}).get("parts") or []
                     row.update(correct=bool(parts) == bool(case.gold_parts), predicted=len(parts),
                                llm_decided=bool(parts) and out["plan"]["strategy"] == "llm")
                     if case.gold_parts:

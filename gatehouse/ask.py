@@ -63,10 +63,17 @@ def run_ask(
     mode: str | None = None,
     context: str | None = None,
     history: list[dict[str, Any]] | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
-    """Run a loaded ask pipeline (`ask.yml`'s intake inputs) and return the response contract."""
-    result = pipeline.run(
-        {"intake": {"query": question, "kb": kb, "tenant": tenant, "mode": mode, "context": context,
-                    "history": history}}
-    )
-    return result["response"]["response"]
+    """
+    Run a loaded ask pipeline (`ask.yml`'s intake inputs) and return the response contract.
+
+    :param deadline: `time.monotonic()` by which the request must be answered: a `run()` input of every component
+        that calls a language model (their calls fit in what is left); None: only the models' own timeouts.
+    """
+    data: dict[str, dict[str, Any]] = {
+        "intake": {"query": question, "kb": kb, "tenant": tenant, "mode": mode, "context": context, "history": history}
+    }
+    if deadline is not None:
+        data.update({name: {"deadline": deadline} for name, sockets in pipeline.inputs().items() if "deadline" in sockets})
+    return pipeline.run(data)["response"]["response"]

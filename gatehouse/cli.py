@@ -318,6 +318,12 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
     return _bench("latency_bench", args, pipeline=args.pipeline, repeats=args.repeats, limit=args.limit)
 
 
+def cmd_bench_ask(args: argparse.Namespace) -> int:
+    """`gatehouse bench ask`: warm ask P50, Haystack's input copying and the cache hit, beside a baseline checkout."""
+    return _bench("ask_bench", args, baseline_python=args.baseline_python, rounds=args.rounds, hits=args.hits,
+                  limit=args.limit)
+
+
 def cmd_bench_startup(args: argparse.Namespace) -> int:
     """`gatehouse bench startup`: new-process costs (help, kb list, ask, server) beside the floor, asks per CPU-s."""
     return _bench("startup_bench", args, repeats=args.repeats, asks=args.asks)
@@ -517,6 +523,16 @@ def build_parser() -> argparse.ArgumentParser:
     latency.add_argument("--repeats", type=int, default=1, help="times each question is asked (default 1)")
     latency.add_argument("--limit", type=int, help="at most this many golden questions")
     latency.set_defaults(handler=cmd_bench_latency)
+    asks = benches.add_parser(
+        "ask", help="warm ask latency, Haystack's input copying and the answer-cache hit, beside another checkout's "
+                    "Gatehouse in the same run")
+    asks.add_argument("--baseline-python", help="the python of another checkout's environment (e.g. ../base/.venv/bin/"
+                                                "python), measured by turns with this one")
+    asks.add_argument("--rounds", type=int, default=3, help="rounds of every question per side (default 3)")
+    asks.add_argument("--hits", type=int, default=50, help="answer-cache hits timed per side (default 50)")
+    asks.add_argument("--limit", type=int, help="at most this many golden questions")
+    asks.add_argument("--output", help="write the report as JSON to this file")
+    asks.set_defaults(handler=cmd_bench_ask)
     startup = benches.add_parser(
         "startup", help="new-process costs: --help, kb list, ask (import / load / warm-up split), server ready; "
                         "asks per CPU-second")

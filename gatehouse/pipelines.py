@@ -1,5 +1,6 @@
 """Loading Gatehouse's YAML pipelines safely: an allowlist for our own modules, never unsafe deserialisation."""
 
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ from haystack.marshal import YamlMarshaller
 from gatehouse.settings import pipelines_dir
 
 ALLOWED_MODULES = ["gatehouse.components.*", "gatehouse.document_stores.*"]
+#: Components of this package run a pipeline YAML of their own (`pipeline_file`, or its content as `spec`).
+SUB_PIPELINE_MODULE = "gatehouse.components.pipelines."
 
 # Where the modules of the flat `components` package went when it became `gatehouse.components.<family>`.
 RENAMED_MODULES = {
@@ -44,10 +47,34 @@ RENAMED_MODULES = {
     "components.text_embedder": "gatehouse.components.embedders.text_embedder",
 }
 
-# Components that moved to another module of `gatehouse.components`.
-MOVED_CLASSES = {
+#: Classes an earlier pipeline YAML used and what does their job now.
+RETIRED_CLASSES = {
+    "gatehouse.components.routers.context_selector.ContextSelector":
+        "no component: RequestIntake takes the caller's context (min_context_chars, invalid_context)",
+    "gatehouse.components.retrievers.subquery_retrieval.SubQueryRetrieval":
+        "gatehouse.components.pipelines.search_pipeline.SearchPipeline, which searches a plan's parts",
+    "gatehouse.components.routers.plan_step.PlanStep":
+        "gatehouse.components.pipelines.answer_pipeline.AnswerPipeline, which answers a plan's parts",
+    "gatehouse.components.guardrails.guardrails.Guardrails":
+        "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
+        "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage` "
+        "(docs/pipelines.md lists the settings of each)",
     "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
         "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
+}
+
+_REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"
+_CONDENSER = "gatehouse.components.query.query_condenser.QueryCondenser"
+# Settings a component no longer takes because they were grouped into one mapping: class -> {setting: mapping}.
+MOVED_SETTINGS = {
+    _REWRITER: dict.fromkeys(["max_expansion_terms", "min_keyword_similarity", "max_profile_keywords", "prf_terms",
+                              "prf_top_k", "prf_min_term_length", "stopwords", "stemmer_language"], "expansion"),
+    _CONDENSER: dict.fromkeys(["followup_patterns", "pronouns", "noun_pronouns", "leading_connectives",
+                               "ellipsis_patterns", "determiners", "question_determiners", "prepositions",
+                               "auxiliary_verbs", "verb_cues", "definite_article", "stopwords", "stemmer_language"],
+                              "grammar"),
+    "gatehouse.components.query.query_planner.QueryPlanner": dict.fromkeys(
+        ["question_words", "back_references", "comparison_cues", "stopwords"], "grammar"),
 }
 
 
@@ -75,30 +102,110 @@ def generator_profile_path(name: str) -> Path:
 
 def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> Pipeline:
     """
-    Load a pipeline by name (`ask`, `index`, `retrieve`) or by path, with Gatehouse's modules allowlisted.
+    Load a pipeline by name (`ask`, `index`, `retrieve`, `search`, `answer`) or by path, with Gatehouse's modules
+    allowlisted.
 
     :param name_or_path: A pipeline name in the pipelines folder, or a YAML file path.
     :param generator: A generator profile (`llm` is `generators/llm.yml` of the pipelines folder: one component's
-        `type` and `init_parameters`) that replaces the pipeline's `generator` component; None keeps the YAML's own.
+        `type` and `init_parameters`) that replaces the pipeline's `generator` component (in a sub-pipeline too: the
+        ask pipeline's is in `answer.yml`); None keeps the YAML's own.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
-    :raises PipelineYAMLError: If the YAML names components by their old module paths (`components.*`, or a
-        module a component has moved from), or a profile is given for a pipeline without a `generator` component.
+    :raises PipelineYAMLError: If the YAML names components Gatehouse no longer has, sets what a component no longer
+        takes (`task` of the query rewriter, settings grouped into one mapping), or a profile is given for a pipeline
+        without a `generator` component.
+    """
+    return build_pipeline(read_spec(name_or_path), origin=str(pipeline_path(name_or_path)), generator=generator)
+
+
+def read_spec(name_or_path: str | Path) -> dict[str, Any]:
+    """
+    The YAML of a pipeline (by name or path) as a spec to read or change before `build_pipeline`.
+
+    :raises FileNotFoundError: If no such YAML file exists.
     """
     path = pipeline_path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(f"No pipeline YAML at {path}.")
-    spec = YamlMarshaller().unmarshal(path.read_text(encoding="utf-8"))
+    return YamlMarshaller().unmarshal(path.read_text(encoding="utf-8"))
+
+
+def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", generator: str | None = None) -> Pipeline:
+    """
+    Build a pipeline from its spec (a YAML's content), with Gatehouse's modules allowlisted.
+
+    :param spec: The spec; it is not changed.
+    :param origin: Where the spec came from, for messages.
+    :param generator: A generator profile that replaces the `generator` component (see `load_pipeline`).
+    :returns: The pipeline.
+    :raises PipelineYAMLError: If the spec names components Gatehouse no longer has.
+    """
+    spec = deepcopy(spec)
     if generator is not None:
-        _use_generator_profile(path, spec, generator)
+        _use_generator_profile(origin, spec, generator)
     outdated = sorted(set(_outdated_types(spec)))
-    if outdated:
-        fixes = "; ".join(f"{old} -> {new}" for old, new in outdated)
+    settings = list(dict.fromkeys(_outdated_settings(spec.get("components") or {})))
+    if outdated or settings:
+        fixes = [f"change the `type:` strings: {'; '.join(f'{old} -> {new}' for old, new in outdated)}"] if outdated \
+            else []
+        fixes += [f"change what its components no longer take: {'; '.join(settings)}"] if settings else []
         raise PipelineYAMLError(
-            f"{path} names components by their old module paths (Gatehouse's components live in "
-            f"gatehouse.components.<family>, one module each). Change the `type:` strings: {fixes}."
+            f"{origin} was written for an earlier Gatehouse. To load it, {', and '.join(fixes)}. (Or run `gatehouse "
+            "init` into a new folder for the current pipelines and carry your settings across.)"
         )
     return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
+
+
+def component_spec(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """
+    The spec (`type`, `init_parameters`) of a component of a pipeline spec, to read or change in place: a component of
+    the pipeline itself, one of a sub-pipeline by its path (`answer.verifier`), or the only one of that name in any
+    sub-pipeline (`verifier`). A sub-pipeline's YAML is read into the spec (its `spec` parameter) the first time, so
+    a change stays in this spec: the files are never written.
+
+    :param spec: A pipeline spec (`read_spec`).
+    :param name: The component's name or path.
+    :returns: The component's spec.
+    :raises KeyError: If there is no such component.
+    """
+    components = spec["components"]
+    head, _, rest = name.partition(".")
+    if rest:
+        return component_spec(sub_pipeline_spec(spec, head), rest)
+    if name in components:
+        return components[name]
+    for component in components.values():
+        if _is_sub_pipeline(component):
+            try:
+                return component_spec(_inlined(component), name)
+            except KeyError:
+                continue
+    raise KeyError(f"No component '{name}' in the pipeline or its sub-pipelines.")
+
+
+def _is_sub_pipeline(component: dict[str, Any]) -> bool:
+    return str(component.get("type", "")).startswith(SUB_PIPELINE_MODULE)
+
+
+def sub_pipeline_spec(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """
+    The spec of the pipeline a sub-pipeline component runs (`answer`: answer.yml's), read from its file into the
+    component's `spec` parameter the first time, to read or change in place (see `component_spec`).
+
+    :raises KeyError: If the pipeline has no sub-pipeline component of that name.
+    """
+    component = spec["components"].get(name)
+    if component is None or not _is_sub_pipeline(component):
+        raise KeyError(f"No sub-pipeline '{name}' in the pipeline.")
+    return _inlined(component)
+
+
+def _inlined(component: dict[str, Any]) -> dict[str, Any]:
+    """A sub-pipeline component's spec of its pipeline, read from its file into `spec` the first time."""
+    parameters = component.setdefault("init_parameters", {})
+    if parameters.get("spec") is None:
+        parameters["spec"] = read_spec(parameters["pipeline_file"])
+    return parameters["spec"]
 
 
 def without_answer_cache(spec: dict[str, Any]) -> dict[str, Any]:
@@ -117,40 +224,74 @@ def without_answer_cache(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "components": components}
 
 
-def _use_generator_profile(path: Path, spec: dict[str, Any], generator: str) -> None:
-    """Replace the pipeline spec's `generator` component by the profile's component spec."""
+def _use_generator_profile(origin: str, spec: dict[str, Any], generator: str) -> None:
+    """Replace the pipeline spec's `generator` component (in a sub-pipeline too) by the profile's component spec."""
     profile_path = generator_profile_path(generator)
     if not profile_path.is_file():
         available = sorted(p.stem for p in profile_path.parent.glob("*.yml"))
         raise FileNotFoundError(
             f"No generator profile '{generator}' at {profile_path} (available: {', '.join(available) or 'none'})."
         )
-    if "generator" not in (spec.get("components") or {}):
-        raise PipelineYAMLError(f"{path} has no `generator` component for the profile '{generator}' to replace.")
+    try:
+        target = component_spec(spec, "generator")
+    except KeyError:
+        raise PipelineYAMLError(f"{origin} has no `generator` component for the profile '{generator}' to replace.") \
+            from None
     profile = yaml.safe_load(profile_path.read_text(encoding="utf-8"))
     if not isinstance(profile, dict) or not isinstance(profile.get("type"), str):
         raise PipelineYAMLError(f"{profile_path} must hold one component: its `type` and `init_parameters`.")
-    spec["components"]["generator"] = profile
+    target.clear()
+    target.update(profile)
 
 
 def _outdated_types(node: Any):
-    """(old, new) for every `type:` in the YAML tree that names a class by a module it has moved from."""
+    """(old, what to write instead) for every `type:` in the YAML tree that names a class Gatehouse no longer has."""
     if isinstance(node, dict):
         kind = node.get("type")
-        if isinstance(kind, str) and kind in MOVED_CLASSES:
-            yield kind, MOVED_CLASSES[kind]
-        elif isinstance(kind, str) and kind.startswith("components."):
-            module, _, name = kind.rpartition(".")
-            new = RENAMED_MODULES.get(module)
-            if new:
-                yield kind, f"{new}.{name}"
-            elif module == "components.retrieval_stage":
-                yield kind, "gatehouse.components.retrievers.retrieval_pipeline.RetrievalPipeline, between a " \
-                    "RetrievalRequest and a RetrievalResult (as in the shipped ask.yml)"
-            else:
-                yield kind, "a gatehouse.components.<family> module"
+        if isinstance(kind, str):
+            current = _current_type(kind)
+            if current in RETIRED_CLASSES:
+                yield kind, RETIRED_CLASSES[current]
+            elif current != kind:
+                yield kind, current
         for value in node.values():
             yield from _outdated_types(value)
     elif isinstance(node, list):
         for value in node:
             yield from _outdated_types(value)
+
+
+def _current_type(kind: str) -> str:
+    """A class path as it is written now: the flat `components.*` modules moved to `gatehouse.components.<family>`."""
+    if not kind.startswith("components."):
+        return kind
+    module, _, name = kind.rpartition(".")
+    if module in RENAMED_MODULES:
+        return f"{RENAMED_MODULES[module]}.{name}"
+    if module == "components.retrieval_stage":
+        return "gatehouse.components.retrievers.retrieval_pipeline.RetrievalPipeline, inside pipelines/search.yml"
+    return "a gatehouse.components.<family> module"
+
+
+def _outdated_settings(node: Any, where: str = ""):
+    """What to change in every component of the YAML tree (`where`: its place) that sets what it no longer takes."""
+    if isinstance(node, dict):
+        kind, params = node.get("type"), node.get("init_parameters")
+        if isinstance(kind, str) and isinstance(params, dict):
+            condenses = kind == _REWRITER and params.get("task") == "condense"
+            if condenses:
+                yield (f"`{where}` is a QueryRewriter with `task: condense`, and follow-ups are condensed by their own "
+                       f"component now: write `type: {_CONDENSER}` and remove `task`")
+            elif kind == _REWRITER and "task" in params:
+                yield (f"`{where}` sets `task: {params['task']}`, but QueryRewriter only rewrites a weak query for a "
+                       f"retry now (follow-ups: {_CONDENSER}): remove `task`")
+            elif kind == _CONDENSER and "task" in params:
+                yield f"`{where}` sets `task: {params['task']}`, but QueryCondenser takes no `task`: remove it"
+            moved = MOVED_SETTINGS.get(_CONDENSER if condenses else kind, {})
+            for name in [name for name in params if name in moved]:
+                yield f"`{where}`: `{name}` is a key of `{moved[name]}` now (`{moved[name]}: {{{name}: ...}}`)"
+        for key, value in node.items():
+            yield from _outdated_settings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _outdated_settings(value, f"{where}[{index}]")

@@ -5,7 +5,7 @@ import yaml
 
 from gatehouse.eval.answerability_bench import _auc, choose_threshold, format_table, run_benchmark
 from gatehouse.eval.latency_bench import without_answer_checks
-from gatehouse.pipelines import load_pipeline, pipeline_path
+from gatehouse.pipelines import component_spec, load_pipeline, pipeline_path, sub_pipeline_spec
 
 SQUAD = Path(__file__).parent / "fixtures" / "eval" / "squad2_cs224n" / "dev-v2.0.json"
 
@@ -41,13 +41,14 @@ def test_run_benchmark_tunes_and_reports_on_different_articles():
 def test_latency_baseline_leaves_out_the_answer_checks_and_still_loads(tmp_path):
     spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
     baseline = without_answer_checks(spec)
-    assert "answerability" not in baseline["components"] and "answerability" in spec["components"]
-    assert {"sender": "passage_screen.state", "receiver": "generator.state"} in baseline["connections"]
-    assert not any("answerability" in c["sender"] + c["receiver"] for c in baseline["connections"])
-    assert baseline["components"]["router"]["init_parameters"]["evidence"] == {"enabled": False}
-    assert baseline["components"]["verifier"]["init_parameters"]["detect_contradictions"] is False
+    answer = sub_pipeline_spec(baseline, "answer")
+    assert "answerability" not in answer["components"] and "spec" not in spec["components"]["answer"]["init_parameters"]
+    assert {"sender": "passage_screen.state", "receiver": "generator.state"} in answer["connections"]
+    assert not any("answerability" in c["sender"] + c["receiver"] for c in answer["connections"])
+    assert component_spec(baseline, "router")["init_parameters"]["evidence"] == {"enabled": False}
+    assert component_spec(baseline, "verifier")["init_parameters"]["detect_contradictions"] is False
     path = tmp_path / "baseline.yml"
     path.write_text(yaml.safe_dump(baseline))
-    assert "answerability" not in dict(load_pipeline(path).walk())
+    assert "answerability" not in dict(load_pipeline(path).get_component("answer").pipeline.walk())
     with pytest.raises(ValueError, match="no 'answerability'"):
         without_answer_checks(baseline)

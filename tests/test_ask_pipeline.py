@@ -146,10 +146,10 @@ def test_threshold_edited_in_yaml_changes_behaviour(ingested, tmp_path):
 
 
 def test_yaml_connection_between_incompatible_sockets_fails_at_load(tmp_path):
-    spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())
+    spec = yaml.safe_load((pipelines_dir() / "search.yml").read_text())
     spec["connections"] = [c for c in spec["connections"] if c["receiver"] != "quality_gate.state"]
     spec["connections"].append({"sender": "retrieval.documents", "receiver": "quality_gate.state"})
-    path = tmp_path / "ask.yml"
+    path = tmp_path / "search.yml"
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(Exception, match=r"retrieval\.documents.*quality_gate\.state|quality_gate.*state") as raised:
         load_pipeline(path)

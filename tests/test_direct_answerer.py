@@ -1,15 +1,15 @@
+import re
 from copy import deepcopy
 
 import pytest
 from haystack.components.generators.chat import OpenAIChatGenerator
 
-from gatehouse.components.generators.direct_answerer import (
-    DEFAULT_NO_MODEL_MESSAGE,
-    DirectAnswerer,
+from gatehouse.components.generators.arithmetic import (
     ExpressionTooLargeError,
     UnsafeExpressionError,
     evaluate_arithmetic,
 )
+from gatehouse.components.generators.direct_answerer import DEFAULT_NO_MODEL_MESSAGE, DirectAnswerer
 from gatehouse.components.state import new_state
 
 
@@ -29,26 +29,43 @@ def unreachable_generator():
 def test_init():
     component = DirectAnswerer()
     assert component.chat_generator is None
-    assert component.max_exponent == 1000
-    assert component.no_model_message == DEFAULT_NO_MODEL_MESSAGE
+    assert component.limits["max_exponent"] == 1000
+    assert component.messages["no_model"] == DEFAULT_NO_MODEL_MESSAGE
     assert component.operator_words is None
     assert component.arithmetic_prefixes is None and component.arithmetic_suffixes is None
 
-    custom = DirectAnswerer(max_exponent=10, greeting_message="Hi! Ask me about billing.")
-    assert custom.max_exponent == 10
-    assert custom.greeting_message == "Hi! Ask me about billing."
+    custom = DirectAnswerer(limits={"max_exponent": 10}, messages={"greeting": "Hi! Ask me about billing."})
+    assert custom.limits["max_exponent"] == 10
+    assert custom.messages["greeting"] == "Hi! Ask me about billing."
+    assert custom.limits["max_result_digits"] == 100  # a key left out keeps its default
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"limits": {"max_exponents": 10}}, r"'limits' has .*max_exponents"),
+        ({"messages": "Hello"}, "'messages' must be a mapping"),
+        ({"social_patterns": {"greeting": "^hi"}}, "'social_patterns.greeting' must be a list"),
+        ({"social_patterns": {"thanks": ["(thanks"]}}, "'social_patterns.thanks' holds an invalid regular expression"),
+    ],
+)
+def test_init_rejects_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DirectAnswerer(**kwargs)
 
 
 def test_to_dict():
-    data = DirectAnswerer(max_exponent=50, thanks_message="Anytime.", arithmetic_prefixes=["what is"]).to_dict()
+    data = DirectAnswerer(
+        limits={"max_exponent": 50}, messages={"thanks": "Anytime."}, arithmetic_prefixes=["what is"]
+    ).to_dict()
     assert data["type"] == "gatehouse.components.generators.direct_answerer.DirectAnswerer"
     params = data["init_parameters"]
-    assert params["max_exponent"] == 50
-    assert params["thanks_message"] == "Anytime."
+    assert params["limits"]["max_exponent"] == 50
+    assert params["messages"]["thanks"] == "Anytime."
     assert params["arithmetic_prefixes"] == ["what is"]
     assert params["arithmetic_suffixes"] is None
     assert params["chat_generator"] is None
-    assert params["no_model_message"] == DEFAULT_NO_MODEL_MESSAGE
+    assert params["messages"]["no_model"] == DEFAULT_NO_MODEL_MESSAGE
 
 
 def test_from_dict(monkeypatch):
@@ -63,10 +80,24 @@ def test_from_dict(monkeypatch):
 
     plain = DirectAnswerer.from_dict(
         {"type": "gatehouse.components.generators.direct_answerer.DirectAnswerer",
-         "init_parameters": {"max_exponent": 5, "arithmetic_suffixes": ["equals"]}}
+         "init_parameters": {"limits": {"max_exponent": 5}, "arithmetic_suffixes": ["equals"]}}
     )
-    assert plain.max_exponent == 5 and plain.chat_generator is None
+    assert plain.limits["max_exponent"] == 5 and plain.chat_generator is None
     assert plain.arithmetic_suffixes == ["equals"]
+
+
+def test_from_dict_names_the_new_place_of_a_moved_setting():
+    """A YAML written before the settings were grouped fails with the new place of each setting it uses."""
+    data = {"type": "gatehouse.components.generators.direct_answerer.DirectAnswerer",
+            "init_parameters": {"max_exponent": 5, "greeting_patterns": ["^hi"], "arithmetic_template": "{result}",
+                                "no_model_message": "No.", "arithmetic_prefixes": ["what is"]}}
+    with pytest.raises(ValueError) as raised:
+        DirectAnswerer.from_dict(data)
+    message = str(raised.value)
+    for old, new in [("max_exponent", "limits.max_exponent"), ("greeting_patterns", "social_patterns.greeting"),
+                     ("arithmetic_template", "messages.arithmetic"), ("no_model_message", "messages.no_model")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", message), (old, message)
+    assert "arithmetic_prefixes" not in message  # still a setting of its own
 
 
 @pytest.mark.parametrize(
@@ -179,28 +210,28 @@ def test_run_unsafe_question_is_not_evaluated(answerer):
 
 
 @pytest.mark.parametrize(
-    ("question", "message_attribute"),
+    ("question", "message"),
     [
-        ("Hi!", "greeting_message"),
-        ("hello there", "greeting_message"),
-        ("Good morning", "greeting_message"),
-        ("¡Hola!", "greeting_message"),
-        ("Thanks a lot!", "thanks_message"),
-        ("thank you", "thanks_message"),
-        ("bye", "farewell_message"),
-        ("What can you do?", "greeting_message"),
+        ("Hi!", "greeting"),
+        ("hello there", "greeting"),
+        ("Good morning", "greeting"),
+        ("¡Hola!", "greeting"),
+        ("Thanks a lot!", "thanks"),
+        ("thank you", "thanks"),
+        ("bye", "farewell"),
+        ("What can you do?", "greeting"),
     ],
 )
-def test_run_greetings(answerer, question, message_attribute):
+def test_run_greetings(answerer, question, message):
     out = answer(answerer, question)
-    assert out["answer"] == getattr(answerer, message_attribute)
+    assert out["answer"] == answerer.messages[message]
     assert out["generator"] == "greeting"
     assert out["status"] == "success"
     assert out["citations"] == []
 
 
 def test_greeting_message_says_what_it_can_do(answerer):
-    assert "knowledge bases" in answerer.greeting_message
+    assert "knowledge bases" in answerer.messages["greeting"]
 
 
 def test_run_long_message_starting_with_hi_is_not_a_greeting(answerer):
@@ -219,7 +250,7 @@ def test_run_honest_reply_without_model(answerer):
 
 
 def test_run_custom_no_model_message():
-    component = DirectAnswerer(no_model_message="No general model here.")
+    component = DirectAnswerer(messages={"no_model": "No general model here."})
     assert answer(component, "Who wrote Hamlet?")["answer"] == "No general model here."
 
 
@@ -233,7 +264,7 @@ def test_run_llm_failure_is_honest(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     component = DirectAnswerer(chat_generator=unreachable_generator())
     out = answer(component, "What is the capital of France?")
-    assert out["answer"] == component.llm_error_message
+    assert out["answer"] == component.messages["llm_error"]
     assert out["status"] == "partial"
     assert out["generator"] == "none"
     assert any("general model failed" in w for w in out["validation"]["confidence_warnings"])

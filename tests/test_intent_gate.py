@@ -1,12 +1,16 @@
 """Tests for `gatehouse.components.routers.intent_gate.IntentGate` with real MiniLM embeddings."""
 
+import re
+
 import pytest
 from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGenerator
 from haystack.utils import Secret
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.intent_gate import DEFAULT_DOMAIN_KEYWORDS, IntentGate
+from gatehouse.components.routers.intent_gate import IntentGate
+from gatehouse.components.routers.intent_rules import DEFAULT_DOMAIN_KEYWORDS
 from gatehouse.components.state import new_state
+from gatehouse.pipelines import load_pipeline
 
 INTENTS = {
     "factual", "comparison", "explanation", "aggregation", "procedural",
@@ -31,34 +35,39 @@ def route_of(gate: IntentGate, query: str, **fields) -> tuple[str, dict]:
 
 def test_init():
     gate = IntentGate(cache_dir="off")
-    assert gate.default_route == "retrieve"
-    assert gate.default_intent == "factual"
+    assert gate.outcomes["default_route"] == "retrieve"
+    assert gate.outcomes["default_intent"] == "factual"
     assert gate.chat_generator is None
-    assert gate.domain_keywords == []  # what the knowledge bases cover is learned from their profiles
-    assert set(gate.examples) == {"direct", "retrieve", "refuse"}
+    assert gate.rules["domain_keywords"] == []  # what the knowledge bases cover is learned from their profiles
+    assert set(gate.rules["examples"]) == {"direct", "retrieve", "refuse"}
     assert INTENTS <= set(gate.intents)
-    assert set(gate.intent_patterns) <= INTENTS
+    assert set(gate.rules["intent_patterns"]) <= INTENTS
 
-    assert gate.max_general_subject_terms == 2 and gate.stopwords is None
+    assert gate.max_general_subject_terms == 2 and gate.rules["stopwords"] is None
 
-    custom = IntentGate(domain_keywords=["widget"], embedding_threshold=0.7, intent_routes={}, cache_dir="off")
-    assert custom.domain_keywords == ["widget"]
-    assert custom.embedding_threshold == 0.7
-    assert custom.intent_routes == {}
+    custom = IntentGate(rules={"domain_keywords": ["widget"]}, tuning={"embedding_threshold": 0.7},
+                        outcomes={"intent_routes": {}}, cache_dir="off")
+    assert custom.rules["domain_keywords"] == ["widget"]
+    assert custom.tuning["embedding_threshold"] == 0.7
+    assert custom.outcomes["intent_routes"] == {}
+    assert custom.rules["refuse_patterns"] == gate.rules["refuse_patterns"]  # a key left out keeps its default
     assert DEFAULT_DOMAIN_KEYWORDS == []  # defaults are copied, never mutated
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"default_route": "maybe"}, "default_route"),
-        ({"intent_routes": {"chitchat": "ignore"}}, r"intent_routes\[chitchat\]"),
-        ({"examples": {"search": ["x"]}}, "unknown: search"),
-        ({"refuse_patterns": ["(unclosed"]}, "'refuse_patterns' holds an invalid regular expression"),
-        ({"direct_patterns": "^hi$"}, "'direct_patterns' must be a list"),
-        ({"intent_patterns": {"factual": "^what"}}, r"intent_patterns\[factual\]' must be a list"),
-        ({"domain_keywords": ["ok", ""]}, "empty or non-string keyword"),
-        ({"intent_examples": {"factual": [""]}}, "empty or non-string example"),
+        ({"outcomes": {"default_route": "maybe"}}, "default_route"),
+        ({"outcomes": {"intent_routes": {"chitchat": "ignore"}}}, r"intent_routes\[chitchat\]"),
+        ({"rules": {"examples": {"search": ["x"]}}}, "unknown: search"),
+        ({"rules": {"refuse_patterns": ["(unclosed"]}}, "'refuse_patterns' holds an invalid regular expression"),
+        ({"rules": {"direct_patterns": "^hi$"}}, "'direct_patterns' must be a list"),
+        ({"rules": {"intent_patterns": {"factual": "^what"}}}, r"intent_patterns\[factual\]' must be a list"),
+        ({"rules": {"domain_keywords": ["ok", ""]}}, "empty or non-string keyword"),
+        ({"rules": {"intent_examples": {"factual": [""]}}}, "empty or non-string example"),
+        ({"rules": {"domain_keyword": ["x"]}}, r"'rules' has .*domain_keyword"),
+        ({"tuning": {"embedding_threshold": "high"}}, "'tuning.embedding_threshold' must be a number"),
+        ({"outcomes": ["retrieve"]}, "'outcomes' must be a mapping"),
     ],
 )
 def test_init_rejects_bad_parameters(kwargs, message):
@@ -67,37 +76,67 @@ def test_init_rejects_bad_parameters(kwargs, message):
 
 
 def test_to_dict():
-    gate = IntentGate(domain_keywords=["widget"], embedding_margin=0.2, max_general_subject_terms=4, cache_dir="off")
+    gate = IntentGate(rules={"domain_keywords": ["widget"]}, tuning={"embedding_margin": 0.2},
+                      max_general_subject_terms=4, cache_dir="off")
     data = gate.to_dict()
     assert data["type"] == "gatehouse.components.routers.intent_gate.IntentGate"
     params = data["init_parameters"]
-    assert params["domain_keywords"] == ["widget"]
-    assert params["embedding_margin"] == 0.2
+    assert params["rules"]["domain_keywords"] == ["widget"]
+    assert params["tuning"]["embedding_margin"] == 0.2
     assert params["max_general_subject_terms"] == 4
-    assert params["stopwords"] is None
-    assert params["default_route"] == "retrieve"
+    assert params["rules"]["stopwords"] is None
+    assert params["outcomes"]["default_route"] == "retrieve"
     assert params["chat_generator"] is None
-    assert params["examples"] == gate.examples
-    assert set(params["intent_patterns"]) == set(gate.intent_patterns)
+    assert params["rules"]["examples"] == gate.rules["examples"]
+    assert set(params["rules"]["intent_patterns"]) == set(gate.rules["intent_patterns"])
 
 
 def test_from_dict():
     gate = IntentGate(
         chat_generator=MockChatGenerator(responses='{"route": "direct", "intent": "chitchat"}'),
-        default_intent="clarification",
+        outcomes={"default_intent": "clarification"},
         max_general_subject_terms=1,
-        stopwords=["the", "of"],
+        rules={"stopwords": ["the", "of"]},
         cache_dir="off",
     )
     data = gate.to_dict()
     restored = IntentGate.from_dict(data)
     assert isinstance(restored.chat_generator, MockChatGenerator)
-    assert restored.default_intent == "clarification"
-    assert restored.max_general_subject_terms == 1 and restored.stopwords == ["the", "of"]
+    assert restored.outcomes["default_intent"] == "clarification"
+    assert restored.max_general_subject_terms == 1 and restored.rules["stopwords"] == ["the", "of"]
     assert restored.to_dict() == data
 
     minimal = IntentGate.from_dict({"type": "gatehouse.components.routers.intent_gate.IntentGate", "init_parameters": {}})
-    assert minimal.domain_keywords == list(DEFAULT_DOMAIN_KEYWORDS)
+    assert minimal.rules["domain_keywords"] == list(DEFAULT_DOMAIN_KEYWORDS)
+
+
+def test_from_dict_names_the_new_place_of_a_moved_setting():
+    """A YAML written before the settings were grouped fails with the new place of each setting it uses."""
+    data = {"type": "gatehouse.components.routers.intent_gate.IntentGate",
+            "init_parameters": {"domain_keywords": ["widget"], "embedding_threshold": 0.7, "refusal_message": "No.",
+                                "max_general_subject_terms": 2}}
+    with pytest.raises(ValueError) as raised:
+        IntentGate.from_dict(data)
+    message = str(raised.value)
+    moves = [("domain_keywords", "rules.domain_keywords"), ("embedding_threshold", "tuning.embedding_threshold"),
+             ("refusal_message", "outcomes.refusal_message")]
+    for old, new in moves:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", message), (old, message)
+    assert "max_general_subject_terms" not in message  # still a setting of its own
+
+
+def test_load_pipeline_names_the_new_place_of_a_moved_setting(tmp_path):
+    path = tmp_path / "old.yml"
+    path.write_text(
+        "components:\n"
+        "  intent:\n"
+        "    type: gatehouse.components.routers.intent_gate.IntentGate\n"
+        "    init_parameters:\n"
+        "      general_keywords: [recursion]\n"
+        "connections: []\n"
+    )
+    with pytest.raises(Exception, match=r"\Wgeneral_keywords\W.*\Wrules\.general_keywords\W"):
+        load_pipeline(path)
 
 
 @pytest.mark.parametrize(
@@ -235,7 +274,7 @@ def test_run_intents(gate, query, intent):
 
 
 def test_run_path_and_tiers(gate):
-    keyed = IntentGate(domain_keywords=["api key*"], cache_dir="off")
+    keyed = IntentGate(rules={"domain_keywords": ["api key*"]}, cache_dir="off")
     _, retrieve = route_of(keyed, "How do I rotate an API key?")
     assert retrieve["path"] == ["start", "intent_procedural_retrieve"]
     assert retrieve["intent_tier"] == "regex"
@@ -263,11 +302,11 @@ def test_run_out_of_scope_intent_implies_refuse(gate):
     assert route == "refuse"
     assert state["decision_tier"] == "intent"
     assert state["status"] == "refused"
-    assert state["answer"] == gate.refusal_message
+    assert state["answer"] == gate.outcomes["refusal_message"]
 
 
 def test_run_intent_routes_only_from_trusted_tiers():
-    gate = IntentGate(intent_route_tiers=[], cache_dir="off")
+    gate = IntentGate(outcomes={"intent_route_tiers": []}, cache_dir="off")
     route, state = route_of(gate, "What's the weather in Paris?")
     assert state["intent"] == "out_of_scope"
     assert route == "retrieve" and state["decision_tier"] == "default"
@@ -275,14 +314,18 @@ def test_run_intent_routes_only_from_trusted_tiers():
 
 def test_run_embedding_tier():
     gate = IntentGate(
-        refuse_patterns=[], direct_patterns=[], retrieve_patterns=[], general_knowledge_patterns=[],
-        domain_keywords=[], refuse_keywords=[], general_keywords=[],
-        examples={
-            "retrieve": ["How do I reset my password?", "Where do I download my invoices?"],
-            "direct": ["Who painted the Mona Lisa?", "What is the boiling point of water?"],
+        rules={
+            "refuse_patterns": [], "direct_patterns": [], "retrieve_patterns": [], "general_knowledge_patterns": [],
+            "domain_keywords": [], "refuse_keywords": [], "general_keywords": [],
+            "examples": {
+                "retrieve": ["How do I reset my password?", "Where do I download my invoices?"],
+                "direct": ["Who painted the Mona Lisa?", "What is the boiling point of water?"],
+            },
+            "intent_patterns": {}, "intent_keywords": {},
+            "intent_examples": {
+                "procedural": ["How do I reset my password?"], "factual": ["Who painted the Mona Lisa?"],
+            },
         },
-        intent_patterns={}, intent_keywords={},
-        intent_examples={"procedural": ["How do I reset my password?"], "factual": ["Who painted the Mona Lisa?"]},
         cache_dir="off",
     )
     route, state = route_of(gate, "how can I reset the password of my account")
@@ -334,13 +377,13 @@ def test_run_does_not_mutate_input(gate):
 
 def test_examples_are_embedded_once_per_instance(gate):
     backend = EmbeddingBackend.get(cache_dir="off")
-    route_matrix, intent_matrix = gate._route_index._matrix, gate._intent_index._matrix
+    route_matrix, intent_matrix = gate._tiers.route_index._matrix, gate._tiers.intent_index._matrix
     assert route_matrix is not None and intent_matrix is not None
     before = backend.encoded_count
     route_of(gate, "zzkq vvbn unique nonsense one")
     route_of(gate, "hello there")  # decided by rules: no embedding at all
     assert backend.encoded_count - before == 1
-    assert gate._route_index._matrix is route_matrix
+    assert gate._tiers.route_index._matrix is route_matrix
 
 
 def test_run_llm_tier_decides_when_rules_defer():

@@ -104,18 +104,18 @@ def test_init():
     assert router.keyword_weight == 0.3 and router.embedding_weight == 0.7
     assert router.include_public is True
     assert router.catalogue_store is None
-    assert router.evidence == {"enabled": False, "pipeline": "retrieve", "top_k": 10, "margin": 0.05, "lead_below": 0.3}
+    assert router.evidence == {"enabled": False, "margin": 0.05, "lead_below": 0.3}
 
 
 def test_init_tenant_and_evidence_parameters(tmp_path):
     store = LexicalDocumentStore(backend="local", local={"path": str(tmp_path)})
     router = KBRouter(
         knowledge_bases=KNOWLEDGE_BASES, include_public=False, catalogue_store=store,
-        evidence={"enabled": True, "top_k": 5, "margin": 0}, cache_dir="off",
+        evidence={"enabled": True, "margin": 0}, cache_dir="off",
     )
     assert router.include_public is False
     assert router.catalogue_store is store
-    assert router.evidence == {"enabled": True, "pipeline": "retrieve", "top_k": 5, "margin": 0.0, "lead_below": 0.3}
+    assert router.evidence == {"enabled": True, "margin": 0.0, "lead_below": 0.3}
 
 
 @pytest.mark.parametrize(
@@ -124,9 +124,8 @@ def test_init_tenant_and_evidence_parameters(tmp_path):
         ("yes", "'evidence' must be a mapping"),
         ({"enable": True}, "unknown keys"),
         ({"enabled": "yes"}, "'evidence.enabled'"),
-        ({"pipeline": ""}, "'evidence.pipeline'"),
-        ({"top_k": 0}, "'evidence.top_k'"),
-        ({"top_k": 2.5}, "'evidence.top_k'"),
+        ({"pipeline": "retrieve"}, "the first attempt of the search pipeline"),
+        ({"top_k": 10}, r"no longer takes \['top_k'\]"),
         ({"margin": -0.1}, "'evidence.margin'"),
         ({"lead_below": "high"}, "'evidence.lead_below'"),
     ],
@@ -191,14 +190,14 @@ def test_to_dict_from_dict_with_catalogue_and_evidence(tmp_path, monkeypatch):
     store = LexicalDocumentStore(backend="local", local={"path": str(tmp_path)})
     router = KBRouter(
         knowledge_bases=KNOWLEDGE_BASES, include_public=False, catalogue_store=store,
-        evidence={"enabled": True, "pipeline": "retrieve", "top_k": 4, "margin": 0.1, "lead_below": 0.5},
+        evidence={"enabled": True, "margin": 0.1, "lead_below": 0.5},
         cache_dir="off",
     )
     data = router.to_dict()
     params = data["init_parameters"]
     assert params["include_public"] is False
     assert params["catalogue_store"] == store.to_dict()
-    assert params["evidence"] == {"enabled": True, "pipeline": "retrieve", "top_k": 4, "margin": 0.1, "lead_below": 0.5}
+    assert params["evidence"] == {"enabled": True, "margin": 0.1, "lead_below": 0.5}
     restored = KBRouter.from_dict(data)
     assert isinstance(restored.catalogue_store, LexicalDocumentStore)
     assert restored.catalogue_store.local == {"path": str(tmp_path)}
@@ -255,13 +254,6 @@ def test_run_required_routes(router, question, expected):
     assert max(state["route_scores"], key=state["route_scores"].get) == expected
     assert set(state["route_scores"]) == {"product", "ops", "faq"}
     assert state["route_reason"] in {"keywords", "embedding", "combined"}
-    assert state["filters"] == {
-        "operator": "AND",
-        "conditions": [
-            {"field": "meta.tenant", "operator": "in", "value": ["acme", "public"]},
-            {"field": "meta.kb", "operator": "in", "value": [expected]},
-        ],
-    }
     assert state["latency_ms"]["kb_router"] >= 0
 
 
@@ -271,11 +263,9 @@ def test_run_embedding_only_question_has_no_keyword_hit(router):
     assert state["kbs"] == ["ops"]
 
 
-def test_run_tenant_defaults_to_public(router):
+def test_run_without_tenant(router):
     for state in (new_state("I forgot my password", tenant=None), {"query": "I forgot my password"}):
-        routed = router.run(state=state)["routed"]
-        tenant_condition = routed["filters"]["conditions"][0]
-        assert tenant_condition == {"field": "meta.tenant", "operator": "in", "value": ["public"]}
+        assert router.run(state=state)["routed"]["kbs"] == ["faq"]
 
 
 def test_run_explicit_kb(router):
@@ -285,8 +275,6 @@ def test_run_explicit_kb(router):
     assert routed["route_reason"] == "explicit"
     assert routed["path"][-1] == "route_to_ops"
     assert routed["threshold"] == 0.55
-    assert routed["filters"]["conditions"][1]["value"] == ["ops"]
-    assert routed["filters"]["conditions"][0]["value"] == ["acme", "public"]
 
 
 def test_run_unknown_kb(router):
@@ -299,7 +287,6 @@ def test_run_unknown_kb(router):
     for name in ("product", "ops", "faq"):
         assert name in failed["error_message"]
     assert failed["path"] == ["start", "unknown_kb"]
-    assert "filters" not in failed
     assert state.get("status") is None and state["path"] == ["start"]
 
 
@@ -310,7 +297,6 @@ def test_run_dual_route_when_scores_are_close():
     assert set(routed["kbs"]) == {"faq", "ops"}
     assert routed["path"][-1] == f"route_to_{routed['kbs'][0]}+{routed['kbs'][1]}"
     assert routed["threshold"] == 0.55  # the lower of faq (0.60) and ops (0.55)
-    assert routed["filters"]["conditions"][1] == {"field": "meta.kb", "operator": "in", "value": routed["kbs"]}
 
 
 def test_run_single_route_when_margin_is_large(router):
@@ -332,7 +318,6 @@ def test_run_empty_query(router, query):
     routed = router.run(state=new_state(query))["routed"]
     assert routed["route_reason"] == "low_confidence"
     assert 1 <= len(routed["kbs"]) <= router.max_kbs
-    assert routed["filters"]["conditions"][0]["value"] == ["public"]
 
 
 def test_run_unicode_query(router):
@@ -346,7 +331,7 @@ def test_run_does_not_mutate_input(router):
     router.run(state=state)
     assert state["path"] == ["start"]
     assert state["latency_ms"] == {}
-    assert "kbs" not in state and "filters" not in state
+    assert "kbs" not in state
     assert state["query"] == snapshot["query"]
 
 
@@ -422,7 +407,6 @@ def test_run_routes_only_to_kbs_with_the_callers_documents(tmp_path):
     globex = router.run(state=new_state("Which models are supported?", tenant="globex"))["routed"]
     assert set(globex["route_scores"]) == {"product", "ops", "faq"}
     assert globex["kbs"] == ["product"]
-    assert globex["filters"]["conditions"][0]["value"] == ["globex", "public"]
     other = router.run(state=new_state("Which models are supported?", tenant="initech"))["routed"]
     assert "product" not in other["route_scores"]
 
@@ -432,7 +416,6 @@ def test_run_tenant_without_public_documents(tmp_path):
     router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, catalogue_store=store, include_public=False, cache_dir="off")
     routed = router.run(state=new_state("How do I rotate an API key?", tenant="acme"))["routed"]
     assert list(routed["route_scores"]) == ["ops"] and routed["kbs"] == ["ops"]
-    assert routed["filters"]["conditions"][0] == {"field": "meta.tenant", "operator": "in", "value": ["acme"]}
 
 
 def test_run_catalogue_sees_new_documents(tmp_path):
@@ -487,3 +470,23 @@ def test_run_entry_stored_with_the_profile(tmp_path, monkeypatch):
     routed = router.run(state=new_state("Where can I download my invoices?"))["routed"]
     assert routed["route_scores"] == {"billing": routed["route_scores"]["billing"]}
     assert routed["kbs"] == ["billing"] and routed["threshold"] == 0.4
+
+
+def test_run_leaves_constrained_context_and_plans_unrouted(router):
+    constrained = router.run(state=new_state("Can it be refunded?", mode="constrained-context", kb="legal"))
+    assert set(constrained) == {"routed"} and constrained["routed"]["kbs"] == []
+    plan = {"strategy": "questions", "question": "q", "parts": []}
+    state = new_state("What is the SLA and how do I back up?", plan=plan)
+    assert router.run(state=state) == {"routed": state}
+
+
+def test_run_unsure_leaves_the_choice_to_the_first_search_attempt():
+    router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, min_route_score=0.99, cache_dir="off",
+                      evidence={"enabled": True, "margin": 0.1})
+    routed = router.run(state=new_state("asdkjh qwpoeiru zxmcnv"))["routed"]
+    pending = routed["route_pending"]
+    assert routed["route_reason"] == "evidence" and routed["kbs"] == pending["candidates"] == ["product", "ops", "faq"]
+    assert pending["margin"] == 0.1 and pending["max_kbs"] == router.max_kbs
+    assert pending["thresholds"] == {"product": 0.65, "ops": 0.55, "faq": 0.6}
+    assert pending["default"]["reason"] == "low_confidence" and len(pending["default"]["kbs"]) == router.max_kbs
+    assert routed["path"] == ["start"]  # the route is taken when the first attempt chose (KBEvidence)

@@ -1,6 +1,6 @@
 import pytest
 
-from gatehouse.pipelines import PipelineYAMLError, load_pipeline
+from gatehouse.pipelines import PipelineYAMLError, build_pipeline, component_spec, load_pipeline, read_spec
 
 
 def test_load_pipeline_names_the_new_module_of_an_old_components_type(tmp_path):
@@ -26,8 +26,111 @@ def test_load_pipeline_names_the_new_module_of_an_old_components_type(tmp_path):
     assert "gatehouse.components.retrievers.bm25_retriever.BM25Retriever" in message
 
 
+def test_load_pipeline_names_the_replacement_of_a_query_rewriter_task(tmp_path):
+    path = tmp_path / "split.yml"
+    path.write_text(
+        "components:\n"
+        "  condenser:\n"
+        "    type: gatehouse.components.query.query_rewriter.QueryRewriter\n"
+        "    init_parameters: {task: condense, max_history_turns: 2, pronouns: [it]}\n"
+        "  rewriter:\n"
+        "    type: gatehouse.components.query.query_rewriter.QueryRewriter\n"
+        "    init_parameters: &retry {task: retry, prf_terms: 4}\n"
+        "  subqueries:\n"
+        "    type: gatehouse.components.retrievers.subquery_retrieval.SubQueryRetrieval\n"
+        "    init_parameters:\n"
+        "      rewriter: {type: gatehouse.components.query.query_rewriter.QueryRewriter, init_parameters: *retry}\n"
+        "connections: []\n"
+    )
+    with pytest.raises(PipelineYAMLError) as raised:
+        load_pipeline(path)
+    message = str(raised.value)
+    assert ("`condenser` is a QueryRewriter with `task: condense`, and follow-ups are condensed by their own component "
+            "now: write `type: gatehouse.components.query.query_condenser.QueryCondenser` and remove `task`") in message
+    assert "`condenser`: `pronouns` is a key of `grammar` now" in message
+    assert "`rewriter` sets `task: retry`, but QueryRewriter only rewrites a weak query for a retry now" in message
+    assert "`subqueries.init_parameters.rewriter` sets `task: retry`" in message
+    assert "`rewriter`: `prf_terms` is a key of `expansion` now" in message
+
+
 def test_load_pipeline_refuses_a_class_outside_the_allowlist(tmp_path):
     path = tmp_path / "foreign.yml"
     path.write_text("components:\n  x:\n    type: collections.OrderedDict\n    init_parameters: {}\nconnections: []\n")
     with pytest.raises(Exception, match="collections"):
+        load_pipeline(path)
+
+
+def test_load_pipeline_says_what_does_a_retired_class_job_now(tmp_path):
+    path = tmp_path / "old-ask.yml"
+    path.write_text(
+        "components:\n"
+        "  context:\n"
+        "    type: gatehouse.components.routers.context_selector.ContextSelector\n"
+        "    init_parameters: {}\n"
+        "  subqueries:\n"
+        "    type: gatehouse.components.retrievers.subquery_retrieval.SubQueryRetrieval\n"
+        "    init_parameters: {}\n"
+        "connections: []\n"
+    )
+    with pytest.raises(PipelineYAMLError) as raised:
+        load_pipeline(path)
+    message = str(raised.value)
+    assert "ContextSelector -> no component: RequestIntake takes the caller's context" in message
+    assert "SubQueryRetrieval -> gatehouse.components.pipelines.search_pipeline.SearchPipeline" in message
+    assert "gatehouse init" in message
+
+
+def test_component_spec_reaches_into_sub_pipelines_without_writing_their_files():
+    spec = read_spec("ask")
+    assert component_spec(spec, "router")["type"].endswith(".KBRouter")
+    verifier = component_spec(spec, "answer.verifier")
+    assert verifier is component_spec(spec, "verifier")  # the only one of that name, found in answer.yml
+    verifier["init_parameters"]["detect_contradictions"] = False
+    assert spec["components"]["answer"]["init_parameters"]["spec"]["components"]["verifier"] is verifier
+    assert read_spec("answer")["components"]["verifier"]["init_parameters"]["detect_contradictions"] is True
+    with pytest.raises(KeyError, match="no_such"):
+        component_spec(spec, "no_such")
+    with pytest.raises(KeyError, match="router"):
+        component_spec(spec, "router.verifier")
+
+
+def test_build_pipeline_with_a_changed_sub_pipeline_and_a_generator_profile():
+    spec = read_spec("ask")
+    component_spec(spec, "answerability")["init_parameters"]["threshold"] = 0.2
+    pipeline = build_pipeline(spec, generator="llm")
+    answer = pipeline.get_component("answer").pipeline
+    assert answer.get_component("answerability").threshold == 0.2
+    assert type(answer.get_component("generator")).__name__ == "LLMAnswerer"
+    assert component_spec(spec, "generator")["type"].endswith(".ExtractiveAnswerer")  # the spec given is unchanged
+    with pytest.raises(PipelineYAMLError, match="no `generator` component"):
+        load_pipeline("retrieve", generator="llm")
+
+
+def test_load_pipeline_names_the_two_classes_of_a_split_guardrails(tmp_path):
+    # A pipeline copied by `gatehouse init` before Guardrails became InputGuardrails and OutputGuardrails.
+    path = tmp_path / "ask.yml"
+    path.write_text(
+        "components:\n"
+        "  input_guard:\n"
+        "    type: gatehouse.components.guardrails.guardrails.Guardrails\n"
+        "    init_parameters: {stage: input, max_query_chars: 4000}\n"
+        "  output_guard:\n"
+        "    type: gatehouse.components.guardrails.guardrails.Guardrails\n"
+        "    init_parameters: {stage: output, allowed_tags: []}\n"
+        "connections:\n"
+        "  - {sender: input_guard.passed, receiver: output_guard.state}\n"
+    )
+    with pytest.raises(PipelineYAMLError) as raised:
+        load_pipeline(path)
+    message = str(raised.value)
+    assert (
+        "gatehouse.components.guardrails.guardrails.Guardrails -> "
+        "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
+        "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage`"
+    ) in message
+    assert message.count("InputGuardrails") == 1  # one fix for both components
+    # Its pre-`gatehouse.components` path gets the same fix.
+    path.write_text(path.read_text().replace("gatehouse.components.guardrails.guardrails.", "components.guardrails."))
+    with pytest.raises(PipelineYAMLError, match=r"components\.guardrails\.Guardrails -> .*InputGuardrails for "
+                                                r"`stage: input`.*OutputGuardrails for `stage: output`"):
         load_pipeline(path)

@@ -1,4 +1,4 @@
-"""The planner: QueryPlanner, SubQueryRetrieval, PlanStep, PlanSynthesizer, and multi-part questions through ask.yml."""
+"""The planner: QueryPlanner, the search and answer pipelines over a plan's parts, PlanSynthesizer, and ask.yml."""
 
 import json
 import re
@@ -15,12 +15,11 @@ from gatehouse.components.generators.openai_compatible_generator import OpenAICo
 from gatehouse.ask import ask
 from gatehouse.components.builders.plan_synthesizer import PlanSynthesizer
 from gatehouse.components.query.query_planner import QueryPlanner
-from gatehouse.components.query.query_rewriter import QueryRewriter
-from gatehouse.components.retrievers.subquery_retrieval import SubQueryRetrieval
-from gatehouse.components.routers.plan_step import PlanStep
-from gatehouse.components.routers.quality_gate import QualityGate
+from gatehouse.components.pipelines.answer_pipeline import AnswerPipeline
+from gatehouse.components.pipelines.search_pipeline import SearchPipeline
 from gatehouse.components.state import new_state
 from gatehouse.ingest import ingest, sample_groups
+from gatehouse.pipelines import read_spec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "eval" / "sets" / "golden.yml"
 COMPARISON = "Compare the Team and Enterprise plans on price, SSO and support hours"
@@ -48,13 +47,15 @@ def test_planner_init():
         QueryPlanner(max_subqueries=1)
     with pytest.raises(ValueError, match="min_part_terms"):
         QueryPlanner(min_part_terms=0)
+    with pytest.raises(ValueError, match=r"grammar has unknown keys \['question_word'\]"):
+        QueryPlanner(grammar={"question_word": ["what"]})
 
 
 def test_planner_to_dict():
     data = QueryPlanner(max_subqueries=5).to_dict()
     assert data["type"] == "gatehouse.components.query.query_planner.QueryPlanner"
     assert data["init_parameters"]["max_subqueries"] == 5
-    assert data["init_parameters"]["comparison_cues"] is None
+    assert data["init_parameters"]["grammar"] is None
 
 
 def test_planner_from_dict():
@@ -69,8 +70,8 @@ def queries(question: str) -> list[str] | None:
 
 def test_run_comparison_is_one_part_per_item_with_the_shared_head():
     out = QueryPlanner().run(state=new_state(COMPARISON, condensed_query=COMPARISON))
-    plan = out["plan"]["plan"]
-    assert plan["strategy"] == "coordination" and out["plan"]["path"][-1] == "plan_3_subqueries"
+    plan = out["state"]["plan"]
+    assert plan["strategy"] == "coordination" and out["state"]["path"][-1] == "plan_3_subqueries"
     assert [p["query"] for p in plan["parts"]] == ["The Team and Enterprise plans on price?",
                                                   "The Team and Enterprise plans on SSO?",
                                                   "The Team and Enterprise plans on support hours?"]
@@ -108,8 +109,8 @@ def test_run_a_part_leaning_on_a_pronoun_gets_the_previous_topic():
 ])
 def test_run_single_part_questions_are_not_planned(question):
     out = QueryPlanner().run(state=new_state(question))
-    assert out == {"single": new_state(question) | {"path": out["single"]["path"]}}
-    assert "plan" not in out["single"]
+    assert out == {"state": new_state(question) | {"path": out["state"]["path"]}}
+    assert "plan" not in out["state"]
 
 
 def test_run_golden_single_questions_planned_are_comparisons_or_lean_on_a_pronoun():
@@ -120,8 +121,8 @@ def test_run_golden_single_questions_planned_are_comparisons_or_lean_on_a_pronou
 
 
 def test_run_caller_context_and_disabled_are_single():
-    assert "single" in QueryPlanner().run(state=new_state(COMPARISON, mode="hybrid", context="x" * 80))
-    assert "single" in QueryPlanner(enabled=False).run(state=new_state(COMPARISON))
+    assert "plan" not in QueryPlanner().run(state=new_state(COMPARISON, mode="hybrid", context="x" * 80))["state"]
+    assert "plan" not in QueryPlanner(enabled=False).run(state=new_state(COMPARISON))["state"]
 
 
 # --- QueryPlanner's LLM tier ---------------------------------------------------------------------------------------
@@ -156,20 +157,20 @@ def test_run_llm_tier_plans_what_the_rules_left_whole():
         asked))
     out = planner.run(state=new_state(UNSPLIT))
     assert len(asked) == 1 and UNSPLIT in asked[0]
-    plan = out["plan"]["plan"]
+    plan = out["state"]["plan"]
     assert plan["strategy"] == "llm"
     assert [p["query"] for p in plan["parts"]] == ["What is the price per million tokens of atlas-2-mini?",
                                                   "What is the price per million tokens of swift-1?"]
-    assert out["plan"]["path"][-1] == "plan_2_subqueries"
+    assert out["state"]["path"][-1] == "plan_2_subqueries"
 
 
 def test_run_llm_tier_is_not_asked_when_rules_decide_or_no_cue():
     asked: list[str] = []
     planner = QueryPlanner(chat_generator=scripted("Team plan price\nEnterprise plan price", asked))
-    assert planner.run(state=new_state(COMPARISON))["plan"]["plan"]["strategy"] == "coordination"
-    assert "single" in planner.run(state=new_state("How do I rotate an API key?"))  # no joining word: not asked
+    assert planner.run(state=new_state(COMPARISON))["state"]["plan"]["strategy"] == "coordination"
+    assert "plan" not in planner.run(state=new_state("How do I rotate an API key?"))["state"]  # no joining word
     fix = planner.run(state=new_state("What does CGW-3001 mean and how do I fix it?"))  # the rules resolve "it"
-    assert fix["plan"]["plan"]["strategy"] == "questions"
+    assert fix["state"]["plan"]["strategy"] == "questions"
     assert asked == []
 
 
@@ -182,15 +183,15 @@ def test_run_llm_tier_is_not_asked_when_rules_decide_or_no_cue():
 ])
 def test_run_llm_tier_keeps_the_question_single_unless_the_split_is_grounded(reply):
     out = QueryPlanner(chat_generator=MockChatGenerator(responses=reply)).run(state=new_state(UNSPLIT))
-    assert "single" in out and "plan" not in out["single"]
-    assert not out["single"]["validation"]["confidence_warnings"]
+    assert "plan" not in out["state"]
+    assert not out["state"]["validation"]["confidence_warnings"]
 
 
 def test_run_llm_tier_failure_answers_as_one_question():
     unreachable = OpenAICompatibleChatGenerator(api_base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0)
     out = QueryPlanner(chat_generator=unreachable).run(state=new_state(UNSPLIT))
-    assert "single" in out
-    warnings = out["single"]["validation"]["confidence_warnings"]
+    assert "plan" not in out["state"]
+    warnings = out["state"]["validation"]["confidence_warnings"]
     assert [w.split(" (")[0] for w in warnings] == ["planner: LLM tier failed"]
 
 
@@ -200,115 +201,112 @@ def test_run_llm_tier_with_a_real_model(smollm2_url):
                                               generation_kwargs={"max_tokens": 60, "temperature": 0})
     planner = QueryPlanner(chat_generator=generator)
     out = planner.run(state=new_state(UNSPLIT))
-    state = out.get("plan") or out["single"]
+    state = out["state"]
     assert not state["validation"]["confidence_warnings"]  # the server answered
-    if "plan" in out:
+    if "plan" in state:
         assert state["plan"]["strategy"] == "llm" and 2 <= len(state["plan"]["parts"]) <= planner.max_subqueries
 
 
-# --- SubQueryRetrieval ----------------------------------------------------------------------------------------------
+# --- SearchPipeline and AnswerPipeline over a plan's parts ---------------------------------------------------------
 
-def test_subquery_retrieval_init():
-    retrieval = SubQueryRetrieval(max_workers=2, replan=False, quality_gate=QualityGate(floor=0.3))
-    assert retrieval.max_workers == 2 and retrieval.replan is False and retrieval.quality_gate.floor == 0.3
-    assert retrieval.rewriter.task == "retry"
+def test_search_pipeline_init():
+    search = SearchPipeline(max_workers=2, part_retries=0)
+    assert (search.pipeline_file, search.max_workers, search.part_retries) == ("search", 2, 0)
+    assert {"state", "max_retries"} <= set(search.__haystack_input__._sockets_dict)
     with pytest.raises(ValueError, match="max_workers"):
-        SubQueryRetrieval(max_workers=0)
-    with pytest.raises(ValueError, match="retry"):
-        SubQueryRetrieval(rewriter=QueryRewriter(task="condense"))
+        SearchPipeline(max_workers=0)
+    with pytest.raises(ValueError, match="part_retries"):
+        SearchPipeline(part_retries=-1)
 
 
-def test_subquery_retrieval_to_dict():
-    data = SubQueryRetrieval(quality_gate=QualityGate(default_threshold=0.7)).to_dict()
-    parameters = data["init_parameters"]
-    assert parameters["pipeline_file"] == "retrieve"
-    assert parameters["quality_gate"]["type"].endswith("QualityGate")
-    assert parameters["quality_gate"]["init_parameters"]["default_threshold"] == 0.7
-    assert parameters["rewriter"]["init_parameters"]["task"] == "retry"
+def test_search_pipeline_to_dict():
+    assert component_to_dict(SearchPipeline(max_workers=3), "search") == {
+        "type": "gatehouse.components.pipelines.search_pipeline.SearchPipeline",
+        "init_parameters": {"pipeline_file": "search", "spec": None, "max_workers": 3, "part_retries": 1},
+    }
 
 
-def test_subquery_retrieval_from_dict():
-    retrieval = SubQueryRetrieval.from_dict(SubQueryRetrieval(max_workers=3, quality_gate=QualityGate(floor=0.2))
-                                            .to_dict())
-    assert retrieval.max_workers == 3 and isinstance(retrieval.quality_gate, QualityGate)
-    assert retrieval.quality_gate.floor == 0.2 and isinstance(retrieval.rewriter, QueryRewriter)
+def test_search_pipeline_from_dict():
+    search = component_from_dict(SearchPipeline, component_to_dict(SearchPipeline(part_retries=2), "search"), "search")
+    assert search.part_retries == 2 and search.pipeline.get_component("quality_gate") is not None
 
 
-def test_run_retrieves_parts_in_parallel_and_replans_the_failed_one(ingested):
-    retrieval = SubQueryRetrieval(rewriter=QueryRewriter(task="retry", kb_keywords={"ops": ["backups", "gateway"]}))
-    retrieval.warm_up()
+def test_run_searches_parts_in_parallel_and_rewrites_the_weak_one(ingested):
+    search = SearchPipeline()
+    search.warm_up()
     state = new_state("q", tenant="public", plan=_plan("What is the uptime SLA?", "zxqv wobbleflarp"))
-    out = retrieval.run(state=state)["state"]
+    out = search.run(state=state)["done"]
     first, second = out["plan"]["parts"]
     assert first["status"] == "retrieved" and first["documents"] and "product" in first["kbs"]
-    assert first["replanned"] is False
+    assert first["replanned"] is False and first["replan_query"] is None
     assert second["status"] == "missing" and second["documents"] == [] and second["replanned"] is True
     assert second["replan_query"] != "zxqv wobbleflarp"
-    assert [s for s in out["path"] if s.startswith(("subquery_", "replan_"))][0].startswith("subquery_0_score_")
-    assert "replan_1" in out["path"]
+    assert out["path"][1].startswith("part_0_attempt_0_score_")
+    assert [step for step in out["path"] if step.startswith("part_1_attempt_")][-1].startswith("part_1_attempt_1_")
+    assert "part_1_max_retries_reached" in out["path"]  # part_retries 1: one rewrite, then the best attempt
     assert out["plan"]["wall_ms"] >= out["plan"]["slowest_ms"] > 0
-    assert "subquery_retrieval" in out["latency_ms"]
+    assert "search" in out["latency_ms"]
 
 
-def test_run_subqueries_stay_with_the_callers_tenant(ingested):
-    retrieval = SubQueryRetrieval(replan=False)
-    retrieval.warm_up()
+def test_run_parts_stay_with_the_callers_tenant(ingested):
+    search = SearchPipeline(part_retries=0)
+    search.warm_up()
     for tenant in ("public", "globex"):
-        out = retrieval.run(state=new_state("q", tenant=tenant, plan=_plan("What platform fee do we pay for "
-                                                                            "Project Quasar?")))["state"]
+        plan = _plan("What platform fee do we pay for Project Quasar?")
+        out = search.run(state=new_state("q", tenant=tenant, plan=plan))["done"]
         tenants = {d.meta.get("tenant") for d in out["plan"]["parts"][0]["documents"]}
         assert tenants <= {tenant, "public"}, tenant
 
 
-# --- PlanStep -------------------------------------------------------------------------------------------------------
-
 def _retrieved(*queries: str) -> dict:
     plan = _plan(*queries, status="retrieved")
     for part in plan["parts"]:
-        part.update(documents=[Document(content=f"About {part['query']}.")], score=0.8, kbs=["faq"])
+        part.update(documents=[Document(content=f"About {part['query']}.", meta={"kb": "faq", "source": "a.md"})],
+                    score=0.8, kbs=["faq"])
     return plan
 
 
-def test_plan_step_init():
-    assert isinstance(PlanStep(), PlanStep)
+def test_answer_pipeline_init():
+    answer = AnswerPipeline()
+    assert answer.pipeline_file == "answer"
+    assert {"state", "fallback", "unanswerable", "plan"} == set(answer.__haystack_output__._sockets_dict)
 
 
-def test_plan_step_to_dict():
-    assert component_to_dict(PlanStep(), "plan_step") == {"type": "gatehouse.components.routers.plan_step.PlanStep", "init_parameters": {}}
+def test_answer_pipeline_to_dict():
+    assert component_to_dict(AnswerPipeline(), "answer") == {
+        "type": "gatehouse.components.pipelines.answer_pipeline.AnswerPipeline",
+        "init_parameters": {"pipeline_file": "answer", "spec": None},
+    }
 
 
-def test_plan_step_from_dict():
-    assert isinstance(component_from_dict(PlanStep, component_to_dict(PlanStep(), "plan_step"), "plan_step"), PlanStep)
+def test_answer_pipeline_from_dict():
+    spec = read_spec("answer")
+    spec["components"]["assembler"]["init_parameters"]["top_k"] = 2
+    data = component_to_dict(AnswerPipeline(spec=spec), "answer")
+    assert component_from_dict(AnswerPipeline, data, "answer").pipeline.get_component("assembler").top_k == 2
 
 
-def test_run_without_plan_is_done():
-    state = new_state("q", answer="a")
-    assert PlanStep().run(state=state) == {"done": state}
-
-
-def test_run_walks_the_parts_then_synthesizes():
-    step = PlanStep()
-    first = step.run(state=new_state("q", plan=_retrieved("A?", "B?"), status="partial"))["part"]
-    assert first["query"] == first["condensed_query"] == "A?" and first["status"] is None
-    assert first["documents"][0].content == "About A?." and first["plan"]["current"] == 0
-    passage = Document(content="A is one.", meta={"source_id": "S1"})
-    answered = {**first, "answer": "A is one. [S1]", "citations": [{"id": "S1", "chunk_id": "c1"}],
-                "passages": [passage]}
-    second = step.run(state=answered)["part"]
-    assert second["query"] == "B?" and second["answer"] is None and second["citations"] == []
-    assert second["plan"]["parts"][0]["status"] == "answered"
-    assert second["plan"]["parts"][0]["passages"] == [passage]
-    fell_back = {**second, "answer": "I couldn't ...", "status": "fallback", "fallback": True,
-                 "fallback_reason": "unanswerable"}
-    done = step.run(state=fell_back)["synthesize"]
-    assert [p["status"] for p in done["plan"]["parts"]] == ["answered", "missing"]
-    assert done["plan"]["parts"][1]["reason"] == "unanswerable" and done["plan"]["current"] is None
-
-
-def test_run_skips_missing_parts():
+def test_run_answers_the_retrieved_parts_one_after_the_other():
+    answer = AnswerPipeline()
+    answer.warm_up()
     plan = _retrieved("A?", "B?")
-    plan["parts"][0].update(status="missing", documents=[])
-    assert PlanStep().run(state=new_state("q", plan=plan))["part"]["query"] == "B?"
+    plan["parts"][1]["documents"] = [Document(content="The gateway keeps backups for seven days.",
+                                              meta={"kb": "ops", "source": "b.md"})]
+    plan["parts"].append({"index": 2, "query": "C?", "label": "C", "status": "missing", "documents": []})
+    out = answer.run(state=new_state("q", plan=plan))
+    assert set(out) == {"plan"}
+    parts = out["plan"]["plan"]["parts"]
+    assert [part["status"] for part in parts] == ["missing", "missing", "missing"]
+    assert parts[0]["reason"] and parts[2] == plan["parts"][2]  # a missing part is not answered again
+    assert out["plan"]["plan"]["current"] is None
+    assert out["plan"]["path"].count("assemble_context") == 2
+
+
+def test_run_a_question_without_plan_leaves_on_the_pipelines_route():
+    answer = AnswerPipeline()
+    answer.warm_up()
+    out = answer.run(state=new_state("q", documents=[]))
+    assert set(out) == {"fallback"} and out["fallback"]["status"] == "fallback"
 
 
 # --- PlanSynthesizer ------------------------------------------------------------------------------------------------
@@ -375,7 +373,7 @@ def test_comparison_is_answered_part_by_part(ingested):
     json.dumps(response)
     plan = response["metadata"]["plan"]
     assert plan["strategy"] == "coordination" and len(plan["subqueries"]) == 3  # price, SSO, support hours
-    assert response["path"][response["path"].index("plan_3_subqueries") + 1].startswith("subquery_0_score_")
+    assert response["path"][response["path"].index("plan_3_subqueries") + 1].startswith("part_0_attempt_0_score_")
     assert response["path"][-2:] == ["synthesize", "output_guardrails"]
     ids = {c["id"] for c in response["citations"]}
     answered = [part for part in plan["subqueries"] if part["status"] == "answered"]

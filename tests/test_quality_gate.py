@@ -146,7 +146,7 @@ def test_run_scores_relevant_high_and_unrelated_low(relevant_docs, unrelated_doc
 def test_run_passes_with_exact_path(relevant_docs):
     state = new_state(QUESTION, documents=relevant_docs, kbs=["faq"])
     route, out = only_route(QualityGate().run(state=state))
-    assert route == "passed"
+    assert route == "done"
     score = out["quality_score"]
     assert out["path"] == ["start", f"attempt_0_score_{score:.2f}"]
     assert out["attempts"] == [{"attempt": 0, "query": QUESTION, "score": score}]
@@ -174,7 +174,7 @@ def test_run_exhausted_with_fallback_below_floor(unrelated_docs):
     for _ in range(3):
         route, state = only_route(gate.run(state=state))
         routes.append(route)
-    assert routes == ["retry", "retry", "exhausted"]
+    assert routes == ["retry", "retry", "done"]
     scores = [a["score"] for a in state["attempts"]]
     assert [a["attempt"] for a in state["attempts"]] == [0, 1, 2]
     assert state["path"] == [
@@ -201,7 +201,7 @@ def test_run_exhausted_keeps_best_attempt_above_floor(backend, relevant_docs, un
 
     state = dict(state, query="rotate API key credentials", documents=unrelated_docs)
     route, state = only_route(gate.run(state=state))
-    assert route == "exhausted"
+    assert route == "done"
     assert state["attempts"][1]["query"] == "rotate API key credentials"
     assert state["attempts"][1]["score"] < first
     assert state["path"][-1] == "max_retries_reached"
@@ -219,12 +219,12 @@ def test_run_threshold_from_state_overrides_default(backend):
     gate = QualityGate(default_threshold=0.6)
     score = only_route(gate.run(state=new_state(QUESTION, documents=middling)))[1]["quality_score"]
     below, above = round(score - 0.05, 2), round(score + 0.05, 2)
-    assert only_route(gate.run(state=new_state(QUESTION, documents=middling, threshold=below)))[0] == "passed"
+    assert only_route(gate.run(state=new_state(QUESTION, documents=middling, threshold=below)))[0] == "done"
     route, out = only_route(gate.run(state=new_state(QUESTION, documents=middling, threshold=above)))
     assert route == "retry"
     assert out["threshold"] == above
     assert only_route(QualityGate(default_threshold=below).run(state=new_state(QUESTION, documents=middling)))[0] == (
-        "passed"
+        "done"
     )
 
 
@@ -232,7 +232,7 @@ def test_run_scores_original_query_not_rewritten_one(relevant_docs):
     state = new_state(QUESTION, documents=relevant_docs)
     state["query"] = "cafeteria lasagna thursday"
     route, out = only_route(QualityGate().run(state=state))
-    assert route == "passed"
+    assert route == "done"
     assert out["quality_signals"]["coverage"] == 1.0
     assert out["attempts"][0]["query"] == "cafeteria lasagna thursday"
 
@@ -244,7 +244,7 @@ def test_run_empty_documents():
     assert out["path"][-1] == "attempt_0_score_0.00"
 
     route, out = only_route(QualityGate(max_retries=0).run(state=new_state(QUESTION)))
-    assert route == "exhausted"
+    assert route == "done"
     assert out["fallback"] is True
     assert out["path"][-2:] == ["attempt_0_score_0.00", "max_retries_reached"]
 
@@ -271,7 +271,7 @@ def test_run_does_not_mutate_input(relevant_docs, unrelated_docs):
     gate = QualityGate(max_retries=0)
     for docs in (relevant_docs, unrelated_docs):
         state = new_state(QUESTION, documents=list(docs))
-        snapshot = deepcopy(state)
+        snapshot = deepcopy(dict(state))
         gate.run(state=state)
         assert state == snapshot
 
@@ -283,7 +283,7 @@ def test_run_llm_judge_failure_falls_back_and_is_recorded(monkeypatch, relevant_
     route, out = only_route(
         QualityGate(chat_generator=generator).run(state=new_state(QUESTION, documents=relevant_docs))
     )
-    assert route == "passed"
+    assert route == "done"
     assert out["quality_score"] == plain["quality_score"]
     assert out["quality_signals"]["llm"] is None
     assert any("LLM judge failed" in w for w in out["validation"]["confidence_warnings"])
@@ -306,3 +306,15 @@ def test_term_helpers():
     assert terms.terms("How do I rotate my API keys?") == ["rotat", "api", "key"]
     assert "how" in DEFAULT_STOPWORDS
     assert len(set(terms.terms("keys key KEY"))) == 1
+
+
+def test_run_max_retries_per_request(unrelated_docs):
+    gate = QualityGate(max_retries=2)
+    route, out = only_route(gate.run(state=new_state(QUESTION, documents=unrelated_docs), max_retries=0))
+    assert route == "done" and out["path"][-1] == "max_retries_reached"
+    assert only_route(gate.run(state=new_state(QUESTION, documents=unrelated_docs)))[0] == "retry"
+
+
+def test_run_constrained_context_is_not_scored(unrelated_docs):
+    state = new_state(QUESTION, mode="constrained-context", documents=unrelated_docs)
+    assert QualityGate().run(state=state) == {"done": state}

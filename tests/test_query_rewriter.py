@@ -5,7 +5,7 @@ from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
 
 from gatehouse.components.routers.quality_gate import QualityGate
-from gatehouse.components.query.query_rewriter import QueryRewriter
+from gatehouse.components.query.query_rewriter import DEFAULT_EXPANSION, QueryRewriter
 from gatehouse.components.state import new_state
 
 # As declared in the knowledge bases' YAML (`keywords:`), `_` reads as a space.
@@ -32,14 +32,9 @@ WEAK = [
 
 @pytest.fixture(scope="module")
 def rewriter():
-    component = QueryRewriter(task="retry", kb_keywords=KB_KEYWORDS, embedding_cache_dir="off")
+    component = QueryRewriter(kb_keywords=KB_KEYWORDS, embedding_cache_dir="off")
     component.warm_up()
     return component
-
-
-@pytest.fixture(scope="module")
-def condenser():
-    return QueryRewriter(task="condense")
 
 
 def retry_state(question=QUESTION, **fields):
@@ -51,61 +46,47 @@ def retry_state(question=QUESTION, **fields):
     return state
 
 
-def history(*user_turns, assistant="Open Settings."):
-    turns = []
-    for text in user_turns:
-        turns += [{"role": "user", "content": text}, {"role": "assistant", "content": assistant}]
-    return turns
-
-
 def test_init():
     component = QueryRewriter()
-    assert component.task == "retry"
     assert component.kb_keywords is None
     assert component.strategies is None
-    assert component.max_expansion_terms == 3
-    assert component.prf_terms == 3
-    assert component.max_history_turns == 2
+    assert component.expansion is None
+    assert DEFAULT_EXPANSION["max_expansion_terms"] == 3
+    assert DEFAULT_EXPANSION["prf_terms"] == 3
     assert component.chat_generator is None
 
-    condense = QueryRewriter(task="condense", max_history_turns=1, context_template="{topic}: {question}")
-    assert (condense.task, condense.max_history_turns) == ("condense", 1)
-    assert condense.context_template == "{topic}: {question}"
-    assert condense.pronouns is None and condense.ellipsis_patterns is None
+    tuned = QueryRewriter(strategies=["feedback"], expansion={"prf_terms": 5})
+    assert (tuned.strategies, tuned.expansion) == (["feedback"], {"prf_terms": 5})
 
 
 def test_init_rejects_bad_parameters():
-    with pytest.raises(ValueError, match="Unknown task"):
-        QueryRewriter(task="translate")
+    with pytest.raises(TypeError, match="task"):
+        QueryRewriter(task="retry")  # one job: no task to choose
     with pytest.raises(ValueError, match="Unknown strategies"):
         QueryRewriter(strategies=["keywords", "magic"])
-    with pytest.raises(ValueError):
-        QueryRewriter(prf_terms=-1)
+    with pytest.raises(ValueError, match="prf_terms"):
+        QueryRewriter(expansion={"prf_terms": -1})
+    with pytest.raises(ValueError, match=r"expansion has unknown keys \['max_history_turns'\]"):
+        QueryRewriter(expansion={"max_history_turns": 2})
 
 
 def test_to_dict():
-    data = QueryRewriter(task="retry", kb_keywords=KB_KEYWORDS, strategies=["feedback", "keywords"]).to_dict()
+    data = QueryRewriter(kb_keywords=KB_KEYWORDS, strategies=["feedback", "keywords"]).to_dict()
     assert data["type"] == "gatehouse.components.query.query_rewriter.QueryRewriter"
     params = data["init_parameters"]
-    assert params["task"] == "retry"
+    assert "task" not in params
     assert params["kb_keywords"] == KB_KEYWORDS
     assert params["strategies"] == ["feedback", "keywords"]
+    assert params["expansion"] is None
     assert params["chat_generator"] is None
-    assert params["max_history_turns"] == 2
-    assert params["context_template"] == "Regarding {topic}, {question}"
-    assert params["ellipsis_patterns"] is None
 
 
 def test_from_dict(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    original = QueryRewriter(
-        task="condense", max_history_turns=3, chat_generator=generator, pronouns=["it"], context_template="{question}"
-    )
+    original = QueryRewriter(chat_generator=generator, strategies=["feedback"], expansion={"prf_top_k": 2})
     restored = QueryRewriter.from_dict(original.to_dict())
-    assert restored.task == "condense"
-    assert restored.max_history_turns == 3
-    assert restored.pronouns == ["it"] and restored.context_template == "{question}"
+    assert restored.strategies == ["feedback"] and restored.expansion == {"prf_top_k": 2}
     assert isinstance(restored.chat_generator, OpenAIChatGenerator)
     assert restored.to_dict() == original.to_dict()
 
@@ -127,7 +108,7 @@ def test_run_retry_adds_yaml_keywords(rewriter):
     assert record["keywords"], "expected at least one KB keyword"
     assert "password" in record["keywords"]
     assert all(k in KB_KEYWORDS["faq"] for k in record["keywords"])
-    assert len(record["keywords"]) <= rewriter.max_expansion_terms
+    assert len(record["keywords"]) <= DEFAULT_EXPANSION["max_expansion_terms"]
     assert all(k in query for k in record["keywords"])
     assert out["original_query"] == QUESTION
     assert out["path"][-1] == "rewrite_and_retry"
@@ -151,8 +132,8 @@ def test_run_retry_second_attempt_adds_feedback_terms(rewriter):
     record = second["rewrites"][-1]
     assert record["strategies"] == ["keywords", "feedback"]
     feedback = record["feedback_terms"]
-    assert 0 < len(feedback) <= rewriter.prf_terms
-    weak_text = " ".join(d.content.lower() for d in WEAK[: rewriter.prf_top_k])
+    assert 0 < len(feedback) <= DEFAULT_EXPANSION["prf_terms"]
+    weak_text = " ".join(d.content.lower() for d in WEAK[: DEFAULT_EXPANSION["prf_top_k"]])
     assert all(term.lower() in weak_text for term in feedback)
     assert not {"the", "are", "your", "reset", "login"} & {t.lower() for t in feedback}
     assert "authentication" in feedback or "sign" in feedback
@@ -175,7 +156,7 @@ def test_run_consecutive_attempts_differ(rewriter):
 
 
 def test_run_retry_without_keywords_or_documents_still_changes_query():
-    component = QueryRewriter(task="retry")
+    component = QueryRewriter()
     out = component.run(state=retry_state(documents=[], kbs=[]))["state"]
     assert out["query"] != QUESTION
     assert out["query"] == "reset login"
@@ -185,7 +166,7 @@ def test_run_retry_without_keywords_or_documents_still_changes_query():
 def test_run_retry_llm_failure_falls_back(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    component = QueryRewriter(task="retry", chat_generator=generator, strategies=["feedback"])
+    component = QueryRewriter(chat_generator=generator, strategies=["feedback"])
     out = component.run(state=retry_state())["state"]
     record = out["rewrites"][-1]
     assert record["method"] == "deterministic"
@@ -213,7 +194,7 @@ def test_run_quality_loop_with_gate(rewriter):
         if route != "retry":
             break
         state = rewriter.run(state=state)["state"]
-    assert routes == ["retry", "retry", "exhausted"]
+    assert routes == ["retry", "retry", "done"]
     queries = [a["query"] for a in state["attempts"]]
     assert len(set(queries)) == 3
     assert [p for p in state["path"] if p.startswith(("attempt_", "rewrite_", "max_"))] == [
@@ -225,150 +206,3 @@ def test_run_quality_loop_with_gate(rewriter):
         "max_retries_reached",
     ]
     assert state["original_query"] == QUESTION
-
-
-def test_run_condense_with_history(condenser):
-    state = new_state("and how do I revoke it?", history=history("How do I rotate an API key?"))
-    out = condenser.run(state=state)["state"]
-    assert out["query"] == "how do I revoke an API key?"
-    assert out["condensed_query"] == out["query"]
-    assert out["original_query"] == "and how do I revoke it?"
-    assert out["path"] == ["start", "condense_query"]
-    assert "query_condenser" in out["latency_ms"]
-
-
-@pytest.mark.parametrize(
-    ("previous", "question", "standalone"),
-    [
-        # A pronoun becomes the topic of the previous question.
-        ("How do I rotate an API key?", "and how do I revoke it?", "how do I revoke an API key?"),
-        ("How do I rotate an API key?", "And how do I revoke it instead?", "How do I revoke an API key instead?"),
-        ("Tell me about the Enterprise plan.", "How much does it cost?", "How much does the Enterprise plan cost?"),
-        ("How do I back up the gateway?", "How do I restore it?", "How do I restore the gateway?"),
-        ("How do I request a refund?", "and how long does that take?", "how long does a refund take?"),
-        ("How do I configure nightly backups?", "so how do I delete them?", "how do I delete nightly backups?"),
-        ("How do I rotate an API key?", "How do I create one?", "How do I create an API key?"),
-        ("Which regions does Corvio run in?", "Which models can I use in the last one?",
-         "Which models can I use in the last region?"),
-        ("What uptime does the Business plan guarantee?", "What credit do we get if it drops below that?",
-         "What credit do we get if the uptime drops below that?"),
-        # A new entity takes the place of the matching one.
-        ("How much does the Team plan cost?", "what about the Business plan?", "How much does the Business plan cost?"),
-        ("How much does the Team plan cost?", "And the Business plan?", "How much does the Business plan cost?"),
-        ("What is the rate limit of the Pro plan?", "and for the free tier?",
-         "What is the rate limit for the free tier?"),
-        # Nothing to replace: the question is put in context.
-        ("How do I turn on two-factor authentication?", "What if I lose my phone?",
-         "Regarding two-factor authentication, what if I lose my phone?"),
-        ("How do I configure nightly backups?", "What about the retention?",
-         "Regarding nightly backups, what about the retention?"),
-    ],
-)
-def test_run_condense_follow_ups(condenser, previous, question, standalone):
-    out = condenser.run(state=new_state(question, history=history(previous)))["state"]
-    assert out["query"] == standalone
-    assert out["path"][-1] == "condense_query"
-
-
-@pytest.mark.parametrize(
-    "question",
-    [
-        "How do I restore a database backup?",
-        "Is it possible to export usage reports to CSV from the dashboard?",
-        "What are the supported SSO providers?",
-        "How would one write T(n) = 7n2 + 15n + 40 in big O notation?",
-        "and how do I revoke the API key?",  # a follow-up that names its topic already
-    ],
-)
-def test_run_condense_standalone_unchanged(condenser, question):
-    out = condenser.run(state=new_state(question, history=history("How do I rotate an API key?")))["state"]
-    assert out["query"] == question
-    assert out["condensed_query"] == question
-    assert "condense_query" not in out["path"]
-
-
-def test_run_condense_without_history_unchanged(condenser):
-    out = condenser.run(state=new_state("and how do I revoke it?"))["state"]
-    assert out["query"] == "and how do I revoke it?"
-    assert out["path"] == ["start"]
-
-
-def test_run_condense_uses_most_recent_turns_only():
-    component = QueryRewriter(task="condense", max_history_turns=1)
-    turns = history("How do I rotate an API key?", "How do I configure nightly backups?")
-    out = component.run(state=new_state("and how do I delete them?", history=turns))["state"]
-    assert out["query"] == "how do I delete nightly backups?"
-
-
-def test_run_condense_chain_of_follow_ups(condenser):
-    """An earlier follow-up is made standalone first, so the topic survives two turns."""
-    turns = history("How much does the Team plan cost?", "And the Business plan?")
-    out = condenser.run(state=new_state("Does it include SSO?", history=turns))["state"]
-    assert out["query"] == "Does the Business plan include SSO?"
-
-
-def test_run_condense_assistant_turn_optional():
-    turns = [
-        {"role": "user", "content": "Which plans are there?"},
-        {"role": "assistant", "content": "There is the Team plan."},
-    ]
-    without = QueryRewriter(task="condense").run(state=new_state("how much is it?", history=turns))["state"]
-    with_assistant = QueryRewriter(task="condense", use_assistant_turns=True).run(
-        state=new_state("how much is it?", history=turns)
-    )["state"]
-    assert without["query"] == "how much is the plans?"
-    assert with_assistant["query"] == "how much is the Team plan?"
-
-
-def test_run_condense_yaml_parameters():
-    component = QueryRewriter(
-        task="condense",
-        context_template="{question} ({topic})",
-        leading_connectives=[],
-        pronouns=["it"],
-    )
-    turns = history("How do I turn on two-factor authentication?")
-    out = component.run(state=new_state("What if I lose my phone?", history=turns))["state"]
-    assert out["query"] == "What if I lose my phone? (two-factor authentication)"
-    kept = component.run(state=new_state("and how do I revoke it?", history=history("How do I rotate an API key?")))
-    assert kept["state"]["query"] == "and how do I revoke an API key?"
-
-
-def test_noun_phrases(condenser):
-    phrases = condenser.noun_phrases("How much does the Team plan cost per month?")
-    assert [(p.text, p.mention, p.determiner) for p in phrases] == [("Team plan", "the Team plan", "the"),
-                                                                    ("month", "month", None)]
-    assert [p.text for p in condenser.noun_phrases("How do I rotate an API key?")] == ["API key"]
-    assert [p.text for p in condenser.noun_phrases("Which regions does Corvio run in?")] == ["regions", "Corvio"]
-
-    assert condenser.noun_phrases("Reset") == []  # a lone verb ends the text: no phrase, no index error
-    assert condenser.noun_phrases("how do I upgrade") == []
-
-
-def test_run_condense_unicode(condenser):
-    turns = history("How do I set up the café's Wi-Fi?")
-    out = condenser.run(state=new_state("and how do I reset it?", history=turns))["state"]
-    assert out["query"] == "how do I reset the café's Wi-Fi?"
-    assert out["path"][-1] == "condense_query"
-
-
-def test_run_condense_empty_query(condenser):
-    out = condenser.run(state=new_state("", history=history("How do I rotate an API key?")))["state"]
-    assert out["query"] == ""
-    assert "condense_query" not in out["path"]
-
-
-def test_run_condense_does_not_mutate_input(condenser):
-    state = new_state("and how do I revoke it?", history=history("How do I rotate an API key?"))
-    snapshot = deepcopy(state)
-    condenser.run(state=state)
-    assert state == snapshot
-
-
-def test_run_condense_llm_failure_falls_back(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    component = QueryRewriter(task="condense", chat_generator=generator)
-    out = component.run(state=new_state("and how do I revoke it?", history=history("How do I rotate an API key?")))
-    assert out["state"]["query"] == "how do I revoke an API key?"
-    assert any("LLM condense failed" in w for w in out["state"]["validation"]["confidence_warnings"])

@@ -6,22 +6,30 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from gatehouse.components.routers.request_intake import RequestIntake
 from gatehouse.components.state import VALIDATION_KEYS
 
+CONTEXT = "Refunds are issued within 14 days of a request made through the billing portal."
+
 
 def test_init():
-    intake = RequestIntake(default_mode="hybrid", max_history_turns=3)
+    intake = RequestIntake(default_mode="hybrid", max_history_turns=3, min_context_chars=10,
+                           invalid_context="fallback_to_full_corpus", context_title="Selection")
     assert (intake.default_mode, intake.max_history_turns) == ("hybrid", 3)
+    assert (intake.min_context_chars, intake.invalid_context, intake.context_title) == (
+        10, "fallback_to_full_corpus", "Selection")
     assert (RequestIntake().default_mode, RequestIntake().max_history_turns) == ("full-corpus", 20)
 
 
 def test_init_unknown_default_mode():
     with pytest.raises(ValueError, match="Unknown default_mode 'fast'"):
         RequestIntake(default_mode="fast")
+    with pytest.raises(ValueError, match="invalid_context"):
+        RequestIntake(invalid_context="ignore")
 
 
 def test_to_dict():
     assert component_to_dict(RequestIntake(max_history_turns=5), "component") == {
         "type": "gatehouse.components.routers.request_intake.RequestIntake",
-        "init_parameters": {"default_mode": "full-corpus", "max_history_turns": 5},
+        "init_parameters": {"default_mode": "full-corpus", "max_history_turns": 5, "min_context_chars": 50,
+                            "invalid_context": "reject", "context_title": "Your selected text"},
     }
 
 
@@ -34,17 +42,17 @@ def test_from_dict():
 
 def test_run_valid_request():
     before = time.perf_counter()
-    out = RequestIntake().run(query="How do I rotate an API key?", tenant=" globex ", kb="faq", mode="hybrid",
+    out = RequestIntake().run(query="How do I rotate an API key?", tenant=" globex ", kb="faq", mode="full-corpus",
                               context="Some text", history=[{"role": "user", "content": "hi"}])
     assert set(out) == {"state"}
     state = out["state"]
     assert state["query"] == state["original_query"] == "How do I rotate an API key?"
-    assert state["tenant"] == "globex" and state["kb"] == "faq" and state["mode"] == "hybrid"
+    assert state["tenant"] == "globex" and state["kb"] == "faq" and state["mode"] == "full-corpus"
     assert state["context"] == "Some text" and state["history"] == [{"role": "user", "content": "hi"}]
     assert state["path"] == ["start"] and state["attempt"] == 0 and state["latency_ms"] == {}
     assert state["validation"] == {key: [] for key in VALIDATION_KEYS}
     assert before <= state["started"] <= time.perf_counter()
-    assert "status" not in state
+    assert "status" not in state and "context_documents" not in state  # the context of full-corpus is not used
 
 
 @pytest.mark.parametrize("tenant", [None, "", "   "])
@@ -55,7 +63,7 @@ def test_run_tenant_defaults_to_public(tenant):
 
 
 def test_run_default_mode_used():
-    assert RequestIntake(default_mode="hybrid").run(query="q")["state"]["mode"] == "hybrid"
+    assert RequestIntake(default_mode="hybrid").run(query="q", context=CONTEXT)["state"]["mode"] == "hybrid"
 
 
 def test_run_unknown_mode_invalid():
@@ -102,3 +110,46 @@ def test_run_history_trimmed_and_unicode():
 
 def test_run_empty_query_is_valid():
     assert RequestIntake().run(query="")["state"]["query"] == ""
+
+
+def test_run_constrained_context_becomes_the_only_document():
+    out = RequestIntake().run(query="What is the refund window?", mode="constrained-context", tenant="acme",
+                              context=f"  {CONTEXT}\n")
+    state = out["state"]
+    assert state["path"] == ["start", "constrained_context"]
+    [doc] = state["context_documents"]
+    assert doc.content == CONTEXT
+    assert doc.meta["source"] == "user-context" and doc.meta["title"] == "Your selected text"
+    assert doc.meta["tenant"] == "acme" and doc.meta["kb"] is None and doc.meta["url"] is None
+
+
+def test_run_hybrid_keeps_the_context_document():
+    state = RequestIntake(context_title="Selection").run(query="q", mode="hybrid", context=CONTEXT)["state"]
+    assert state["mode"] == "hybrid" and state["path"][-1] == "hybrid_context"
+    assert [(d.content, d.meta["title"]) for d in state["context_documents"]] == [(CONTEXT, "Selection")]
+
+
+@pytest.mark.parametrize("context", [None, "", "too short", "   \n  "])
+def test_run_short_context_rejected(context):
+    out = RequestIntake().run(query="q", mode="constrained-context", context=context)
+    assert set(out) == {"invalid"}
+    state = out["invalid"]
+    length = len((context or "").strip())
+    assert state["status"] == "error" and state["answer"] == ""
+    assert f"(got {length})" in state["error_message"]
+    assert "at least 50 characters" in state["error_message"] and "constrained-context" in state["error_message"]
+    assert state["path"][-1] == "context_invalid"
+
+
+def test_run_short_context_fallback_to_full_corpus():
+    out = RequestIntake(invalid_context="fallback_to_full_corpus").run(query="q", mode="hybrid", context="ünïcode ✓")
+    state = out["state"]
+    assert state["mode"] == "full-corpus" and state["path"][-1] == "context_invalid_full_corpus"
+    [warning] = state["validation"]["confidence_warnings"]
+    assert "(got 9)" in warning and "Searched the knowledge bases instead." in warning
+    assert "context_documents" not in state
+
+
+def test_run_min_context_chars_configurable():
+    out = RequestIntake(min_context_chars=5).run(query="q", mode="constrained-context", context="Short!")
+    assert out["state"]["context_documents"][0].content == "Short!"

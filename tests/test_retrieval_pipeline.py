@@ -82,14 +82,10 @@ def test_request_run_asks_for_a_search():
     assert "documents" not in out and "retrieval_started" in out["state"]
 
 
-def test_request_run_reuses_the_evidence_search_of_the_same_query_and_kbs():
-    found = [Document(content="Rotate keys in Settings.", score=0.9)]
-    prefetched = {"query": "rotate key", "kbs": ["faq"], "documents": found}
-    out = RetrievalRequest().run(state=new_state("rotate key", kbs=["faq"], prefetched_documents=prefetched))
-    assert out["documents"] == found and "query" not in out
-    assert out["state"]["prefetched_documents"] is None
-    other = RetrievalRequest().run(state=new_state("rotate key", kbs=["ops"], prefetched_documents=prefetched))
-    assert "documents" not in other and other["kbs"] == ["ops"]
+def test_request_run_searches_nothing_for_the_callers_context_alone():
+    state = new_state("What is the refund window?", mode="constrained-context", kbs=[])
+    out = RetrievalRequest().run(state=state)
+    assert out["documents"] == [] and "query" not in out
 
 
 def test_result_init_to_dict_from_dict():
@@ -100,9 +96,16 @@ def test_result_init_to_dict_from_dict():
 
 def test_result_run_puts_caller_context_first_and_records_latency():
     context = Document(content="The caller's text.")
-    state = RetrievalRequest().run(state=new_state("q", context_documents=[context]))["state"]
+    state = RetrievalRequest().run(state=new_state("q", mode="hybrid", context_documents=[context]))["state"]
     retrieved = [Document(content="a", score=0.4), Document(content="b", score=0.2)]
     out = RetrievalResult().run(state=state, documents=retrieved)["state"]
     assert [d.content for d in out["documents"]] == ["The caller's text.", "a", "b"]
-    assert out["documents"][0].score > 0.4 and out["chunks_retrieved"] == 3
+    assert out["documents"][0].score > 0.4 and out["chunks_retrieved"] == 2
     assert out["latency_ms"]["retrieval"] >= 0
+
+
+def test_result_run_constrained_context_is_the_only_passage():
+    context = Document(content="The caller's text.")
+    state = RetrievalRequest().run(state=new_state("q", mode="constrained-context", context_documents=[context]))
+    out = RetrievalResult().run(state=state["state"], documents=state["documents"])["state"]
+    assert out["documents"] == [context] and out["documents"][0].score is None

@@ -12,6 +12,8 @@ from haystack.core.serialization import component_from_dict
 from gatehouse.components.routers.kb_router import KBRouter
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.retrievers.retrieval_request import RetrievalRequest
+from gatehouse.components.retrievers.retrieval_result import RetrievalResult
+from gatehouse.components.routers.kb_evidence import KBEvidence
 from gatehouse.components.state import new_state
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
@@ -97,35 +99,43 @@ def test_router_catalogue_of_the_sample_stores(router):
         assert sorted(declared) == ["faq", "ops", "product"] and undeclared == without_entry
 
 
+def _first_attempt(routed):
+    """The routed state through the search's first attempt up to the evidence step (search.yml's order)."""
+    request = RetrievalRequest().run(state=routed)
+    documents = RetrievalPipeline(pipeline_file="retrieve").run(query=request["query"], tenant=request["tenant"],
+                                                                kbs=request["kbs"])["documents"]
+    retrieved = RetrievalResult().run(state=request["state"], documents=documents)["state"]
+    return KBEvidence().run(state=retrieved)["state"]
+
+
 def test_router_evidence_finds_the_tenants_own_document(router):
     routed = router.run(state=new_state("What is Project Quasar?", tenant="globex"))["routed"]
-    assert routed["kbs"] == ["faq"]
-    assert routed["route_reason"] == "evidence"
-    assert next(iter(routed["route_evidence"])) == "faq"
-    assert routed["filters"]["conditions"][0]["value"] == ["globex", "public"]
-    # The evidence search is the first attempt's retrieval: the chosen KBs' documents, taken instead of a new search.
-    prefetched = routed["prefetched_documents"]
-    assert prefetched["query"] == "What is Project Quasar?" and prefetched["kbs"] == ["faq"]
-    assert prefetched["documents"] and {d.meta["kb"] for d in prefetched["documents"]} == {"faq"}
-    request = RetrievalRequest().run(state=routed)
-    assert [d.id for d in request["documents"]] == [d.id for d in prefetched["documents"]] and "query" not in request
-    assert request["state"]["prefetched_documents"] is None
-    retry = RetrievalRequest().run(state={**routed, "query": "Project Quasar timeline"})  # a retry searches again
-    assert retry["query"] == "Project Quasar timeline" and "documents" not in retry
+    pending = routed["route_pending"]
+    assert routed["route_reason"] == "evidence" and set(routed["kbs"]) == set(pending["candidates"])
+    assert len(pending["candidates"]) > 1 and not any(step.startswith("route_to_") for step in routed["path"])
+    # The evidence is the first attempt's retrieval over the candidates: the KB of the best document wins.
+    chosen = _first_attempt(routed)
+    assert chosen["kbs"] == ["faq"] and chosen["route_reason"] == "evidence" and chosen["route_pending"] is None
+    assert next(iter(chosen["route_evidence"])) == "faq" and chosen["path"][-1] == "route_to_faq"
+    assert chosen["documents"] and {d.meta["kb"] for d in chosen["documents"]} == {"faq"}
+    assert {d.meta["tenant"] for d in chosen["documents"]} <= {"globex", "public"}
+    again = KBEvidence().run(state=chosen)["state"]  # a retry has nothing pending: the choice stands
+    assert again is chosen
 
 
 def test_router_undeclared_kb_of_the_tenant_by_evidence(router):
     question = "How many weeks of parental leave do employees get?"
-    routed = router.run(state=new_state(question, tenant="initech"))["routed"]
-    assert routed["kbs"][0] == "handbook" and routed["route_reason"] == "evidence"
+    chosen = _first_attempt(router.run(state=new_state(question, tenant="initech"))["routed"])
+    assert chosen["kbs"][0] == "handbook" and chosen["route_reason"] == "evidence"
     for tenant in ("globex", None):
-        assert "handbook" not in router.run(state=new_state(question, tenant=tenant))["routed"]["kbs"]
+        routed = router.run(state=new_state(question, tenant=tenant))["routed"]
+        assert "handbook" not in routed["kbs"] and "handbook" not in _first_attempt(routed)["kbs"]
 
 
-def test_router_confident_question_skips_the_evidence_search(router):
+def test_router_confident_question_skips_the_evidence(router):
     routed = router.run(state=new_state("How do I rotate an API key?", tenant="globex"))["routed"]
     assert routed["kbs"] == ["faq"] and routed["route_reason"] == "keywords" and routed["route_evidence"] == {}
-    assert routed["prefetched_documents"] is None
+    assert routed["route_pending"] is None and routed["path"][-1] == "route_to_faq"
 
 
 def test_ask_tenant_gets_public_documentation(ingested):

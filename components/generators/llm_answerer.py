@@ -7,7 +7,7 @@ import time
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from gatehouse.components.chat import ChatGeneratorSerialization
+from gatehouse.components.chat import ChatGeneratorSerialization, with_deadline
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from haystack import Document, component
@@ -222,11 +222,12 @@ class LLMAnswerer(ChatGeneratorSerialization):
         return re.sub(r"[\W_]+", "", bare).lower() == re.sub(r"[\W_]+", "", self.not_found_reply).lower()
 
     @component.output_types(state=State)
-    def run(self, state: State) -> dict[str, Any]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, Any]:
         """
         Generate the answer.
 
         :param state: The state with `passages`.
+        :param deadline: `time.monotonic()` by which the request must be answered (the model's call fits in it).
         :returns: `state` with `answer`, `generator` and `usage` (fallback: also `status` and `fallback`).
         """
         started = time.perf_counter()
@@ -235,11 +236,13 @@ class LLMAnswerer(ChatGeneratorSerialization):
             listener = None
         try:
             if listener is None:
-                result = self.chat_generator.run(messages=self.messages(state))
+                result = self.chat_generator.run(messages=self.messages(state),
+                                                 **with_deadline(self.chat_generator, deadline))
             else:
                 listener.reply_started(state)
                 result = self.chat_generator.run(messages=self.messages(state),
-                                                 streaming_callback=self._follower(listener))
+                                                 streaming_callback=self._follower(listener),
+                                                 **with_deadline(self.chat_generator, deadline))
             replies = (result or {}).get("replies") or []
             reply = replies[0] if replies and isinstance(replies[0], ChatMessage) else None
             text = (reply.text or "").strip() if reply is not None else ""

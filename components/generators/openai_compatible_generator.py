@@ -1,6 +1,5 @@
 """An OpenAI-compatible chat generator whose endpoint, model and key come from the environment."""
 
-import contextvars
 import os
 import time
 from typing import Any
@@ -15,10 +14,6 @@ from gatehouse.llm.server import DEFAULT_URL
 
 #: What a local server gets as the key when none is configured (llama.cpp, vLLM and Ollama accept any key).
 LOCAL_SERVER_KEY = "not-needed"
-#: `time.monotonic()` by which the current request must be answered (the server sets it per ask from
-#: `limits.request_timeout_s`); None: only the generator's own `timeout`.
-REQUEST_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("gatehouse_request_deadline",
-                                                                                default=None)
 
 
 @component
@@ -33,9 +28,9 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
     written). Each reply's `meta["usage"]` holds the server's `prompt_tokens` and `completion_tokens`, streamed or
     not (a streamed request asks the server for the usage chunk, `stream_options.include_usage`).
 
-    Within a request that has a deadline (`REQUEST_DEADLINE`, set by `gatehouse serve` for each ask), each try waits
-    at most the time left divided by the tries still allowed (`1 + max_retries`), so the call and its retries end
-    within the request's budget; a call made after the deadline raises `TimeoutError` at once.
+    Given a `deadline` (the request's, a `run()` input: `gatehouse serve` passes each ask's), each try waits at most
+    the time left divided by the tries allowed (`1 + max_retries`), so the call and its retries end within the
+    request's budget; a call made after the deadline raises `TimeoutError` at once.
 
     Usage:
     ```python
@@ -89,6 +84,7 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
         *,
         tools: ToolsType | None = None,
         tools_strict: bool | None = None,
+        deadline: float | None = None,
     ) -> dict[str, list[ChatMessage]]:
         """
         Generate replies; with a `streaming_callback` the server streams and each text chunk reaches the callback.
@@ -98,11 +94,34 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
         :param generation_kwargs: Sampling settings for this call, over the configured ones.
         :param tools: Tools the model may call, as `OpenAIChatGenerator.run` takes them.
         :param tools_strict: Strict tool schemas, as `OpenAIChatGenerator.run` takes them.
+        :param deadline: `time.monotonic()` by which the request must be answered; None: only `timeout` applies.
         :returns: `replies`, each with `meta["usage"]`.
         """
+        return OpenAIChatGenerator.run(self, messages, streaming_callback=streaming_callback, tools=tools,
+                                       generation_kwargs=self._call_kwargs(streaming_callback, generation_kwargs,
+                                                                           deadline), tools_strict=tools_strict)
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(
+        self,
+        messages: list[ChatMessage] | str,
+        streaming_callback: StreamingCallbackT | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        *,
+        tools: ToolsType | None = None,
+        tools_strict: bool | None = None,
+        deadline: float | None = None,
+    ) -> dict[str, list[ChatMessage]]:
+        """The asynchronous `run`, with the same parameters."""
+        return await OpenAIChatGenerator.run_async(
+            self, messages, streaming_callback=streaming_callback, tools=tools, tools_strict=tools_strict,
+            generation_kwargs=self._call_kwargs(streaming_callback, generation_kwargs, deadline))
+
+    def _call_kwargs(self, streaming_callback: StreamingCallbackT | None, generation_kwargs: dict[str, Any] | None,
+                     deadline: float | None) -> dict[str, Any] | None:
+        """The call's generation settings: the usage chunk when streaming, a timeout that fits the deadline."""
         if streaming_callback is not None or self.streaming_callback is not None:
             generation_kwargs = {"stream_options": {"include_usage": True}, **(generation_kwargs or {})}
-        deadline = REQUEST_DEADLINE.get()
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -110,8 +129,7 @@ class OpenAICompatibleChatGenerator(OpenAIChatGenerator):
             # the OpenAI client takes a per-request `timeout`; each of the 1 + max_retries tries gets its share
             generation_kwargs = {**(generation_kwargs or {}),
                                  "timeout": min(self.timeout, left / (1 + self.max_retries))}
-        return OpenAIChatGenerator.run(self, messages, streaming_callback=streaming_callback,
-                                       generation_kwargs=generation_kwargs, tools=tools, tools_strict=tools_strict)
+        return generation_kwargs
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component as configured (not as resolved from the environment)."""

@@ -23,7 +23,7 @@ class PassageScreen:
     Usage:
     ```python
     screen = PassageScreen()
-    out = screen.run(state={**state, "passages": passages})["state"]
+    out = screen.run(state=State(state, passages=passages))["state"]
     out["passages"]                              # hostile blocks removed
     out["validation"]["boundary_violations"]     # ["document_phishing:S1"]
     ```

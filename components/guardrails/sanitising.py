@@ -1,6 +1,6 @@
 """
-Sanitising an answer's markup with nh3 while it stays markdown: code and autolinks kept verbatim, dangerous elements
-removed, and link targets whose URL nh3 would not allow dropped.
+Sanitising an answer's markup with nh3 while it stays markdown (`MarkupSanitiser`): code and autolinks kept verbatim,
+dangerous elements removed, and link targets whose URL nh3 would not allow dropped.
 """
 
 import html
@@ -75,6 +75,62 @@ def drop_unsafe_links(text: str) -> str:
             kept.append(text[last:start])
             last = end
     return "".join(kept) + text[last:]
+
+
+class MarkupSanitiser:
+    """
+    Sanitises an answer's HTML with nh3 while it stays markdown: its text, `[S1]` markers, code (kept verbatim) and
+    links are kept; tags not allowed are stripped (keeping their text), dangerous elements go with their content,
+    and markdown links whose URL scheme nh3 does not allow (`javascript:`, `data:`, ...) lose their target.
+
+    Usage:
+    ```python
+    MarkupSanitiser(allowed_tags=[]).sanitize("<b>Hi</b> [docs](javascript:x) [S1]")   # "Hi [docs] [S1]"
+    ```
+    """
+
+    def __init__(self, *, allowed_tags: list[str], dangerous_elements: list[str] = DEFAULT_DANGEROUS_ELEMENTS) -> None:
+        """
+        :param allowed_tags: HTML tags kept, with the attributes and URL schemes nh3 allows for them.
+        :param dangerous_elements: HTML elements removed together with their content.
+        :raises ValueError: If a tag is both allowed and dangerous.
+        """
+        allowed = {tag.lower() for tag in allowed_tags}
+        dangerous = {tag.lower() for tag in dangerous_elements}
+        if allowed & dangerous:
+            raise ValueError(f"allowed_tags and dangerous_elements both name {sorted(allowed & dangerous)}: a tag is "
+                             "either kept or removed with its content.")
+        self._cleaner = nh3.Cleaner(tags=allowed | {"br"}, clean_content_tags=dangerous)
+        self._br = "<br>" if "br" in allowed else "\n"
+
+    def sanitize(self, text: str) -> str:
+        """
+        The text sanitised.
+
+        Sanitising is repeated until it changes nothing, so that markup revealed by one round (an escaped
+        `&lt;script&gt;` turned back into text, a link shifted by a removal) is handled by the next; a text that
+        still changes after `SANITIZE_ROUNDS` rounds is returned as escaped HTML.
+        """
+        for _ in range(SANITIZE_ROUNDS):
+            cleaned = self._sanitize_once(text)
+            if cleaned == text:
+                return text
+            text = cleaned
+        return drop_unsafe_links(self._cleaner.clean(text))
+
+    def _sanitize_once(self, text: str) -> str:
+        """One round: nh3 on everything but code and autolinks, then unsafe link targets removed."""
+        pieces, last = [], 0
+        for match in MARKDOWN_VERBATIM.finditer(text):
+            pieces += [self._clean_html(text[last : match.start()]), match.group(0)]
+            last = match.end()
+        pieces.append(self._clean_html(text[last:]))
+        return drop_unsafe_links("".join(pieces))
+
+    def _clean_html(self, text: str) -> str:
+        """nh3's sanitised HTML, unescaped (markdown and plain text need `&`, `<` and `>` as they are), with `<br>`
+        as a line break unless it is an allowed tag."""
+        return html.unescape(self._cleaner.clean(text).replace("<br>", self._br))
 
 
 #: The URL schemes a citation link may have; a URL without a scheme (relative) is kept too.

@@ -1,1 +1,1 @@
-"""Query rewriting: the quality loop's retry rewrite and the condenser of follow-up questions."""
+"""Query handling: the condenser of follow-up questions, the quality loop's retry rewriter and the planner."""

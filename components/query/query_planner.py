@@ -2,12 +2,14 @@
 
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from haystack import component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
-from gatehouse.components.query.query_rewriter import QueryRewriter
+from gatehouse.components.query.followup_rules import FollowUpRules
+from gatehouse.components.settings import grouped_settings
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.terms import DEFAULT_STOPWORDS, singular, tokenize
 
@@ -17,6 +19,14 @@ DEFAULT_BACK_REFERENCES = ["it", "its", "they", "them", "their", "these", "those
 #: Words that ask to set things side by side: with them, a list at the end of a question is one part per item.
 DEFAULT_COMPARISON_CUES = [r"\bcompar\w*", r"\bdifferen\w*", r"\bdiffer\b", r"\bvs\.?", r"\bversus\b", r"\bboth\b",
                            r"\beach\b"]
+#: The words the rules read: every key of `QueryPlanner`'s `grammar`, with its default (an empty list or None: the
+#: default list; `stopwords` None: Gatehouse's list).
+DEFAULT_GRAMMAR: dict[str, Any] = {
+    "question_words": DEFAULT_QUESTION_WORDS,  # words that open a new question after "and"/"also"/a comma
+    "back_references": DEFAULT_BACK_REFERENCES,  # pronouns that tie a part to the question before it
+    "comparison_cues": DEFAULT_COMPARISON_CUES,  # regexes of words that ask to set a list's items side by side
+    "stopwords": None,  # words that are not content words
+}
 #: What makes a question the rules did not split worth asking the LLM tier about: a joining word ("and", "or"), a
 #: comparison word, a comma, or two question marks.
 DEFAULT_LLM_CUES = [r"\band\b", r"\bor\b", r"\balso\b", r"\bplus\b", r",", r"\?.*\?",
@@ -50,6 +60,40 @@ MAX_ITEM_WORDS = 5
 _CONDITIONS = frozenset(["if", "when", "once", "while", "unless", "after", "before", "since"])
 _AUXILIARIES = frozenset("is are was were do does did can could will would should shall has have had may might "
                          "must".split())
+
+
+@dataclass(frozen=True)
+class _Grammar:
+    """The planner's `grammar`, compiled."""
+
+    question_words: frozenset[str]
+    back_references: frozenset[str]
+    stopwords: frozenset[str]
+    comparison: re.Pattern[str]  # any comparison cue
+    split: re.Pattern[str]  # where a clause that opens with a question word begins
+
+
+def _compile_grammar(grammar: dict[str, Any] | None) -> _Grammar:
+    settings = grouped_settings("grammar", grammar, DEFAULT_GRAMMAR)
+    question_words = settings["question_words"] or DEFAULT_QUESTION_WORDS
+    words = "|".join(re.escape(w) for w in question_words)
+    stopwords = settings["stopwords"]
+    return _Grammar(
+        question_words=frozenset(w.casefold() for w in question_words),
+        back_references=frozenset(w.casefold() for w in settings["back_references"] or DEFAULT_BACK_REFERENCES),
+        stopwords=frozenset(w.casefold() for w in stopwords) if stopwords is not None else DEFAULT_STOPWORDS,
+        comparison=re.compile("|".join(settings["comparison_cues"] or DEFAULT_COMPARISON_CUES), re.IGNORECASE),
+        split=re.compile(rf"(?:,?\s+(?:and\s+also|and|also|plus|but)|,|;)\s*,?\s*(?=(?:{words})\b)", re.IGNORECASE),
+    )
+
+
+def _check_settings(max_subqueries: int, min_part_terms: int, llm_min_grounding: float) -> None:
+    if max_subqueries < 2:
+        raise ValueError("max_subqueries must be at least 2.")
+    if min_part_terms < 1:
+        raise ValueError("min_part_terms must be at least 1.")
+    if not 0.0 <= llm_min_grounding <= 1.0:
+        raise ValueError("llm_min_grounding must be between 0 and 1.")
 
 
 def _shared_tail(items: list[str]) -> list[str]:
@@ -94,9 +138,10 @@ class QueryPlanner(ChatGeneratorSerialization):
     asking what another asks. Anything else (one line, an ungrounded line, a failed call: a warning says so) leaves
     the question single.
 
-    A plan goes out on `plan` with `state["plan"]` (`strategy` questions | coordination | llm, `question`, `parts`:
-    `index`, `query`, `label`, `status` "planned") and path `plan_{N}_subqueries`; anything else (one part, caller
-    context modes, more than `max_subqueries` parts) goes on `single` unchanged.
+    A plan goes out in `state["plan"]` (`strategy` questions | coordination | llm, `question`, `parts`: `index`,
+    `query`, `label`, `status` "planned") with path `plan_{N}_subqueries`; anything else (one part, caller context
+    modes, more than `max_subqueries` parts) goes on unchanged. The search and answer pipelines run once per part of
+    a plan.
 
     Usage:
     ```python
@@ -104,7 +149,7 @@ class QueryPlanner(ChatGeneratorSerialization):
     from gatehouse.components.state import new_state
 
     out = QueryPlanner().run(state=new_state("Compare the default ports of the server and the agent"))
-    [p["query"] for p in out["plan"]["plan"]["parts"]]
+    [p["query"] for p in out["state"]["plan"]["parts"]]
     # ["The default ports of the server?", "The default ports of the agent?"]
     ```
     """
@@ -115,66 +160,44 @@ class QueryPlanner(ChatGeneratorSerialization):
         enabled: bool = True,
         max_subqueries: int = 6,
         min_part_terms: int = 2,
-        question_words: list[str] | None = None,
-        back_references: list[str] | None = None,
-        comparison_cues: list[str] | None = None,
-        stopwords: list[str] | None = None,
+        grammar: dict[str, Any] | None = None,
         chat_generator: Any | None = None,
         llm_prompt: str = DEFAULT_LLM_PROMPT,
         llm_cues: list[str] | None = None,
         llm_min_grounding: float = 1.0,
     ) -> None:
         """
-        :param enabled: False sends every question on `single`.
-        :param max_subqueries: Most sub-queries of a plan (each part runs the answering gates once: keep it below the
-            pipeline's `max_runs_per_component`).
+        :param enabled: False leaves every question single.
+        :param max_subqueries: Most sub-queries of a plan (each part is searched and answered once).
         :param min_part_terms: Fewest content words a split-off question needs to stand alone.
-        :param question_words: Words that open a new question after "and"/"also"/a comma.
-        :param back_references: Pronouns that tie a part to the question before it.
-        :param comparison_cues: Regexes of words that ask to set the items of a list side by side.
-        :param stopwords: Words that are not content words; None uses Gatehouse's list.
+        :param grammar: The rules' words, keys of `DEFAULT_GRAMMAR` (a key left out keeps its default).
         :param chat_generator: A Haystack chat generator for the optional LLM tier; None: rules only.
         :param llm_prompt: The LLM tier's prompt; `{question}` is filled in.
-        :param llm_cues: Regexes (case-insensitive) of which one must match before the LLM is asked; None uses
-            `DEFAULT_LLM_CUES`.
-        :param llm_min_grounding: Share of a listed question's content words that must occur in the user's question
-            (compared in the singular).
-        :raises ValueError: On limits out of range.
+        :param llm_cues: Regexes (case-insensitive) of which one must match before the LLM is asked; None: the defaults.
+        :param llm_min_grounding: Share of a listed question's content words (in the singular) that must be the user's.
+        :raises ValueError: On limits out of range or an unknown `grammar` key.
         """
-        if max_subqueries < 2:
-            raise ValueError("max_subqueries must be at least 2.")
-        if min_part_terms < 1:
-            raise ValueError("min_part_terms must be at least 1.")
-        if not 0.0 <= llm_min_grounding <= 1.0:
-            raise ValueError("llm_min_grounding must be between 0 and 1.")
+        _check_settings(max_subqueries, min_part_terms, llm_min_grounding)
         self.enabled = enabled
         self.max_subqueries = max_subqueries
         self.min_part_terms = min_part_terms
-        self.question_words = question_words
-        self.back_references = back_references
-        self.comparison_cues = comparison_cues
-        self.stopwords = stopwords
+        self.grammar = grammar
         self.chat_generator = chat_generator
         self.llm_prompt = llm_prompt
         self.llm_cues = llm_cues
         self.llm_min_grounding = llm_min_grounding
+        self._grammar = _compile_grammar(grammar)
         self._llm_cues = [re.compile(p, re.IGNORECASE) for p in (DEFAULT_LLM_CUES if llm_cues is None else llm_cues)]
-        self._comparison = re.compile("|".join(comparison_cues or DEFAULT_COMPARISON_CUES), re.IGNORECASE)
-        words = "|".join(re.escape(w) for w in question_words or DEFAULT_QUESTION_WORDS)
-        self._split = re.compile(rf"(?:,?\s+(?:and\s+also|and|also|plus|but)|,|;)\s*,?\s*(?=(?:{words})\b)",
-                                 re.IGNORECASE)
-        self._question_words = frozenset(w.casefold() for w in question_words or DEFAULT_QUESTION_WORDS)
-        self._back_references = frozenset(w.casefold() for w in back_references or DEFAULT_BACK_REFERENCES)
-        self._stopwords = frozenset(w.casefold() for w in stopwords) if stopwords is not None else DEFAULT_STOPWORDS
-        self._resolver = QueryRewriter(task="condense", max_condense_words=40, max_reference_content_terms=40,
-                                       pronouns=sorted(self._back_references), noun_pronouns=[])
+        self._resolver = FollowUpRules(grammar={"pronouns": sorted(self._grammar.back_references), "noun_pronouns": []},
+                                       max_condense_words=40, max_reference_content_terms=40)
 
     def _opens_question(self, sentence: str) -> bool:
         words = tokenize(sentence)
-        return bool(words) and words[0] in self._question_words
+        return bool(words) and words[0] in self._grammar.question_words
 
     def _content_terms(self, text: str) -> list[str]:
-        return [t for t in tokenize(text) if t not in self._stopwords and t not in self._back_references]
+        grammar = self._grammar
+        return [t for t in tokenize(text) if t not in grammar.stopwords and t not in grammar.back_references]
 
     def _questions(self, question: str) -> list[str]:
         """The separate questions of a message, pronouns referring to an earlier part resolved."""
@@ -185,7 +208,7 @@ class QueryPlanner(ChatGeneratorSerialization):
                 context = f"{context}{sentence} "  # a statement ("My upload failed.") belongs to the next question
                 continue
             sentence, context = context + sentence, ""
-            pieces = self._split.split(sentence)
+            pieces = self._grammar.split.split(sentence)
             condition = ""
             number = -1
             for position, piece in enumerate(pieces):
@@ -199,8 +222,8 @@ class QueryPlanner(ChatGeneratorSerialization):
                     condition = f"{condition}{piece}, "
                     continue
                 piece, condition = condition + piece, ""
-                if parts and set(tokenize(piece)) & self._back_references:
-                    resolved = self._resolver.condense_question(piece, [{"role": "user", "content": parts[-1]}])
+                if parts and set(tokenize(piece)) & self._grammar.back_references:
+                    resolved = self._resolver.condense(piece, [{"role": "user", "content": parts[-1]}])
                     if resolved == piece:  # nothing to refer to: it stays with the part before it
                         parts[-1] = f"{parts[-1]} and {piece}"
                         continue
@@ -217,7 +240,7 @@ class QueryPlanner(ChatGeneratorSerialization):
     def _coordination(self, question: str) -> list[str] | None:
         """One question per item of a list with a shared head (see the class docstring), or None."""
         text = _TRAILING.sub("", question)
-        cue = bool(self._comparison.search(text))
+        cue = bool(self._grammar.comparison.search(text))
         words = text.split()
         for start in range(len(words)):
             preposition = words[start].casefold()
@@ -235,7 +258,7 @@ class QueryPlanner(ChatGeneratorSerialization):
             if len(items) < 2 or any(len(item.split()) > MAX_ITEM_WORDS for item in items):
                 continue
             head = _OPENING_CUE.sub("", " ".join(words[:start])).strip()
-            lead = f"{head} {preposition}" if self._content_terms(self._comparison.sub(" ", head)) else ""
+            lead = f"{head} {preposition}" if self._content_terms(self._grammar.comparison.sub(" ", head)) else ""
             return [f"{lead} {item}".strip() for item in items]
         if cue:  # "Compare A and B", "A vs B": the items are the whole question after the cue
             rest = _OPENING_CUE.sub("", text)
@@ -298,36 +321,38 @@ class QueryPlanner(ChatGeneratorSerialization):
             return None
         return _question_parts(parts)
 
-    def _ask_llm(self, question: str) -> tuple[list[dict[str, Any]] | None, str | None]:
+    def _ask_llm(self, question: str, deadline: float | None) -> tuple[list[dict[str, Any]] | None, str | None]:
         """The LLM tier's parts (None: single) and a warning when the call failed."""
         if self.chat_generator is None or not any(cue.search(question) for cue in self._llm_cues):
             return None, None
-        if set(tokenize(question)) & self._back_references:  # "... and how do I fix it?" is one question
+        if set(tokenize(question)) & self._grammar.back_references:  # "... and how do I fix it?" is one question
             return None, None
         try:
-            reply = ask_chat_generator(self.chat_generator, self.llm_prompt.replace("{question}", question))
+            reply = ask_chat_generator(self.chat_generator, self.llm_prompt.replace("{question}", question),
+                                       deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure leaves the question single
             return None, f"planner: LLM tier failed ({type(error).__name__}); the question was answered as one"
         return self.llm_parts(question, reply), None
 
-    @component.output_types(single=State, plan=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    @component.output_types(state=State)
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Plan the question.
 
         :param state: The request state; reads `condensed_query` (or `query`) and `mode`.
-        :returns: `plan` with `state["plan"]`, or `single` with the state unchanged (but for a warning when the LLM
-            tier failed).
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
+        :returns: `state`, with `plan` when the question has several parts, else unchanged (but for a warning when
+            the LLM tier failed).
         """
         started = time.perf_counter()
         question = str(state.get("condensed_query") or state.get("query") or "")
         if not self.enabled or state.get("mode", "full-corpus") != "full-corpus":
-            return {"single": state}
+            return {"state": state}
         planned = self.plan(question)
         if planned is None:
-            parts, warning = self._ask_llm(" ".join(question.split()))
+            parts, warning = self._ask_llm(" ".join(question.split()), deadline)
             if parts is None:
-                return {"single": with_validation(state, "confidence_warnings", warning) if warning else state}
+                return {"state": with_validation(state, "confidence_warnings", warning) if warning else state}
             planned = ("llm", parts)
         strategy, parts = planned
         plan = {
@@ -336,5 +361,5 @@ class QueryPlanner(ChatGeneratorSerialization):
             "parts": [{"index": i, "query": p["query"], "label": p["label"], "status": "planned"}
                       for i, p in enumerate(parts)],
         }
-        return {"plan": advance(state, stage="planner", started=started, steps=[f"plan_{len(parts)}_subqueries"],
+        return {"state": advance(state, stage="planner", started=started, steps=[f"plan_{len(parts)}_subqueries"],
                                 plan=plan)}

@@ -1,4 +1,4 @@
-"""Turns the state into a retrieval request, or hands on the documents the router's evidence search already found."""
+"""Turns the state into a retrieval request: its query, tenant and knowledge bases."""
 
 import time
 from typing import Any
@@ -11,9 +11,9 @@ from gatehouse.components.state import State
 @component
 class RetrievalRequest:
     """
-    The step before `RetrievalPipeline` in `ask.yml`: emits the state's `query`, `tenant` and `kbs` for the search,
-    or, when the router's evidence tier already searched the same query in the same knowledge bases, those
-    documents instead (no second search). The state goes on to `RetrievalResult` either way.
+    The step before `RetrievalPipeline` in `search.yml`: emits the state's `query`, `tenant` and `kbs` for the search.
+    A request whose passages are only the caller's context (mode `constrained-context`) searches nothing: it emits no
+    documents of its own. The state goes on to `RetrievalResult` either way.
 
     Usage:
     ```python
@@ -32,12 +32,11 @@ class RetrievalRequest:
         """
         Start one retrieval attempt.
 
-        :param state: The request state (`query`, `tenant`, `kbs`, and `prefetched_documents` from the router).
-        :returns: `state` (with `retrieval_started`, `prefetched_documents` cleared) and either `query`, `tenant`
-            and `kbs` (search) or `documents` (the evidence search's, when its query and KBs are the state's).
+        :param state: The request state (`query`, `tenant`, `kbs`, `mode`).
+        :returns: `state` (with `retrieval_started`) and either `query`, `tenant` and `kbs` (search) or `documents`
+            (none: the constrained-context mode).
         """
-        prefetched = state.get("prefetched_documents") or {}
-        state = {**state, "retrieval_started": time.perf_counter(), "prefetched_documents": None}
-        if prefetched.get("query") == state["query"] and prefetched.get("kbs") == state.get("kbs"):
-            return {"state": state, "documents": list(prefetched["documents"])}
+        state = State(state, retrieval_started=time.perf_counter())
+        if state.get("mode") == "constrained-context":
+            return {"state": state, "documents": []}
         return {"state": state, "query": state["query"], "tenant": state.get("tenant"), "kbs": state.get("kbs") or None}

@@ -12,9 +12,9 @@ from gatehouse.components.state import State, advance
 @component
 class RetrievalResult:
     """
-    The step after `RetrievalPipeline` in `ask.yml`: the state takes the attempt's documents. Caller-provided
-    context (hybrid mode, `context_documents`) goes in front, scored above the retrieved chunks so passage assembly
-    keeps it. The retrieval's time (since `RetrievalRequest`) is recorded under `latency_ms["retrieval"]`.
+    The step after `RetrievalPipeline` in `search.yml`: the state takes the attempt's documents. The caller's context
+    (`context_documents`) goes in front: alone in the constrained-context mode, scored above the retrieved chunks in
+    the hybrid mode so passage assembly keeps it. The retrieval's time (since `RetrievalRequest`) is recorded under `latency_ms["retrieval"]`.
 
     Usage:
     ```python
@@ -33,15 +33,16 @@ class RetrievalResult:
         Record the attempt's documents.
 
         :param state: The request state (from `RetrievalRequest`).
-        :param documents: The retrieved (or prefetched) documents, best first.
-        :returns: `state` with `documents` and `chunks_retrieved`.
+        :param documents: The retrieved documents, best first.
+        :returns: `state` with `documents` (the context first) and `chunks_retrieved` (those the search found).
         """
-        top = max((doc.score or 0.0 for doc in documents), default=0.0)
-        context = [replace(doc, score=top + 1.0) for doc in state.get("context_documents") or []]
-        documents = context + list(documents)
+        context = list(state.get("context_documents") or [])
+        if state.get("mode") == "hybrid":
+            top = max((doc.score or 0.0 for doc in documents), default=0.0)
+            context = [replace(doc, score=top + 1.0) for doc in context]
         return {
             "state": advance(
                 state, stage="retrieval", started=state.get("retrieval_started", time.perf_counter()),
-                documents=documents, chunks_retrieved=len(documents),
+                documents=context + list(documents), chunks_retrieved=len(documents),
             )
         }

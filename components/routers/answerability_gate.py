@@ -180,7 +180,8 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
             `status`.
         :returns: Exactly one of:
             - `answerable`: the state with `answerability` and `answer_candidates` (ranked, best first).
-            - `unanswerable`: the state with the fallback `answer`, status `fallback` and no passages.
+            - `unanswerable`: the state with the fallback `answer`, status `fallback` and no citations (the passages
+              judged stay in `passages`).
         """
         started = time.perf_counter()
         skip = ["fallback"] if self.rules["skip_statuses"] is None else self.rules["skip_statuses"]
@@ -267,7 +268,6 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
             status="fallback",
             fallback=True,
             fallback_reason="not_answerable",
-            passages=[],
             citations=[],
         )
         return {"unanswerable": with_validation(new, "confidence_warnings", reason)}

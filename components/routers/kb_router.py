@@ -9,11 +9,10 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
-from haystack import Document, component, logging
+from haystack import component, logging
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.kb_profile import ENTRY_KEYS, KBProfiles
-from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import PUBLIC_TENANT, State, advance, with_validation
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.components.retrievers.tenant_filter import TenantFilter
@@ -31,8 +30,9 @@ logger = logging.getLogger(__name__)
 KB_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 KB_KEYS = set(ENTRY_KEYS)
 #: The evidence tier's settings and their defaults (see `KBRouter.__init__`).
-EVIDENCE_DEFAULTS: dict[str, Any] = {"enabled": False, "pipeline": "retrieve", "top_k": 10, "margin": 0.05,
-                                     "lead_below": 0.3}
+EVIDENCE_DEFAULTS: dict[str, Any] = {"enabled": False, "margin": 0.05, "lead_below": 0.3}
+#: Evidence settings of earlier versions: the evidence is now the first search attempt of `search.yml`.
+RETIRED_EVIDENCE_KEYS = ("pipeline", "top_k")
 
 DEFAULT_LLM_PROMPT = """Select the knowledge base that can answer the question.
 
@@ -75,13 +75,13 @@ class KBRouter(ChatGeneratorSerialization):
        alone when no keyword matched), and the best KB wins. KBs within `dual_route_margin` of the best are
        added, up to `max_kbs`. When the best score is below `min_route_score` the top `max_kbs` KBs are searched;
     4. evidence (`evidence.enabled`): when the tiers above are unsure (best score below `min_route_score` or a lead
-       below `evidence.lead_below`), the candidate KBs (those scoring within `lead_below` of the best, every declared
-       one when none scores well, and undeclared KBs holding the caller's documents) are searched through the
-       tenant-pinned retrieval pipeline
-       (`evidence.pipeline`, `retrieve.yml`) and the KB holding the best-scoring document wins; KBs whose best
-       document scores within `evidence.margin` of it are added, up to `max_kbs`;
-    5. optional LLM (`chat_generator`): asked only when the result is still ambiguous (lead below `llm_margin` or a
-       low score, and no evidence decided); a failed or unparseable answer keeps the non-LLM result.
+       below `evidence.lead_below`), the router does not choose: it routes to the candidate KBs (those scoring within
+       `lead_below` of the best, every declared one when none scores well, and undeclared KBs holding the caller's
+       documents) and leaves the choice to the search's first attempt (`route_pending`): `KBEvidence` keeps the KB
+       holding the best-scoring document and those whose best document scores within `evidence.margin` of it, up to
+       `max_kbs`, or this routing's own choice when nothing was found;
+    5. optional LLM (`chat_generator`): asked when the result is still ambiguous (lead below `llm_margin` or a low
+       score) and the evidence is not asked; a failed or unparseable answer keeps the non-LLM result.
 
     Tenants: a caller reads its own documents and, with `include_public`, the public ones (the same rule as
     `TenantFilter`; keep `include_public` in step with `retrieve.yml`). With a `catalogue_store` (the lexical store),
@@ -90,7 +90,9 @@ class KBRouter(ChatGeneratorSerialization):
     (non-public) documents is a candidate of the evidence tier only (nothing else can score it), which then always
     runs; it can also be named explicitly. Without a catalogue store every declared KB is a candidate.
 
-    An explicit `state["kb"]` bypasses the scoring; an unknown one goes out on `unknown_kb` with an error.
+    An explicit `state["kb"]` bypasses the scoring; an unknown one goes out on `unknown_kb` with an error. A request
+    that reads only the caller's context (mode `constrained-context`) reads no KB, and a multi-part plan's parts are
+    searched in every KB the caller may read (or its explicit `kb`): both go on unrouted.
 
     Usage example:
     ```python
@@ -108,7 +110,7 @@ class KBRouter(ChatGeneratorSerialization):
 
     # Tenant-aware, with the evidence tier (needs the stores ingested, e.g. by `gatehouse ingest`):
     router = KBRouter(knowledge_bases=[...], catalogue_store=LexicalDocumentStore(),
-                      evidence={"enabled": True, "top_k": 10, "margin": 0.05})
+                      evidence={"enabled": True, "margin": 0.05})
     ```
     """
 
@@ -156,8 +158,7 @@ class KBRouter(ChatGeneratorSerialization):
         :param include_public: Whether a tenant also reads the public tenant's documents (as `TenantFilter`).
         :param catalogue_store: The store whose (tenant, kb) document counts restrict routing to the KBs holding
             documents the caller may read (`metadata_counts`); None considers every declared KB.
-        :param evidence: The evidence tier: `enabled` (default false), `pipeline` (the retrieval pipeline searched,
-            default `retrieve`), `top_k` (chunks retrieved, default 10), `margin` (KBs whose best document scores
+        :param evidence: The evidence tier: `enabled` (default false), `margin` (KBs whose best document scores
             within this share of the best KB's are routed to too, default 0.05) and `lead_below` (the tier runs when the
             best KB leads the second by less than this, or scores below `min_route_score`; default 0.3).
         :param embedding_model: Embedding model for `EmbeddingBackend.get`; None uses the configured default.
@@ -196,11 +197,6 @@ class KBRouter(ChatGeneratorSerialization):
         self._kbs = self._validate(self.knowledge_bases, self.default_threshold)
         self.names = [kb["name"] for kb in self._kbs]
         self._tenant_filter = TenantFilter(default_tenant=default_tenant, include_public=self.include_public)
-        self._retrieval = (
-            RetrievalPipeline(pipeline_file=self.evidence["pipeline"])
-            if self.evidence["enabled"]
-            else None
-        )
         self._profiles = KBProfiles(catalogue_store) if catalogue_store is not None else None
         self._static = self._tiers(self._kbs)
         self._dynamic: dict[str, _Tiers] = {}
@@ -290,16 +286,18 @@ class KBRouter(ChatGeneratorSerialization):
             evidence = {}
         if not isinstance(evidence, dict):
             raise ValueError(f"'evidence' must be a mapping, got {type(evidence).__name__}.")
+        retired = sorted(set(evidence) & set(RETIRED_EVIDENCE_KEYS))
+        if retired:
+            raise ValueError(
+                f"'evidence' no longer takes {retired}: the evidence is the first attempt of the search pipeline "
+                "(pipelines/search.yml), which searches the candidate knowledge bases as any attempt does. Remove them."
+            )
         unknown = sorted(set(evidence) - set(EVIDENCE_DEFAULTS))
         if unknown:
             raise ValueError(f"'evidence' has unknown keys {unknown}; allowed: {sorted(EVIDENCE_DEFAULTS)}.")
         settings = {**EVIDENCE_DEFAULTS, **evidence}
         if not isinstance(settings["enabled"], bool):
             raise ValueError(f"'evidence.enabled' must be true or false, got {settings['enabled']!r}.")
-        if not isinstance(settings["pipeline"], str) or not settings["pipeline"].strip():
-            raise ValueError(f"'evidence.pipeline' must name a retrieval pipeline, got {settings['pipeline']!r}.")
-        if isinstance(settings["top_k"], bool) or not isinstance(settings["top_k"], int) or settings["top_k"] < 1:
-            raise ValueError(f"'evidence.top_k' must be a positive integer, got {settings['top_k']!r}.")
         for key in ("margin", "lead_below"):
             value = settings[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -309,12 +307,9 @@ class KBRouter(ChatGeneratorSerialization):
 
     def warm_up(self) -> None:
         """
-        Load the embedding model, embed the KB descriptions and examples once, load the evidence tier's retrieval
-        pipeline, warm up the chat generator.
+        Load the embedding model, embed the KB descriptions and examples once, warm up the chat generator.
         """
         self._static.index.warm_up()
-        if self._retrieval is not None:
-            self._retrieval.warm_up()
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
 
@@ -384,29 +379,13 @@ class KBRouter(ChatGeneratorSerialization):
         chosen = [name for name in names if best - scores[name] < self.dual_route_margin]
         return chosen[: self.max_kbs], False
 
-    def _evidence(self, query: str, tenant: str | None, kbs: list[str]) -> tuple[dict[str, float], list[Document]]:
-        """
-        One tenant-pinned retrieval over `kbs`: the score of each KB's best document relative to the best KB's
-        (1.0, so `evidence.margin` is a share whatever the pipeline's score scale), best KB first, and the documents.
-        """
-        assert self._retrieval is not None
-        documents = self._retrieval.run(query=query, tenant=tenant, kbs=kbs, top_k=self.evidence["top_k"])["documents"]
-        best: dict[str, float] = {}
-        for document in documents:
-            kb = document.meta["kb"]
-            best[kb] = max(best.get(kb, 0.0), float(document.score or 0.0))
-        top = max(best.values(), default=0.0)
-        if top <= 0.0:
-            return {}, []
-        ranked = sorted(best.items(), key=lambda item: -item[1])
-        return {name: round(value / top, 4) for name, value in ranked}, documents
-
-    def _ask_llm(self, query: str, candidates: list[str], descriptions: dict[str, str]) -> tuple[list[str], str | None]:
+    def _ask_llm(self, query: str, candidates: list[str], descriptions: dict[str, str],
+                 deadline: float | None) -> tuple[list[str], str | None]:
         """The candidate KBs chosen by the chat generator (best first) and an error message when it failed."""
         listing = "\n".join(f"- {name}: {descriptions.get(name) or name}" for name in candidates)
         prompt = fill_prompt(self.llm_prompt, query=query, knowledge_bases=listing)
         try:
-            reply = ask_chat_generator(self.chat_generator, prompt)
+            reply = ask_chat_generator(self.chat_generator, prompt, deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the non-LLM result
             return [], f"{type(error).__name__}: {error}"
         chosen = parse_labels(reply, candidates)[: self.max_kbs]
@@ -420,49 +399,57 @@ class KBRouter(ChatGeneratorSerialization):
 
     def _routed(  # noqa: PLR0913
         self,
-        state: dict[str, Any],
+        state: State,
         started: float,
         kbs: list[str],
         reason: str,
         scores: dict[str, float],
         tiers: "_Tiers",
-        evidence: dict[str, float] | None = None,
-        searched: list[Document] | None = None,
-    ) -> dict[str, dict[str, Any]]:
+        pending: dict[str, Any] | None = None,
+    ) -> dict[str, State]:
         thresholds = {kb["name"]: kb["threshold"] for kb in tiers.kbs}
+
+        def threshold(names: list[str]) -> float:
+            return min([thresholds.get(name, self.default_threshold) for name in names] or [self.default_threshold])
+
+        if pending is not None:  # the search's first attempt chooses among pending["candidates"] (KBEvidence)
+            pending = {**pending, "margin": self.evidence["margin"], "max_kbs": self.max_kbs,
+                       "thresholds": {name: threshold([name]) for name in pending["candidates"]},
+                       "default": {"kbs": list(kbs), "reason": reason, "threshold": threshold(kbs)}}
+            kbs = list(pending["candidates"])
         new_state = advance(
             state,
             stage="kb_router",
             started=started,
-            steps=[f"route_to_{'+'.join(kbs) or 'all'}"],
+            steps=[] if pending is not None else [f"route_to_{'+'.join(kbs) or 'all'}"],
             kbs=list(kbs),
-            threshold=min([thresholds.get(name, self.default_threshold) for name in kbs] or [self.default_threshold]),
+            threshold=threshold(kbs),
             route_scores=scores,
-            route_evidence=evidence or {},
-            route_reason=reason,
-            filters=self._tenant_filter.run(tenant=state.get("tenant"), kbs=list(kbs) or None)["filters"],
-            prefetched_documents=None if searched is None else {
-                "query": state.get("query"),
-                "kbs": list(kbs),
-                "documents": [document for document in searched if document.meta.get("kb") in kbs],
-            },
+            route_evidence={},
+            route_reason="evidence" if pending is not None else reason,
+            route_pending=pending,
         )
         return {"routed": new_state}
 
     @component.output_types(routed=State, unknown_kb=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Route the query of `state` to knowledge bases.
 
-        :param state: The request state (see `gatehouse.components.state`); reads `query`, `kb` and `tenant`.
+        :param state: The request state (see `gatehouse.components.state`); reads `query`, `kb`, `tenant`, `mode` and
+            `plan`.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: `{"routed": state}` with `kbs`, `threshold` (the lowest of the chosen KBs), `route_scores` (per
-            candidate KB), `route_evidence` (best document score per KB when the evidence tier ran), `route_reason`
-            (explicit, only, keywords, embedding, combined, low_confidence, evidence or llm), `filters` (tenants and
-            KBs) and `prefetched_documents` (when the evidence tier decided: its query, the chosen KBs and their
-            documents from its search, which the retrieval stage takes as the first attempt instead of searching
-            again; else None); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names a KB that has no
-            entry and holds no document the caller may read.
+            candidate KB), `route_reason` (explicit, only, keywords, embedding, combined, low_confidence, evidence or
+            llm) and `route_pending` (when the evidence decides: the candidate KBs searched and how to choose among
+            them; else None); or `{"unknown_kb": state}` with status `error` when `state["kb"]` names a KB that has no
+            entry and holds no document the caller may read. A constrained-context request (with `kbs` empty) and a
+            plan go on `routed` unrouted.
         """
+        if state.get("mode") == "constrained-context":
+            return {"routed": advance(state, kbs=[])}
+        if state.get("plan"):
+            return {"routed": state}
         started = time.perf_counter()
         tenant = state.get("tenant")
         tiers = self.entries(tenant)
@@ -497,21 +484,14 @@ class KBRouter(ChatGeneratorSerialization):
         reason = "low_confidence" if low_confidence else tier
         warnings: list[str] = []
         lead = scores[names[0]] - scores[names[1]] if len(names) > 1 else 1.0
-        evidence: dict[str, float] = {}
-        searched: list[Document] | None = None
         # The KBs the tiers cannot tell apart (all when none scores well) and those without an entry to score.
         close_scores = [name for name in names if scores[names[0]] - scores[name] < self.evidence["lead_below"]]
         searchable = (declared if low_confidence else close_scores) + undeclared
         unsure = low_confidence or lead < self.evidence["lead_below"] or bool(undeclared)
-        if self._retrieval is not None and query and len(searchable) > 1 and unsure:
-            evidence, documents = self._evidence(query, tenant, searchable)
-            if evidence:
-                searched = documents
-                best = next(iter(evidence.values()))
-                close = [name for name, value in evidence.items() if best - value <= self.evidence["margin"]]
-                kbs, reason = close[: self.max_kbs], "evidence"
-        if self.chat_generator is not None and reason != "evidence" and (low_confidence or lead < self.llm_margin):
-            chosen, error = self._ask_llm(query, declared + undeclared, self._descriptions(tenant, tiers))
+        if self.evidence["enabled"] and query and len(searchable) > 1 and unsure:
+            return self._routed(state, started, kbs, reason, scores, tiers, pending={"candidates": searchable})
+        if self.chat_generator is not None and (low_confidence or lead < self.llm_margin):
+            chosen, error = self._ask_llm(query, declared + undeclared, self._descriptions(tenant, tiers), deadline)
             if error:
                 warnings.append(f"kb_router: LLM tier failed ({error}); used the non-LLM routing")
             else:
@@ -521,7 +501,7 @@ class KBRouter(ChatGeneratorSerialization):
                 f"kb_router: no knowledge base scored {self.min_route_score} or more "
                 f"(best {names[0]} {scores[names[0]]:.2f}); searching {', '.join(kbs)}"
             )
-        result = self._routed(state, started, kbs, reason, scores, tiers, evidence, searched)
+        result = self._routed(state, started, kbs, reason, scores, tiers)
         if warnings:
             result["routed"] = with_validation(result["routed"], "confidence_warnings", *warnings)
         return result

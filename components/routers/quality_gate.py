@@ -1,7 +1,7 @@
 """
 The retrieval quality gate: scores an attempt's documents against the user's question and decides pass/retry/exhaust.
 
-The gate never loops by itself. It records the attempt and emits the state on one of three routes; the ask
+The gate never loops by itself. It records the attempt and emits the state on `retry` or `done`; the search
 pipeline's edge `retry -> query rewriter -> retrieval -> quality gate` is the loop, and `max_retries` bounds it.
 """
 
@@ -47,7 +47,7 @@ def parse_relevance(text: str) -> float | None:
 @component
 class QualityGate(ChatGeneratorSerialization):
     """
-    Scores the retrieved documents against the original question and routes to `passed`, `retry` or `exhausted`.
+    Scores the retrieved documents against the original question and routes to `retry` or `done`.
 
     The score (0..1) mixes, by default without any LLM:
     - the best dense (cosine) score among the documents, mapped linearly from `dense_range` onto 0..1,
@@ -58,10 +58,11 @@ class QualityGate(ChatGeneratorSerialization):
     renormalised. An optional LLM judge rates the context 0..1 and is blended in with `llm_weight`.
 
     Every run appends `attempt_{n}_score_{s:.2f}` to the path and `{"attempt", "query", "score"}` to
-    `state["attempts"]`. Then: score >= threshold -> `passed`; else if `attempt < max_retries` -> `retry` with
-    `attempt` incremented (the weak `documents` stay, the rewriter uses them); else `max_retries_reached` ->
-    `exhausted` with the best attempt's documents, `status` `"partial"` and `fallback` True when even the best
-    score is below `floor` (documents then emptied so nothing is generated from them).
+    `state["attempts"]`. Then: score >= threshold -> `done` (passed); else if `attempt < max_retries` -> `retry` with
+    `attempt` incremented (the weak `documents` stay, the rewriter uses them); else `max_retries_reached` -> `done`
+    with the best attempt's documents, `status` `"partial"` and `fallback` True when even the best score is below
+    `floor` (documents then emptied so nothing is generated from them). A request whose passages are the caller's
+    own context (mode `constrained-context`) is not scored: it is `done` as it came.
 
     Usage:
     ```python
@@ -72,7 +73,7 @@ class QualityGate(ChatGeneratorSerialization):
     gate = QualityGate(default_threshold=0.6, max_retries=2)
     docs = [Document(content="To rotate an API key open Settings > API keys.", meta={"dense_score": 0.8})]
     out = gate.run(state=new_state("How do I rotate an API key?", documents=docs))
-    # {"passed": {..., "quality_score": 1.0, "path": ["start", "attempt_0_score_1.00"]}}
+    # {"done": {..., "quality_score": 1.0, "path": ["start", "attempt_0_score_1.00"]}}
     ```
     """
 
@@ -242,15 +243,19 @@ class QualityGate(ChatGeneratorSerialization):
             return None, f"quality_gate: LLM judge reply not a rating ({reply[:80]!r}); heuristic score used"
         return rating, None
 
-    @component.output_types(passed=State, retry=State, exhausted=State)
-    def run(self, state: State) -> dict[str, dict[str, Any]]:
+    @component.output_types(retry=State, done=State)
+    def run(self, state: State, max_retries: int | None = None) -> dict[str, dict[str, Any]]:
         """
         Score the latest attempt and route the state.
 
         :param state: The request state; reads `documents`, `condensed_query` / `original_query` / `query`,
             `threshold`, `attempt`, `attempts`, `best_score`, `best_documents`.
-        :returns: Exactly one of `passed`, `retry`, `exhausted`, holding the new state.
+        :param max_retries: This request's retries, in place of the setting (a plan's parts are retried once).
+        :returns: Exactly one of `retry` or `done`, holding the new state.
         """
+        if state.get("mode") == "constrained-context":
+            return {"done": state}
+        max_retries = self.max_retries if max_retries is None else max_retries
         started = time.perf_counter()
         documents: list[Document] = list(state.get("documents") or [])
         question = str(state.get("condensed_query") or state.get("original_query") or state.get("query") or "")
@@ -292,8 +297,8 @@ class QualityGate(ChatGeneratorSerialization):
 
         if score >= threshold:
             new = advance(base, stage="quality_gate", started=started, steps=steps, fallback=False, **common)
-            return {"passed": new}
-        if attempt < self.max_retries:
+            return {"done": new}
+        if attempt < max_retries:
             new = advance(base, stage="quality_gate", started=started, steps=steps, attempt=attempt + 1, **common)
             return {"retry": new}
 
@@ -309,4 +314,4 @@ class QualityGate(ChatGeneratorSerialization):
             documents=[] if fallback else best_documents,
             **common,
         )
-        return {"exhausted": new}
+        return {"done": new}

@@ -57,7 +57,7 @@ import httpx
 import yaml
 from openai import OpenAI
 
-from gatehouse.pipelines import generator_profile_path, pipeline_path, without_answer_cache
+from gatehouse.pipelines import component_spec, generator_profile_path, pipeline_path, without_answer_cache
 from gatehouse.settings import data_dir
 from gatehouse.stats import percentile
 
@@ -358,14 +358,16 @@ def uncached_ask_pipeline(folder: Path) -> Path:
 def hanging_ask_pipeline(folder: Path, port: int, *, timeout: float = HANGING_LLM_TIMEOUT_S, max_retries: int = 0) -> Path:
     """ask.yml (without its cache) with an LLM generator at `port` (which never answers), waiting `timeout` per try."""
     spec = _uncached_ask()
-    spec["components"]["generator"] = {
+    generator = component_spec(spec, "generator")
+    generator.clear()
+    generator.update({
         "type": "gatehouse.components.generators.llm_answerer.LLMAnswerer",
         "init_parameters": {"chat_generator": {
             "type": "gatehouse.components.generators.openai_compatible_generator.OpenAICompatibleChatGenerator",
             "init_parameters": {"api_base_url": f"http://127.0.0.1:{port}/v1", "model": "hanging",
                                 "timeout": timeout, "max_retries": max_retries},
         }},
-    }
+    })
     path = folder / "ask_hanging.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path
@@ -374,8 +376,10 @@ def hanging_ask_pipeline(folder: Path, port: int, *, timeout: float = HANGING_LL
 def llm_ask_pipeline(folder: Path, llm_url: str) -> Path:
     """ask.yml (without its cache) with the `llm` generator profile answering from the server at `llm_url`."""
     spec = _uncached_ask()
-    spec["components"]["generator"] = yaml.safe_load(generator_profile_path("llm").read_text(encoding="utf-8"))
-    spec["components"]["generator"]["init_parameters"]["chat_generator"]["init_parameters"]["api_base_url"] = llm_url
+    generator = component_spec(spec, "generator")
+    generator.clear()
+    generator.update(yaml.safe_load(generator_profile_path("llm").read_text(encoding="utf-8")))
+    generator["init_parameters"]["chat_generator"]["init_parameters"]["api_base_url"] = llm_url
     path = folder / "ask_llm.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path

@@ -120,10 +120,10 @@ def question_limit(pipelines: dict[str, DeployedPipeline], path: Path) -> int:
     :param path: The manifest, named in an error.
     :raises ManifestError: When an ask pipeline's YAML cannot be read.
     """
-    from gatehouse.components.guardrails.guardrails import Guardrails
+    from gatehouse.components.guardrails.input_guardrails import InputGuardrails
 
-    default = inspect.signature(Guardrails.__init__).parameters["max_query_chars"].default
-    guardrails = f"{Guardrails.__module__}.{Guardrails.__name__}"
+    default = inspect.signature(InputGuardrails.__init__).parameters["max_query_chars"].default
+    guardrails = f"{InputGuardrails.__module__}.{InputGuardrails.__name__}"
     limits = []
     for name, deployed in pipelines.items():
         if deployed.kind != "ask":
@@ -137,8 +137,7 @@ def question_limit(pipelines: dict[str, DeployedPipeline], path: Path) -> int:
             if not isinstance(component, dict) or component.get("type") != guardrails:
                 continue
             params = component.get("init_parameters") or {}
-            if params.get("stage", "input") == "input":
-                limits.append(int(params.get("max_query_chars", default)))
+            limits.append(int(params.get("max_query_chars", default)))
     return min(limits, default=default)
 
 

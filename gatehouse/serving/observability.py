@@ -42,7 +42,7 @@ from haystack import tracing as haystack_tracing
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, disable_created_metrics, generate_latest
 from starlette.routing import Match, compile_path
 
-from gatehouse.components.guardrails.guardrails import Guardrails
+from gatehouse.components.guardrails.input_guardrails import InputGuardrails
 from gatehouse.components.state import new_state
 
 REQUEST_ID_HEADER = "x-request-id"
@@ -181,11 +181,11 @@ def redact_query(query: str, pipeline: Pipeline | None = None) -> str:
     The question as the ask pipeline's input guardrails pass it on: cleaned, personal data and secrets replaced.
 
     :param query: The raw question.
-    :param pipeline: The ask pipeline; its first input-stage `Guardrails` redacts (default `Guardrails()` without).
+    :param pipeline: The ask pipeline; its first `InputGuardrails` redacts (default `InputGuardrails()` without).
     :returns: The redacted question.
     """
     guard = next((instance for _, instance in (pipeline.walk() if pipeline is not None else [])
-                  if isinstance(instance, Guardrails) and instance.stage == "input"), None) or Guardrails()
+                  if isinstance(instance, InputGuardrails)), None) or InputGuardrails()
     routed = guard.run(state=new_state(query))
     return next(iter(routed.values()))["query"]
 

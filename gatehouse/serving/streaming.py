@@ -4,7 +4,7 @@ Verified streaming for the OpenAI-compatible chat endpoint.
 With an LLM generator, a streamed chat answer is sent sentence by sentence while the model writes it: each sentence
 is sent once the model has finished it and only if it passes the decision the citation verifier and the output
 guardrails make for the whole answer (`CitationVerifier.sentence_verdicts` / `keeps`, invalid markers removed by
-`clean_markers`, then `Guardrails.screen`); a sentence that fails is never sent. Sentences the whole answer keeps
+`clean_markers`, then `OutputGuardrails.screen`); a sentence that fails is never sent. Sentences the whole answer keeps
 only when some claim is supported (connective text, headings), and claims while the share of supported claims so
 far is below the verifier's `min_supported_ratio` (the output guardrails would replace the answer), wait until that
 holds. The final chunk carries the citations and the `gatehouse` extras of the pipeline's response. When the final
@@ -45,7 +45,7 @@ from hayhooks.open_webui import OpenWebUIEvent, create_source_event
 from haystack import Document, Pipeline
 
 from gatehouse.components.generators.llm_answerer import REPLY_LISTENER
-from gatehouse.components.guardrails.guardrails import Guardrails
+from gatehouse.components.guardrails.output_guardrails import OutputGuardrails
 from gatehouse.components.state import State
 from gatehouse.components.citation_markers import rewrite_markers
 from gatehouse.components.text_units import Unit
@@ -82,19 +82,19 @@ class Failed:
     error: BaseException
 
 
-def answer_checks(pipeline: Pipeline) -> tuple[CitationVerifier | None, Guardrails | None]:
+def answer_checks(pipeline: Pipeline) -> tuple[CitationVerifier | None, OutputGuardrails | None]:
     """
     The ask pipeline's citation verifier and output guardrails, the checks a streamed sentence must pass.
 
     :param pipeline: The loaded ask pipeline.
-    :returns: The first `CitationVerifier` and the first output-stage `Guardrails` (None where there is none; without a
+    :returns: The first `CitationVerifier` and the first `OutputGuardrails` (None where there is none; without a
         verifier nothing is streamed before the answer is complete).
     """
     verifier = guard = None
     for _, instance in pipeline.walk():
         if verifier is None and isinstance(instance, CitationVerifier):
             verifier = instance
-        if guard is None and isinstance(instance, Guardrails) and instance.stage == "output":
+        if guard is None and isinstance(instance, OutputGuardrails):
             guard = instance
     return verifier, guard
 
@@ -111,7 +111,7 @@ class SentenceGate:
     ```
     """
 
-    def __init__(self, *, verifier: CitationVerifier, guard: Guardrails | None, events: queue.SimpleQueue,
+    def __init__(self, *, verifier: CitationVerifier, guard: OutputGuardrails | None, events: queue.SimpleQueue,
                  started: float) -> None:
         """
         :param verifier: The pipeline's citation verifier.
@@ -299,8 +299,9 @@ class OpenWebUISources:
         return rewrite_markers(text, lambda ids: [str(self.numbers[i]) for i in ids if i in self.numbers])
 
 
-def stream_answer(ask: Callable[[], dict[str, Any]], *, verifier: CitationVerifier | None, guard: Guardrails | None,
-                  completion_id: str, model: str, openwebui: bool) -> Generator[Any, None, None]:
+def stream_answer(ask: Callable[[], dict[str, Any]], *, verifier: CitationVerifier | None,
+                  guard: OutputGuardrails | None, completion_id: str, model: str,
+                  openwebui: bool) -> Generator[Any, None, None]:
     """
     Run an ask in the background with a `SentenceGate` following the model, and stream what passes.
 

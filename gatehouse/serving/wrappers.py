@@ -53,7 +53,6 @@ from typing_extensions import TypedDict
 from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
 from gatehouse.components.writers.ingest_planner import upload_name
 from gatehouse.components.builders.response_builder import ResponseBuilder
-from gatehouse.components.generators.openai_compatible_generator import REQUEST_DEADLINE
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
@@ -234,13 +233,9 @@ class AskWrapper(GatehouseWrapper):
         check_name(kb, field="kb", kind="knowledge base")
         started = time.perf_counter()
         budget = self.manifest.request_timeout_s
-        # the LLM calls of the run see the deadline (their timeouts and retries fit in what is left of the budget)
-        deadline = REQUEST_DEADLINE.set(time.monotonic() + budget)
-        try:
-            run = _in_background(lambda: run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode,
-                                                 context=context, history=history or []))
-        finally:
-            REQUEST_DEADLINE.reset(deadline)
+        deadline = time.monotonic() + budget  # the LLM calls of the run fit their timeouts and retries in what is left
+        run = _in_background(lambda: run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode, context=context,
+                                             history=history or [], deadline=deadline))
         try:
             with data_dir_unavailable():
                 response = run.result(timeout=budget)

@@ -1,0 +1,1 @@
+"""Sub-pipelines of the ask pipeline as components."""

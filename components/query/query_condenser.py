@@ -1,0 +1,125 @@
+"""The condenser: a conversational follow-up becomes a standalone question, by rules; an LLM tier is optional."""
+
+import time
+from typing import Any
+
+from haystack import component
+
+from gatehouse.components.chat import ChatGeneratorSerialization, ask_for_query
+from gatehouse.components.query.followup_rules import DEFAULT_CONTEXT_TEMPLATE, FollowUpRules
+from gatehouse.components.state import State, advance, with_validation
+from gatehouse.components.terms import same_words
+
+DEFAULT_CONDENSE_PROMPT = (
+    "Given the conversation so far and a follow-up question, rewrite the follow-up into a standalone search "
+    "query that can be understood without the conversation. Output ONLY the standalone query.\n"
+    "Conversation:\n{history}\n"
+    "Follow-up question: {question}"
+)
+
+
+@component
+class QueryCondenser(ChatGeneratorSerialization):
+    """
+    Makes a follow-up question standalone (before routing), using the conversation history.
+
+    When `state["history"]` is non-empty and the question is conversational (a short follow-up such as "and for the
+    free tier?", or a short question that leans on a pronoun such as "how much does it cost?"), it is rewritten into
+    a standalone question by rules, without a model (`FollowUpRules`): the topic is the noun phrase of the previous
+    user turn that the question asked about ("How do I rotate *an API key*?", "Which *regions* ...", "How much does
+    *the basic tier* cost?"); a leading "and"/"so" is dropped, then a new entity ("what about X", "and for X", "and
+    the X?") takes the place of the matching phrase of the previous question ("How much does the premium tier
+    cost?"); else the first pronoun (it, this, that, they, them, one) becomes the topic ("how do I revoke an API
+    key?"); else the question is put in context with `context_template` ("Regarding two-factor authentication, what
+    if I lose my phone?"). Earlier follow-ups in the history are resolved the same way first. Standalone questions
+    are left unchanged. With a `chat_generator`, its rewrite replaces the rules' one (the rules remain the
+    fallback). Path `condense_query` only when the query changed; `state["condensed_query"]` holds the standalone
+    question.
+
+    Usage:
+    ```python
+    from gatehouse.components.query.query_condenser import QueryCondenser
+    from gatehouse.components.state import new_state
+
+    condenser = QueryCondenser()
+    state = new_state("and how do I revoke it?",
+                      history=[{"role": "user", "content": "How do I rotate an API key?"}])
+    condenser.run(state=state)["state"]["query"]   # "how do I revoke an API key?"
+    ```
+    """
+
+    def __init__(
+        self,
+        *,
+        max_history_turns: int = 2,
+        use_assistant_turns: bool = False,
+        max_condense_words: int = 12,
+        max_reference_content_terms: int = 3,
+        context_template: str = DEFAULT_CONTEXT_TEMPLATE,
+        grammar: dict[str, Any] | None = None,
+        chat_generator: Any = None,
+        condense_prompt: str = DEFAULT_CONDENSE_PROMPT,
+        max_query_chars: int = 500,
+    ) -> None:
+        """
+        :param max_history_turns: Most recent user turns looked at (earlier follow-ups among them resolved first).
+        :param use_assistant_turns: Take the topic from the last assistant turn first, then from the user turns.
+        :param max_condense_words: Questions longer than this are never treated as follow-ups.
+        :param max_reference_content_terms: A question with a pronoun and at most this many content terms is one.
+        :param context_template: Standalone form of a follow-up with no pronoun or new entity (`{topic}`, `{question}`).
+        :param grammar: The rules' word lists, patterns, stopwords and stemmer (see `FollowUpRules`); None: English.
+        :param chat_generator: Optional Haystack chat generator for an LLM condense tier; None disables it.
+        :param condense_prompt: LLM condense prompt; `{history}` and `{question}` are replaced.
+        :param max_query_chars: An LLM reply longer than this is rejected (the rules' question is used).
+        :raises ValueError: On an unknown `grammar` key or a negative `max_history_turns`.
+        """
+        self.max_history_turns = max_history_turns
+        self.use_assistant_turns = use_assistant_turns
+        self.max_condense_words = max_condense_words
+        self.max_reference_content_terms = max_reference_content_terms
+        self.context_template = context_template
+        self.grammar = grammar
+        self.chat_generator = chat_generator
+        self.condense_prompt = condense_prompt
+        self.max_query_chars = max_query_chars
+        self._rules = FollowUpRules(grammar=grammar, max_history_turns=max_history_turns,
+                                    use_assistant_turns=use_assistant_turns, max_condense_words=max_condense_words,
+                                    max_reference_content_terms=max_reference_content_terms,
+                                    context_template=context_template)
+
+    def warm_up(self) -> None:
+        """Warm up the optional chat generator."""
+        if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
+            self.chat_generator.warm_up()
+
+    @component.output_types(state=State)
+    def run(self, state: State, deadline: float | None = None) -> dict[str, dict[str, Any]]:
+        """
+        Make the query standalone when it is a follow-up.
+
+        :param state: The request state; reads `query` and `history`.
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
+        :returns: `state`, a new state with `condensed_query` (and `query`) the standalone question.
+        """
+        started = time.perf_counter()
+        question = str(state.get("query") or "")
+        history = [t for t in (state.get("history") or []) if isinstance(t, dict)]
+        if not history or not question.strip() or not self._rules.is_followup(question):
+            return {"state": advance(state, stage="query_condenser", started=started, condensed_query=question)}
+
+        condensed = self._rules.condense(question, history)
+        warning = None
+        if self.chat_generator is not None:
+            turns = history[-2 * self.max_history_turns :] if self.max_history_turns else []
+            transcript = "\n".join(f"{t.get('role')}: {t.get('content')}" for t in turns)
+            prompt = self.condense_prompt.replace("{history}", transcript).replace("{question}", question)
+            try:
+                condensed = ask_for_query(self.chat_generator, prompt, max_chars=self.max_query_chars,
+                                          deadline=deadline)
+            except Exception as error:  # noqa: BLE001 - any LLM failure falls back to the rules
+                warning = f"query_condenser: LLM condense failed ({type(error).__name__}: {error}); rules used"
+        base = with_validation(state, "confidence_warnings", warning) if warning else state
+        changed = not same_words(condensed, question)
+        return {"state": advance(base, stage="query_condenser", started=started,
+                                 steps=["condense_query"] if changed else [], query=condensed,
+                                 condensed_query=condensed)}

@@ -1,0 +1,157 @@
+"""
+`gatehouse bench ask`: warm ask latency on the sample knowledge bases, Haystack's input copying within it, and the
+answer cache's hit, beside another checkout's Gatehouse (a baseline) measured in the same run.
+
+Each side runs in a process of its own (`python ask_bench.py --worker`, this file run by path, so a baseline
+interpreter runs it against its own `gatehouse` package): it loads `ask.yml` without its answer cache, asks every
+golden question meant for retrieval once to warm up, then `--rounds` times each, timing each ask and the time Haystack
+spends copying component inputs (its `_deepcopy_with_exceptions`); then, with the answer cache on, one question once
+(a stored miss) and `--hits` times again (exact hits). The sides take turns, round by round, so both see the same
+machine. Both read the same data folder (the sample knowledge bases, ingested first).
+
+Usage:
+```bash
+gatehouse bench ask                                             # this checkout only
+gatehouse bench ask --baseline-python ../base/.venv/bin/python  # beside another checkout's Gatehouse
+```
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WORKER_QUESTIONS = "questions"
+CACHE_QUESTION = "How do I rotate an API key?"
+
+
+def _worker(questions: list[str], rounds: int, hits: int) -> dict[str, Any]:
+    """Time the asks of this process's Gatehouse (see the module docstring); only APIs every version has."""
+    import yaml
+    from haystack.core.pipeline import base, pipeline as haystack_pipeline
+
+    from gatehouse import runtime
+    from gatehouse.ask import run_ask
+    from gatehouse.pipelines import load_pipeline, pipeline_path, without_answer_cache
+
+    runtime.configure()
+    copying = [0.0]
+    original = haystack_pipeline._deepcopy_with_exceptions
+
+    def timed_copy(value: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(value)
+        finally:
+            copying[0] += time.perf_counter() - started
+
+    haystack_pipeline._deepcopy_with_exceptions = base._deepcopy_with_exceptions = timed_copy
+    spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "ask-uncached.yml"
+        path.write_text(yaml.safe_dump(without_answer_cache(spec), sort_keys=False), encoding="utf-8")
+        uncached = load_pipeline(path)
+    uncached.warm_up()
+    for question in questions:
+        run_ask(uncached, question)
+    asks, copies = [], []
+    for _ in range(rounds):
+        for question in questions:
+            copying[0] = 0.0
+            started = time.perf_counter()
+            run_ask(uncached, question)
+            asks.append((time.perf_counter() - started) * 1000.0)
+            copies.append(copying[0] * 1000.0)
+    cached = load_pipeline("ask")
+    cached.warm_up()
+    run_ask(cached, CACHE_QUESTION)
+    cache_hits = []
+    for _ in range(hits):
+        started = time.perf_counter()
+        response = run_ask(cached, CACHE_QUESTION)
+        cache_hits.append((time.perf_counter() - started) * 1000.0)
+        if (response["metadata"].get("cache") or {}).get("status") != "hit":
+            raise RuntimeError(f"the repeated question was not answered from the cache: {response['metadata']}")
+    return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits}
+
+
+def _side(python: str, questions: list[str], rounds: int, hits: int, data: Path) -> dict[str, Any]:
+    """One worker run of the interpreter `python` over the data folder `data`."""
+    environment = {**{k: v for k, v in os.environ.items() if k != "GATEHOUSE_PIPELINES_DIR"},
+                   "GATEHOUSE_DATA_DIR": str(data), "HAYSTACK_TELEMETRY_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    arguments = json.dumps({WORKER_QUESTIONS: questions, "rounds": rounds, "hits": hits})
+    with tempfile.TemporaryDirectory() as elsewhere:  # not a project folder: each side reads the pipelines it ships
+        done = subprocess.run([python, str(Path(__file__).resolve()), "--worker", arguments], env=environment,
+                              capture_output=True, text=True, check=False, cwd=elsewhere)
+    if done.returncode != 0:
+        raise RuntimeError(f"{python}: the ask worker failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: int = 50,
+                  limit: int | None = None) -> dict[str, Any]:
+    """
+    Time warm asks of this checkout (and of `baseline_python`'s Gatehouse) on the golden retrieval questions.
+
+    :param baseline_python: The interpreter of another checkout's environment; None measures this one only.
+    :param rounds: Times each question is asked by each side, the sides taking turns round by round.
+    :param hits: Answer-cache hits timed per side.
+    :param limit: At most this many questions.
+    :returns: The report: per side the ask P50/P95, the copying share, the cache hit P50; the P50 ratio.
+    :raises ValueError: If `baseline_python` is not an executable file.
+    """
+    from gatehouse.eval.datasets import GOLDEN_SET, load_golden
+    from gatehouse.settings import data_dir
+    from gatehouse.stats import percentile
+
+    if baseline_python and not os.access(baseline_python, os.X_OK):
+        raise ValueError(f"--baseline-python {baseline_python} is not an executable interpreter.")
+    # in a process of its own: a data folder's store is open in one process at a time, and the workers need it
+    subprocess.run([sys.executable, "-c", "from gatehouse.ingest import ingest, sample_groups; "
+                    "ingest(sample_groups(), progress=False)"], check=True)
+    cases = [c for c in load_golden(GOLDEN_SET).cases if c.gold_route == "retrieve" and not c.history
+             and c.tenant == "public"]
+    questions = [case.question for case in (cases[:limit] if limit else cases)]
+    sides = {"this checkout": sys.executable, **({"baseline": baseline_python} if baseline_python else {})}
+    runs: dict[str, dict[str, list[float]]] = {name: {"ask_ms": [], "copy_ms": [], "cache_hit_ms": []}
+                                               for name in sides}
+    for _ in range(rounds):
+        for name, python in sides.items():
+            result = _side(python, questions, 1, hits, data_dir())
+            for key, values in result.items():
+                runs[name][key] += values
+    report: dict[str, Any] = {"questions": len(questions), "rounds": rounds, "sides": {}}
+    for name, run in runs.items():
+        report["sides"][name] = {
+            "python": sides[name],
+            "ask_p50_ms": round(percentile(run["ask_ms"], 0.5), 1),
+            "ask_p95_ms": round(percentile(run["ask_ms"], 0.95), 1),
+            "copy_share": round(sum(run["copy_ms"]) / sum(run["ask_ms"]), 3),
+            "cache_hit_p50_ms": round(percentile(run["cache_hit_ms"], 0.5), 2),
+        }
+    if baseline_python:
+        report["ratio_p50"] = round(report["sides"]["this checkout"]["ask_p50_ms"]
+                                    / report["sides"]["baseline"]["ask_p50_ms"], 3)
+    return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as a markdown table."""
+    lines = [f"Warm ask, {report['questions']} golden retrieval questions x {report['rounds']} rounds "
+             "(answer cache off; the cache hit with it on)", "",
+             "| side | ask P50 ms | ask P95 ms | Haystack input copying | cache hit P50 ms |", "| --- | --- | --- | --- | --- |"]
+    for name, side in report["sides"].items():
+        lines.append(f"| {name} | {side['ask_p50_ms']} | {side['ask_p95_ms']} | {side['copy_share']:.1%} "
+                     f"| {side['cache_hit_p50_ms']} |")
+    if "ratio_p50" in report:
+        lines += ["", f"ask P50, this checkout / baseline: {report['ratio_p50']}"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    options = json.loads(sys.argv[2])
+    print(json.dumps(_worker(options[WORKER_QUESTIONS], options["rounds"], options["hits"])))
