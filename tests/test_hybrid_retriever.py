@@ -63,7 +63,8 @@ def test_init(shared):
 
 def test_to_dict(shared):
     dense, lexical, ngrams = shared
-    data = component_to_dict(HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, fusion={"method": "rrf"}), "component")
+    retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, fusion={"method": "rrf"})
+    data = component_to_dict(retriever, "component")
     assert data["type"] == "gatehouse.components.retrievers.hybrid_retriever.HybridRetriever"
     params = data["init_parameters"]
     assert params["fusion"]["method"] == "rrf" and params["group_by"] == "doc_id" and params["chunks_per_group"] == 3

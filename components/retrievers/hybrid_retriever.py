@@ -45,8 +45,8 @@ class HybridRetriever(MovedSettings):
     higher (short questions often match one sentence of a long passage far better than the passage's one vector).
     Then the lists are fused (`fusion`: method, weights, normalisation; per document with `group_by`) and only the
     chunks kept are read from the store. The whole search works on ids and scores, so a query costs a few engine
-    calls and the documents it returns. With server stores (Qdrant, Elasticsearch) the three lists come from the servers and are
-    fused the same way, without sentence re-scoring.
+    calls and the documents it returns. With server stores (Qdrant, Elasticsearch) the three lists come from the
+    servers and are fused the same way, without sentence re-scoring.
 
     Each chunk returned carries `meta["<list>_score"]` for the lists that found it (`dense_score` is the chunk
     vector's cosine), `meta["<list>_rank"]`, `meta["sentence_score"]` (local store) and the fused `score` of its
