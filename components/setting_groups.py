@@ -47,7 +47,7 @@ class MovedSettings:
     A serialisation mixin: `from_dict` (how a pipeline YAML is loaded) refuses init parameters that still name a
     setting that moved, with a `MovedSettingError` naming the old and the new place. List the moves in
     `moved_settings` (`{"old_name": "group.key"}`) and put the mixin before the base that provides `from_dict`
-    (without one, Haystack's default deserialisation follows):
+    (without one, Haystack's default deserialisation is used):
 
     ```python
     class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):

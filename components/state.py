@@ -92,6 +92,8 @@ class State(MutableMapping[str, Any]):
     usage: dict[str, int]  # language-model tokens of the request, summed over its calls (LLMAnswerer adds the
     # server's reply usage): prompt_tokens, completion_tokens, total_tokens; reported as metadata.usage
     answer: str
+    reply: Any  # a streamed answer the model is still to write: the generator's ReplyStream, then the verifier's
+    # VerifiedReply, which the output guardrails follow (and replace by the answer)
     citations: list[dict[str, Any]]
     support: dict[str, Any]  # the citation verifier's verdict per sentence
     citation_coverage: float  # share of the answer's sentences that carry a valid citation

@@ -44,7 +44,8 @@ def without_answer_checks(spec: dict[str, Any]) -> dict[str, Any]:
     except KeyError:
         raise ValueError("The pipeline has no 'answerability' component to leave out.") from None
     component_spec(spec, "router")["init_parameters"]["evidence"] = {"enabled": False}
-    component_spec(spec, "verifier")["init_parameters"]["detect_contradictions"] = False
+    verifier = component_spec(spec, "verifier")["init_parameters"]
+    verifier["contradictions"] = {**(verifier.get("contradictions") or {}), "enabled": False}
     answer = sub_pipeline_spec(spec, "answer")
     del answer["components"]["answerability"]
     connections = []

@@ -11,8 +11,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
   KB; `llm_only` switches the evidence tier off and sets `llm_margin` to 2 (every lead is below it).
 - judge (`answerability`, and `quality_gate` with `--tiers quality`): the decision against the case's answerable
   label as abstention precision/recall, on the cases whose passages reach the gate in ask.yml as shipped;
-  `llm_only` gives the LLM's verdict all the weight (the answerability gate's `llm.weight`, the quality gate's
-  `llm_weight`: 1).
+  `llm_only` sets the answerability gate's `llm.weight` and the quality gate's `judge.weight` to 1.
 - planner (`planner`): whether a question is planned exactly when it has gold parts (`accuracy`), and the share of
   the multi-part cases planned into as many parts as they have gold parts (`parts_accuracy`), over the slice plus
   every multi-part golden case; the LLM is asked only when the rules found no plan and a cue matches (no `llm_only`:
@@ -156,7 +155,7 @@ def variant_spec(component_spec: dict[str, Any], tier: str, variant: str,
     elif tier == "judge":
         params["llm"] = {**(params.get("llm") or {}), "weight": 1.0}
     elif tier == "quality":
-        params["llm_weight"] = 1.0
+        params["judge"] = {**(params.get("judge") or {}), "weight": 1.0}
     else:
         raise ValueError(f"the {tier} tier has no llm_only variant")
     return spec

@@ -3,6 +3,7 @@
 from typing import Any
 
 from haystack import Pipeline
+from haystack.dataclasses import StreamingCallbackT
 
 from gatehouse.pipelines import load_pipeline, pipeline_path
 from gatehouse.settings import data_dir
@@ -64,16 +65,23 @@ def run_ask(
     context: str | None = None,
     history: list[dict[str, Any]] | None = None,
     deadline: float | None = None,
+    streaming_callback: StreamingCallbackT | None = None,
 ) -> dict[str, Any]:
     """
     Run a loaded ask pipeline (`ask.yml`'s intake inputs) and return the response contract.
 
     :param deadline: `time.monotonic()` by which the request must be answered: a `run()` input of every component
         that calls a language model (their calls fit in what is left); None: only the models' own timeouts.
+    :param streaming_callback: Streams the answer: a `run()` input of the components that take one (the LLM
+        answerer, whose reply is verified and screened sentence by sentence; the output guardrails, which send each
+        sentence to it); an answer made at once reaches it never (it is in the response).
     """
     data: dict[str, dict[str, Any]] = {
         "intake": {"query": question, "kb": kb, "tenant": tenant, "mode": mode, "context": context, "history": history}
     }
-    if deadline is not None:
-        data.update({name: {"deadline": deadline} for name, sockets in pipeline.inputs().items() if "deadline" in sockets})
+    per_request = {"deadline": deadline, "streaming_callback": streaming_callback}
+    for name, sockets in pipeline.inputs().items():
+        given = {key: value for key, value in per_request.items() if value is not None and key in sockets}
+        if given:
+            data.setdefault(name, {}).update(given)
     return pipeline.run(data)["response"]["response"]

@@ -6,8 +6,10 @@ from typing import Any
 
 import yaml
 from haystack import Pipeline
+from haystack.core.errors import DeserializationError
 from haystack.marshal import YamlMarshaller
 
+from gatehouse.components.setting_groups import MovedSettingError
 from gatehouse.settings import pipelines_dir
 
 ALLOWED_MODULES = ["gatehouse.components.*", "gatehouse.document_stores.*"]
@@ -138,7 +140,8 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
     :param origin: Where the spec came from, for messages.
     :param generator: A generator profile that replaces the `generator` component (see `load_pipeline`).
     :returns: The pipeline.
-    :raises PipelineYAMLError: If the spec names components Gatehouse no longer has.
+    :raises PipelineYAMLError: If the spec (or a sub-pipeline's) names components Gatehouse no longer has, or a
+        setting where it stood before it moved into a group.
     """
     spec = deepcopy(spec)
     if generator is not None:
@@ -153,7 +156,14 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
             f"{origin} was written for an earlier Gatehouse. To load it, {', and '.join(fixes)}. (Or run `gatehouse "
             "init` into a new folder for the current pipelines and carry your settings across.)"
         )
-    return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
+    try:
+        return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
+    except DeserializationError as error:
+        if isinstance(error.__cause__, PipelineYAMLError):  # a sub-pipeline's YAML, named in its message
+            raise PipelineYAMLError(str(error.__cause__)) from error
+        if isinstance(error.__cause__, MovedSettingError):
+            raise PipelineYAMLError(f"{origin}: {error.__cause__}") from error
+        raise
 
 
 def component_spec(spec: dict[str, Any], name: str) -> dict[str, Any]:

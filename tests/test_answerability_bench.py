@@ -46,7 +46,7 @@ def test_latency_baseline_leaves_out_the_answer_checks_and_still_loads(tmp_path)
     assert {"sender": "passage_screen.state", "receiver": "generator.state"} in answer["connections"]
     assert not any("answerability" in c["sender"] + c["receiver"] for c in answer["connections"])
     assert component_spec(baseline, "router")["init_parameters"]["evidence"] == {"enabled": False}
-    assert component_spec(baseline, "verifier")["init_parameters"]["detect_contradictions"] is False
+    assert component_spec(baseline, "verifier")["init_parameters"]["contradictions"]["enabled"] is False
     path = tmp_path / "baseline.yml"
     path.write_text(yaml.safe_dump(baseline))
     assert "answerability" not in dict(load_pipeline(path).get_component("answer").pipeline.walk())

@@ -1,13 +1,21 @@
+import re
 from copy import deepcopy
+from typing import Any
 
 import pytest
-from haystack import Document
+import yaml
+from haystack import Document, component
 from haystack.core.serialization import component_from_dict, component_to_dict
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from gatehouse.components.validators.citation_verifier import CitationVerifier
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
 from gatehouse.components.builders.passage_assembler import PassageAssembler
+from gatehouse.components.generators.llm_answerer import LLMAnswerer
+from gatehouse.components.guardrails.output_guardrails import OutputGuardrails
+from gatehouse.components.validators.verified_reply import VerifiedReply
 from gatehouse.components.state import new_state
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 
 def passage(content: str, source_id: str | None, **overrides) -> Document:
@@ -59,7 +67,7 @@ UNMARKED = "Rotated keys are also archived in the audit log for compliance revie
 
 @pytest.fixture(scope="module")
 def verifier() -> CitationVerifier:
-    component = CitationVerifier(cache_dir="off")
+    component = CitationVerifier(scoring={"cache_dir": "off"})
     component.warm_up()
     return component
 
@@ -73,9 +81,9 @@ def test_init():
     component = CitationVerifier()
     assert component.min_supported_ratio == 0.5
     assert 0 < component.support_threshold < 1
-    assert component.url_template == "kb://{kb}/{source}"
+    assert component.citations["url_template"] == "kb://{kb}/{source}"
     assert component.skip_statuses is None
-    assert component.connective_max_words == 6
+    assert component.reading["connective_max_words"] == 6
 
 
 def test_to_dict():
@@ -87,16 +95,43 @@ def test_to_dict():
     assert params["support_threshold"] == 0.7
     assert params["min_supported_ratio"] == 0.8
     assert params["skip_statuses"] == ["fallback"]
-    assert params["citation_pattern"] == CitationVerifier().citation_pattern
+    assert params["reading"]["citation_pattern"] == CitationVerifier().reading["citation_pattern"]
     assert "_backend" not in params
 
 
 def test_from_dict():
-    original = CitationVerifier(snippet_chars=80, url_template="https://kb.local/{kb}/{source}", cache_dir="off")
+    original = CitationVerifier(citations={"snippet_chars": 80, "url_template": "https://kb.local/{kb}/{source}"},
+                                scoring={"cache_dir": "off"})
     restored = component_from_dict(CitationVerifier, component_to_dict(original, "component"), "component")
-    assert restored.snippet_chars == 80
-    assert restored.url_template == "https://kb.local/{kb}/{source}"
+    assert restored.citations["snippet_chars"] == 80
+    assert restored.citations["url_template"] == "https://kb.local/{kb}/{source}"
     assert component_to_dict(restored, "component") == component_to_dict(original, "component")
+
+
+def test_init_rejects_bad_settings():
+    with pytest.raises(ValueError, match="'contradictions' has no setting 'window'"):
+        CitationVerifier(contradictions={"window": 3})
+    with pytest.raises(ValueError, match="'scoring' must be a mapping"):
+        CitationVerifier(scoring=0.5)
+    with pytest.raises(ValueError, match="pair of word lists"):
+        CitationVerifier(contradictions={"antonyms": [[["on"], ["off"], ["standby"]]]})
+
+
+def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
+    data = {"type": "gatehouse.components.validators.citation_verifier.CitationVerifier",
+            "init_parameters": {"support_threshold": 0.45, "detect_contradictions": True, "cue_window": 5,
+                                "embedding_weight": 0.5, "citation_text_separator": " / "}}
+    with pytest.raises(ValueError) as raised:
+        component_from_dict(CitationVerifier, data, "verifier")
+    for old, new in [("detect_contradictions", "contradictions.enabled"), ("cue_window", "contradictions.cue_window"),
+                     ("embedding_weight", "scoring.embedding_weight"),
+                     ("citation_text_separator", "citations.text_separator")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
+    path = tmp_path / "old.yml"
+    path.write_text(yaml.safe_dump({"components": {"verifier": data}, "connections": []}))
+    with pytest.raises(PipelineYAMLError, match=r"old\.yml: CitationVerifier settings moved.*'cue_window' is now "
+                                                r"'contradictions\.cue_window'"):
+        load_pipeline(path)
 
 
 def test_run_removes_invalid_citations(verifier):
@@ -171,7 +206,7 @@ def test_run_coverage_on_hand_made_answer(verifier):
     connective = [s for s in out["support"]["scores"] if s["connective"]]
     assert [s["sentence"] for s in connective] == ["Here is what I found:"]
 
-    stricter = CitationVerifier(min_supported_ratio=0.75, cache_dir="off")
+    stricter = CitationVerifier(min_supported_ratio=0.75, scoring={"cache_dir": "off"})
     assert verify(stricter, answer)["support"]["supported"] is False
 
 
@@ -338,19 +373,20 @@ EXPIRY = passage(
 
 def test_init_contradiction_parameters():
     component = CitationVerifier()
-    assert component.detect_contradictions is True
+    assert component.contradictions["enabled"] is True
     assert component.remove_unsupported is True
-    assert component.negation_cues is None and component.antonyms is None
-    assert component.alignment_top_k == 1 and component.cue_window == 5
+    assert component.contradictions["negation_cues"] is None and component.contradictions["antonyms"] is None
+    assert component.contradictions["alignment_top_k"] == 1 and component.contradictions["cue_window"] == 5
     assert component.fallback_message
 
 
 def test_to_dict_from_dict_contradiction_parameters():
-    original = CitationVerifier(negation_cues=["not", "never"], antonyms=[[["on"], ["off"]]], cue_window=3,
-                                alignment_top_k=2, remove_unsupported=False, fallback_message="Nothing found.")
+    original = CitationVerifier(contradictions={"negation_cues": ["not", "never"], "antonyms": [[["on"], ["off"]]],
+                                                "cue_window": 3, "alignment_top_k": 2},
+                                remove_unsupported=False, fallback_message="Nothing found.")
     params = component_to_dict(original, "component")["init_parameters"]
-    assert params["negation_cues"] == ["not", "never"]
-    assert params["antonyms"] == [[["on"], ["off"]]]
+    assert params["contradictions"]["negation_cues"] == ["not", "never"]
+    assert params["contradictions"]["antonyms"] == [[["on"], ["off"]]]
     assert params["remove_unsupported"] is False and params["fallback_message"] == "Nothing found."
     restored = component_from_dict(CitationVerifier, component_to_dict(original, "component"), "component")
     assert component_to_dict(restored, "component") == component_to_dict(original, "component")
@@ -391,14 +427,15 @@ def test_run_antonym_is_contradiction(verifier):
 
 
 def test_run_custom_cue_lists():
-    component = CitationVerifier(cache_dir="off", negation_cues=["hardly"], antonyms=[[["on"], ["off"]]])
+    component = CitationVerifier(scoring={"cache_dir": "off"},
+                                 contradictions={"negation_cues": ["hardly"], "antonyms": [[["on"], ["off"]]]})
     evidence = passage("Backups are on by default for every workspace.", "S1")
     assert cues_of(verify(component, "Backups are off by default for every workspace. [S1]", passages=[evidence]))[0]
     assert cues_of(verify(component, "Backups are hardly on by default for every workspace. [S1]",
                           passages=[evidence])) == [["negation:hardly"]]
     assert cues_of(verify(component, "Backups are not on by default for every workspace. [S1]",
                           passages=[evidence])) == [[]]  # "not" is no longer a cue
-    off = CitationVerifier(cache_dir="off", detect_contradictions=False)
+    off = CitationVerifier(scoring={"cache_dir": "off"}, contradictions={"enabled": False})
     assert verify(off, "API keys do not expire after 90 days. [S3]", passages=[EXPIRY])["support"]["supported"]
 
 
@@ -433,12 +470,12 @@ def test_run_all_removed_becomes_fallback(verifier):
         f"removed_unsupported_sentence:{FABRICATED}",
         "fallback:no_supported_sentence",
     ]
-    custom = CitationVerifier(cache_dir="off", fallback_message="No supported answer.")
+    custom = CitationVerifier(scoring={"cache_dir": "off"}, fallback_message="No supported answer.")
     assert verify(custom, f"{FABRICATED} [S1]")["answer"] == "No supported answer."
 
 
 def test_run_keep_unsupported_when_configured():
-    component = CitationVerifier(cache_dir="off", remove_unsupported=False)
+    component = CitationVerifier(scoring={"cache_dir": "off"}, remove_unsupported=False)
     out = verify(component, f"{VERBATIM_1} [S1] API keys do not expire after 90 days. [S3]",
                  passages=PASSAGES + [EXPIRY])
     assert "API keys do not expire after 90 days. [S3]" in out["answer"]
@@ -460,8 +497,8 @@ def test_run_supported_paraphrase_kept(verifier):
 def test_init_reattribute_is_off_by_default():
     assert CitationVerifier().reattribute is False
     assert component_to_dict(CitationVerifier(reattribute=True), "component")["init_parameters"]["reattribute"] is True
-    restored = component_from_dict(CitationVerifier, component_to_dict(CitationVerifier(reattribute=True, reattribute_threshold=0.8), "component"), "component")
-    assert (restored.reattribute, restored.reattribute_threshold) == (True, 0.8)
+    restored = component_from_dict(CitationVerifier, component_to_dict(CitationVerifier(reattribute=True, scoring={"reattribute_threshold": 0.8}), "component"), "component")
+    assert (restored.reattribute, restored.scoring["reattribute_threshold"]) == (True, 0.8)
 
 
 def test_run_wrong_citation_is_removed_without_reattribution(verifier):
@@ -471,7 +508,7 @@ def test_run_wrong_citation_is_removed_without_reattribution(verifier):
 
 
 def test_run_reattributes_a_sentence_to_the_passage_that_says_it():
-    component = CitationVerifier(cache_dir="off", reattribute=True)
+    component = CitationVerifier(scoring={"cache_dir": "off"}, reattribute=True)
     out = verify(component, f"{VERBATIM_1} [S1] {VERBATIM_2} [S1]")
     assert out["answer"] == f"{VERBATIM_1} [S1] {VERBATIM_2} [S2]"
     assert out["status"] == "success"
@@ -483,7 +520,7 @@ def test_run_reattributes_a_sentence_to_the_passage_that_says_it():
 
 
 def test_run_reattributes_an_unmarked_claim_and_list_item():
-    component = CitationVerifier(cache_dir="off", reattribute=True)
+    component = CitationVerifier(scoring={"cache_dir": "off"}, reattribute=True)
     step = "Click **Rotate** next to the key you want to replace."
     answer = f"To rotate an API key:\n\n1. {step}\n2. {VERBATIM_2}"
     out = verify(component, answer)
@@ -497,7 +534,7 @@ def test_run_reattributes_an_unmarked_claim_and_list_item():
 def test_run_never_reattributes_an_invented_or_negated_claim():
     # "never expire" negates its passage S3 and scores 0.59 against S1, the invented sentence 0.46 against S1: both are
     # above support_threshold there, below reattribute_threshold, so neither moves to S1
-    component = CitationVerifier(cache_dir="off", reattribute=True)
+    component = CitationVerifier(scoring={"cache_dir": "off"}, reattribute=True)
     out = verify(component, f"{VERBATIM_1} [S1] API keys never expire. [S3] {FABRICATED} [S2]",
                  passages=PASSAGES + [EXPIRY])
     assert out["answer"] == f"{VERBATIM_1} [S1]"
@@ -536,3 +573,46 @@ def test_run_a_verbatim_sentence_repeating_the_questions_negation_is_supported()
     state = new_state("How do I raise the level without a restart?", passages=[passage],
                       answer="To raise the level without a restart, run `ctl level set debug`. [S1]")
     assert not CitationVerifier(support_threshold=0.45).run(state=state)["state"]["validation"]["unsupported_sentences"]
+
+
+# --- a streamed reply, verified while it is written ---------------------------------------------------------------
+
+@component
+class StreamedReply:
+    """A chat generator that streams one reply word by word, recording each word's turn among everything sent."""
+
+    def __init__(self, text: str, events: list[str]) -> None:
+        self.text = text
+        self.events = events
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], streaming_callback: Any = None) -> dict[str, Any]:
+        for word in re.findall(r"\s*\S+", self.text):
+            self.events.append(f"model:{word.strip()}")
+            if streaming_callback is not None:
+                streaming_callback(StreamingChunk(content=word))
+        self.events.append("model:end")
+        return {"replies": [ChatMessage.from_assistant(self.text)]}
+
+
+def test_run_a_streamed_reply_releases_verified_sentences_while_the_model_writes(verifier):
+    text = f"{VERBATIM_1} [S1] {FABRICATED} [S1] {VERBATIM_2} [S2]"
+    events: list[str] = []
+    answerer = LLMAnswerer(chat_generator=StreamedReply(text, events), fallback_to_extractive=False)
+    state = new_state("How often should keys be rotated?", passages=PASSAGES)
+    chunks: list[StreamingChunk] = []
+
+    def received(chunk: StreamingChunk) -> None:
+        chunks.append(chunk)
+        events.append("sent" if chunk.content else "finish")
+
+    streamed = answerer.run(state=state, streaming_callback=received)["state"]
+    verified = verifier.run(state=streamed)["state"]
+    assert isinstance(verified["reply"], VerifiedReply) and events == []  # nothing asked until the guard follows it
+    final = OutputGuardrails().run(state=[verified], streaming_callback=received)["state"]
+    whole = verifier.run(state=answerer.run(state=state)["state"])["state"]
+    assert final["answer"] == OutputGuardrails().run(state=[whole])["state"]["answer"]  # the same answer either way
+    assert "".join(c.content for c in chunks) == final["answer"]
+    assert FABRICATED not in final["answer"] and chunks[-1].meta["sentences_dropped"] == 1
+    assert events.index("sent") < events.index("model:end")  # the first sentence went out while the model wrote
+    assert chunks[0].meta["citations"][0]["id"] == "S1" and "reply" not in final

@@ -34,10 +34,10 @@ def test_load_cases_missing_split():
 
 def test_load_verifier_uses_the_benchmarks_own_yaml():
     verifier = load_verifier()
-    assert verifier.detect_contradictions is True
+    assert verifier.contradictions["enabled"] is True
     assert verifier.remove_unsupported is True
-    assert verifier.antonyms  # the benchmark's lists, not the built-in defaults
-    assert load_verifier("ask").antonyms is None  # the product pipeline carries no benchmark's lexicon
+    assert verifier.contradictions["antonyms"]  # the benchmark's lists, not the built-in defaults
+    assert load_verifier("ask").contradictions["antonyms"] is None  # the product pipeline carries no benchmark's lexicon
 
 
 def test_run_benchmark_on_fixture(tmp_path):

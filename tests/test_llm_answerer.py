@@ -1,4 +1,5 @@
 import os
+import re
 from typing import Any
 
 import pytest
@@ -10,9 +11,10 @@ from gatehouse.components.generators.llm_answerer import (
     LLMAnswerer,
 )
 from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
+from gatehouse.components.generators.reply_stream import ReplyStream
 from gatehouse.components.state import FALLBACK_MESSAGE, new_state
 from haystack import Document, component
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.utils import Secret
 
 from gatehouse.llm.server import DEFAULT_URL
@@ -45,6 +47,23 @@ class RecordedReplies:
     def run(self, messages: list[ChatMessage]) -> dict[str, Any]:
         self.received.append(messages)
         return {"replies": [self.replies[len(self.received) - 1]]}
+
+
+@component
+class StreamedReply:
+    """A chat generator that streams one reply word by word to its `streaming_callback`, recording what it sent."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sent: list[str] = []
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], streaming_callback: Any = None) -> dict[str, Any]:
+        for word in re.findall(r"\s*\S+", self.text):
+            self.sent.append(word)
+            if streaming_callback is not None:
+                streaming_callback(StreamingChunk(content=word))
+        return {"replies": [reply(self.text)]}
 
 
 def reply(text: str, prompt_tokens: int = 120, completion_tokens: int = 14) -> ChatMessage:
@@ -210,6 +229,26 @@ def test_run_answers_with_markers_and_counts_tokens():
     response = ResponseBuilder().run(state={**out, "route": "retrieve"})["response"]
     assert response["metadata"]["usage"] == {"prompt_tokens": 340, "completion_tokens": 17, "total_tokens": 357}
     assert ResponseBuilder().run(state=new_state("q", answer="a"))["response"]["metadata"]["usage"] is None
+
+
+def test_run_streaming_hands_on_the_reply_unasked_and_answers_the_same_when_followed():
+    text = "Open Settings and click Rotate (S1). The old key works for 24 hours [2]."
+    plain = LLMAnswerer(chat_generator=StreamedReply(text)).run(state=new_state("How?", passages=PASSAGES))["state"]
+    generator = StreamedReply(text)
+    out = LLMAnswerer(chat_generator=generator).run(state=new_state("How?", passages=PASSAGES),
+                                                    streaming_callback=lambda chunk: None)["state"]
+    assert isinstance(out["reply"], ReplyStream) and "answer" not in out and generator.sent == []  # not asked yet
+    seen: list[str] = []
+    answered = out["reply"].follow(seen.append)
+    assert answered["answer"] == plain["answer"] == "Open Settings and click Rotate [S1]. The old key works for 24 hours [S2]."
+    assert seen[-1] == plain["answer"] and len(seen) == len(generator.sent)  # the reply so far, markers normalised
+    assert "reply" not in answered and answered["path"] == plain["path"]
+
+
+def test_run_streaming_with_a_generator_that_cannot_stream_answers_at_once():
+    out = LLMAnswerer(chat_generator=RecordedReplies([reply("Click Rotate [S1].")])).run(
+        state=new_state("How?", passages=PASSAGES), streaming_callback=lambda chunk: None)["state"]
+    assert out["answer"] == "Click Rotate [S1]." and "reply" not in out
 
 
 def test_run_not_found_reply_is_the_fallback():

@@ -40,7 +40,7 @@ def test_init():
     assert gate.allow_pii_from_sources is True
     assert gate.warn_without_sources is True
     assert set(gate.__haystack_output__._sockets_dict) == {"state"}
-    assert set(gate.__haystack_input__._sockets_dict) == {"state"}
+    assert set(gate.__haystack_input__._sockets_dict) == {"state", "streaming_callback"}
 
 
 def test_init_rejects_bad_configuration():

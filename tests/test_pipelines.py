@@ -85,9 +85,9 @@ def test_component_spec_reaches_into_sub_pipelines_without_writing_their_files()
     assert component_spec(spec, "router")["type"].endswith(".KBRouter")
     verifier = component_spec(spec, "answer.verifier")
     assert verifier is component_spec(spec, "verifier")  # the only one of that name, found in answer.yml
-    verifier["init_parameters"]["detect_contradictions"] = False
+    verifier["init_parameters"]["contradictions"]["enabled"] = False
     assert spec["components"]["answer"]["init_parameters"]["spec"]["components"]["verifier"] is verifier
-    assert read_spec("answer")["components"]["verifier"]["init_parameters"]["detect_contradictions"] is True
+    assert read_spec("answer")["components"]["verifier"]["init_parameters"]["contradictions"]["enabled"] is True
     with pytest.raises(KeyError, match="no_such"):
         component_spec(spec, "no_such")
     with pytest.raises(KeyError, match="router"):

@@ -213,6 +213,7 @@ def test_search_pipeline_init():
     search = SearchPipeline(max_workers=2, part_retries=0)
     assert (search.pipeline_file, search.max_workers, search.part_retries) == ("search", 2, 0)
     assert {"state", "max_retries"} <= set(search.__haystack_input__._sockets_dict)
+    assert search.__haystack_input__._sockets_dict["state"].is_mandatory  # never run on per-request inputs alone
     with pytest.raises(ValueError, match="max_workers"):
         SearchPipeline(max_workers=0)
     with pytest.raises(ValueError, match="part_retries"):

@@ -1,6 +1,7 @@
 from copy import deepcopy
 
 import pytest
+import yaml
 from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
 
@@ -8,6 +9,7 @@ from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.routers.quality_gate import QualityGate, parse_relevance
 from gatehouse.components.terms import DEFAULT_STOPWORDS, TermNormaliser, tokenize
 from gatehouse.components.state import new_state
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 QUESTION = "How do I rotate an API key?"
 
@@ -73,11 +75,14 @@ def test_init():
     assert gate.max_retries == 2
     assert gate.top_n == 3
     assert gate.chat_generator is None
-    assert gate.dense_range == [0.1, 0.6]
+    assert gate.dense["range"] == [0.1, 0.6]
+    assert gate.weights == {"best_dense": 0.5, "mean_dense": 0.1, "coverage": 0.4}
+    assert gate.judge["weight"] == 0.5 and gate.judge["max_context_chars"] == 4000
 
-    custom = QualityGate(default_threshold=0.5, floor=0.3, max_retries=1, top_n=5, stopwords=["how"])
+    custom = QualityGate(default_threshold=0.5, floor=0.3, max_retries=1, top_n=5, coverage={"stopwords": ["how"]})
     assert (custom.default_threshold, custom.floor, custom.max_retries, custom.top_n) == (0.5, 0.3, 1, 5)
-    assert custom.stopwords == ["how"]
+    assert custom.coverage["stopwords"] == ["how"]
+    assert QualityGate(weights={"coverage": 1.0}).weights == {"best_dense": 0.0, "mean_dense": 0.0, "coverage": 1.0}
 
 
 def test_init_rejects_bad_parameters():
@@ -86,29 +91,54 @@ def test_init_rejects_bad_parameters():
     with pytest.raises(ValueError):
         QualityGate(top_n=0)
     with pytest.raises(ValueError):
-        QualityGate(best_dense_weight=0, mean_dense_weight=0, coverage_weight=0)
+        QualityGate(weights={"best_dense": 0, "mean_dense": 0, "coverage": 0})
     with pytest.raises(ValueError):
-        QualityGate(dense_range=[0.6, 0.1])
+        QualityGate(dense={"range": [0.6, 0.1]})
     with pytest.raises(ValueError):
-        QualityGate(llm_weight=1.5)
+        QualityGate(judge={"weight": 1.5})
+    with pytest.raises(ValueError, match="Unknown quality signals \\['cosine'\\] in 'weights'"):
+        QualityGate(weights={"cosine": 1.0})
+    with pytest.raises(ValueError, match="'judge' has no setting 'llm_weight'"):
+        QualityGate(judge={"llm_weight": 0.3})
+
+
+def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
+    data = {"type": "gatehouse.components.routers.quality_gate.QualityGate",
+            "init_parameters": {"max_retries": 2, "coverage_weight": 0.4, "dense_range": [0.1, 0.6], "llm_weight": 0.3,
+                                "embedding_cache_dir": "off"}}
+    with pytest.raises(ValueError) as raised:
+        QualityGate.from_dict(data)
+    for old, new in [("coverage_weight", "weights.coverage"), ("dense_range", "dense.range"),
+                     ("llm_weight", "judge.weight"), ("embedding_cache_dir", "dense.cache_dir")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
+    # the gate in a sub-pipeline, as ask.yml runs search.yml's
+    inner = tmp_path / "old-search.yml"
+    inner.write_text(yaml.safe_dump({"components": {"quality_gate": data}, "connections": []}))
+    outer = tmp_path / "old-ask.yml"
+    outer.write_text(yaml.safe_dump({"components": {"search": {
+        "type": "gatehouse.components.pipelines.state_pipeline.StatePipeline",
+        "init_parameters": {"pipeline_file": str(inner)}}}, "connections": []}))
+    with pytest.raises(PipelineYAMLError, match=r"old-search\.yml: QualityGate settings moved.*'llm_weight' is now "
+                                                r"'judge\.weight'"):
+        load_pipeline(outer)
 
 
 def test_to_dict():
-    data = QualityGate(default_threshold=0.55, max_retries=1, stopwords=["a", "the"]).to_dict()
+    data = QualityGate(default_threshold=0.55, max_retries=1, coverage={"stopwords": ["a", "the"]}).to_dict()
     assert data["type"] == "gatehouse.components.routers.quality_gate.QualityGate"
     params = data["init_parameters"]
     assert params["default_threshold"] == 0.55
     assert params["max_retries"] == 1
     assert params["floor"] == 0.40
-    assert params["stopwords"] == ["a", "the"]
-    assert params["dense_range"] == [0.1, 0.6]
+    assert params["coverage"]["stopwords"] == ["a", "the"]
+    assert params["dense"]["range"] == [0.1, 0.6]
     assert params["chat_generator"] is None
 
 
 def test_to_dict_with_chat_generator(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    data = QualityGate(chat_generator=generator, llm_weight=0.3).to_dict()
+    data = QualityGate(chat_generator=generator, judge={"weight": 0.3}).to_dict()
     serialized = data["init_parameters"]["chat_generator"]
     assert serialized["type"] == "haystack.components.generators.chat.openai.OpenAIChatGenerator"
     assert serialized["init_parameters"]["api_base_url"] == "http://127.0.0.1:9/v1"
@@ -118,12 +148,12 @@ def test_to_dict_with_chat_generator(monkeypatch):
 def test_from_dict(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    original = QualityGate(default_threshold=0.65, floor=0.35, top_n=4, chat_generator=generator, llm_weight=0.3)
+    original = QualityGate(default_threshold=0.65, floor=0.35, top_n=4, chat_generator=generator, judge={"weight": 0.3})
     restored = QualityGate.from_dict(original.to_dict())
     assert restored.default_threshold == 0.65
     assert restored.floor == 0.35
     assert restored.top_n == 4
-    assert restored.llm_weight == 0.3
+    assert restored.judge["weight"] == 0.3
     assert isinstance(restored.chat_generator, OpenAIChatGenerator)
     assert restored.chat_generator.api_base_url == "http://127.0.0.1:9/v1"
     assert restored.to_dict() == original.to_dict()
@@ -261,7 +291,7 @@ def test_run_unicode_question(backend):
     question = "Wie ändere ich mein Passwort?"
     rows = [("Konto", "Passwort", "Um das Passwort zu ändern, öffnen Sie die „Kontoeinstellungen“.")]
     docs = scored_documents(backend, question, rows)
-    gate = QualityGate(stemmer_language="german", stopwords=["wie", "ich", "mein"])
+    gate = QualityGate(coverage={"stemmer_language": "german", "stopwords": ["wie", "ich", "mein"]})
     _, out = only_route(gate.run(state=new_state(question, documents=docs)))
     assert out["quality_signals"]["coverage"] == 1.0
     assert out["path"][-1].startswith("attempt_0_score_")

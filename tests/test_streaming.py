@@ -21,6 +21,7 @@ import yaml
 from openai import OpenAI
 from server_process import free_port, running_server, serving
 
+from gatehouse.pipelines import component_spec
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()
@@ -123,7 +124,9 @@ def _llm_pipeline(folder: Path, name: str, base_url: str, *, timeout: float = 60
     generator = profile["init_parameters"]["chat_generator"]["init_parameters"]
     generator.update(api_base_url=base_url, model=name, timeout=timeout)
     profile["init_parameters"]["max_units"] = None  # whole passages: the script cites a phrase of the passage
-    spec["components"]["generator"] = profile
+    target = component_spec(spec, "generator")
+    target.clear()
+    target.update(profile)
     path = folder / f"{name}.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path

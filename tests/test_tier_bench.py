@@ -95,10 +95,10 @@ def test_variant_specs_patch_a_copy():
     router = variant_spec(ask_component("router"), "router", "llm_only", GENERATOR)["init_parameters"]
     assert router["evidence"]["enabled"] is False and router["evidence"]["margin"] == 0.05 and router["llm_margin"] == 2.0
     assert ask_component("router")["init_parameters"]["evidence"]["enabled"] is True
-    judge = variant_spec(ask_component(COMPONENTS["judge"]), "judge", "llm_only", GENERATOR)
-    assert judge["init_parameters"]["llm"] == {"weight": 1.0}
-    quality = variant_spec(ask_component(COMPONENTS["quality"]), "quality", "llm_only", GENERATOR)
-    assert quality["init_parameters"]["llm_weight"] == 1.0
+    judge = variant_spec(ask_component(COMPONENTS["judge"]), "judge", "llm_only", GENERATOR)["init_parameters"]
+    assert judge["llm"] == {"weight": 1.0}
+    quality = variant_spec(ask_component(COMPONENTS["quality"]), "quality", "llm_only", GENERATOR)["init_parameters"]
+    assert quality["judge"]["weight"] == 1.0
     with pytest.raises(ValueError, match="rewriter tier has no llm_only variant"):
         variant_spec(ask_component("rewriter"), "rewriter", "llm_only", GENERATOR)
 

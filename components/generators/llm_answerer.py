@@ -4,14 +4,15 @@ import inspect
 import logging
 import re
 import time
-from contextvars import ContextVar
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from gatehouse.components.chat import ChatGeneratorSerialization, with_deadline
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
+from gatehouse.components.generators.reply_stream import ReplyStream
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from haystack import Document, component
-from haystack.dataclasses import ChatMessage, StreamingChunk
+from haystack.dataclasses import ChatMessage, StreamingCallbackT, StreamingChunk
 
 logger = logging.getLogger(__name__)
 
@@ -62,25 +63,6 @@ _PARENTHESISED_MARKER = re.compile(r"\(\s*(S\d+(?:\s*[,;]\s*S\d+)*)\s*\)", re.IG
 _ANSWER_PREFIX = re.compile(r"^\s*answer\s*:\s*", re.IGNORECASE)
 
 
-class ReplyListener(Protocol):
-    """Follows the model's reply while it is written (see `REPLY_LISTENER`)."""
-
-    def reply_started(self, state: State) -> None:
-        """The model was asked about this state (its `passages` are what the reply may cite)."""
-
-    def reply_grew(self, text: str) -> None:
-        """The reply so far, its markers written as the answer's will be (`normalize_markers`)."""
-
-    def reply_ended(self, answer: str | None) -> None:
-        """The reply is complete: the answer it became, or None when it is none (the model failed or replied
-        `not_found_reply`)."""
-
-
-#: Set by a caller that streams the answer (the chat endpoint, per request): the answerer then asks its chat
-#: generator to stream and tells the listener the reply as it grows. Unset, the reply is generated in one piece.
-REPLY_LISTENER: ContextVar[ReplyListener | None] = ContextVar("gatehouse_reply_listener", default=None)
-
-
 @component
 class LLMAnswerer(ChatGeneratorSerialization):
     """
@@ -100,8 +82,9 @@ class LLMAnswerer(ChatGeneratorSerialization):
     warning that says so (the exception goes to the log, never into the response), unless `fallback_to_extractive`
     is off, in which case the status is `error`.
 
-    When the request's `REPLY_LISTENER` is set (the chat endpoint streams), the chat generator streams (when its
-    `run` takes a `streaming_callback`) and the listener sees the reply grow; the answer is the same either way.
+    Given a `streaming_callback` (the chat endpoint streams), the answer is not made here: the state carries the
+    model's reply as a `ReplyStream`, which the citation verifier and the output guardrails follow while the model
+    writes it (see `run`); the answer is the same either way.
 
     Usage:
     ```python
@@ -132,17 +115,14 @@ class LLMAnswerer(ChatGeneratorSerialization):
         :param chat_generator: A Haystack chat generator component.
         :param system_prompt: The system message.
         :param user_prompt: The user message; `{passages}` and `{question}` are filled in.
-        :param passage_template: How each passage is written: `{source_id}`, `{heading}` (the document title and the
-            section, "Billing › Invoices"), `{title}`, `{section}` and `{content}`.
+        :param passage_template: A passage as sent (`{source_id}`, `{heading}`, `{title}`, `{section}`, `{content}`).
         :param max_passages: Only the first (best) passages are sent; None sends all of them.
-        :param max_units: Send the answerability gate's best answering units (`state["answer_candidates"]`: a
-            sentence, a list or a setting's block with its heading, a code block with its lead-in) instead of whole
-            passages, at most this many, under their passages' markers; None, or no candidates, sends passages.
+        :param max_units: Send at most this many of the answerability gate's best answering units (a sentence, a list,
+            a code block with its lead-in) under their passages' markers; None, or no candidates: whole passages.
         :param max_unit_words: A unit sent is cut after this many words (a long list or code block keeps its head).
         :param not_found_reply: The reply that means no passage answers (the system prompt asks for it).
         :param fallback_message: The answer when the model replies `not_found_reply`.
-        :param fallback_to_extractive: Answer extractively when the model fails.
-        :raises ValueError: If `max_passages` is below 1.
+        :param fallback_to_extractive: Answer extractively when the model fails (else the status is `error`).
         """
         if max_passages is not None and max_passages < 1:
             raise ValueError(f"max_passages must be at least 1 or None, got {max_passages}")
@@ -222,27 +202,31 @@ class LLMAnswerer(ChatGeneratorSerialization):
         return re.sub(r"[\W_]+", "", bare).lower() == re.sub(r"[\W_]+", "", self.not_found_reply).lower()
 
     @component.output_types(state=State)
-    def run(self, state: State, deadline: float | None = None) -> dict[str, Any]:
+    def run(self, state: State, deadline: float | None = None,
+            streaming_callback: StreamingCallbackT | None = None) -> dict[str, Any]:
         """
         Generate the answer.
 
         :param state: The state with `passages`.
         :param deadline: `time.monotonic()` by which the request must be answered (the model's call fits in it).
-        :returns: `state` with `answer`, `generator` and `usage` (fallback: also `status` and `fallback`).
+        :param streaming_callback: The request streams its answer: the model is not asked here; the state carries its
+            reply as a `ReplyStream` in `reply`, which the citation verifier and the output guardrails follow, so the
+            callback gets each sentence once it is verified and screened, never the raw reply. (The chat generator
+            must take a `streaming_callback`; one that does not answers here in one piece.)
+        :returns: `state` with `answer`, `generator` and `usage` (fallback: also `status` and `fallback`), or with
+            `reply` when streaming.
         """
+        if streaming_callback is not None and "streaming_callback" in inspect.signature(self.chat_generator.run).parameters:
+            return {"state": State(state, reply=ReplyStream(lambda on_text: self._answer(state, deadline, on_text)))}
+        return {"state": self._answer(state, deadline, None)}
+
+    def _answer(self, state: State, deadline: float | None, on_text: Callable[[str], None] | None) -> State:
+        """Ask the model (streaming to `on_text` when given) and make its reply the state's answer."""
         started = time.perf_counter()
-        listener = REPLY_LISTENER.get()
-        if listener is not None and "streaming_callback" not in inspect.signature(self.chat_generator.run).parameters:
-            listener = None
+        streaming = {"streaming_callback": self._follower(on_text)} if on_text is not None else {}
         try:
-            if listener is None:
-                result = self.chat_generator.run(messages=self.messages(state),
-                                                 **with_deadline(self.chat_generator, deadline))
-            else:
-                listener.reply_started(state)
-                result = self.chat_generator.run(messages=self.messages(state),
-                                                 streaming_callback=self._follower(listener),
-                                                 **with_deadline(self.chat_generator, deadline))
+            result = self.chat_generator.run(messages=self.messages(state), **streaming,
+                                             **with_deadline(self.chat_generator, deadline))
             replies = (result or {}).get("replies") or []
             reply = replies[0] if replies and isinstance(replies[0], ChatMessage) else None
             text = (reply.text or "").strip() if reply is not None else ""
@@ -250,45 +234,29 @@ class LLMAnswerer(ChatGeneratorSerialization):
                 raise RuntimeError("the chat generator returned no text reply")
         except Exception as error:  # noqa: BLE001 - any model failure degrades to the extractive answer
             logger.warning("The language model failed: %s: %s", type(error).__name__, error)
-            if listener is not None:
-                listener.reply_ended(None)
             if self._extractive is None:
-                failed = advance(state, stage="generation", started=started, steps=["generate_llm_failed"],
-                                 status="error", error_message=LLM_FAILED_MESSAGE, answer="")
-                return {"state": failed}
+                return advance(state, stage="generation", started=started, steps=["generate_llm_failed"],
+                               status="error", error_message=LLM_FAILED_MESSAGE, answer="")
             warned = with_validation(state, "confidence_warnings", f"{LLM_FAILED_MESSAGE} Answered extractively instead.")
             extracted = self._extractive.run(state=warned)["state"]
             degraded = extracted.get("status") if extracted.get("status") in ("fallback", "error") else "partial"
-            return {"state": advance(extracted, stage="generation", started=started, steps=["generate_llm_failed"],
-                                     status=degraded)}
+            return advance(extracted, stage="generation", started=started, steps=["generate_llm_failed"],
+                           status=degraded)
         usage = _add_usage(state.get("usage"), reply.meta.get("usage"))
         if self._is_not_found(text):
-            if listener is not None:
-                listener.reply_ended(None)
-            return {
-                "state": advance(
-                    state, stage="generation", started=started, steps=["generate_llm", "llm_not_found"],
-                    answer=self.fallback_message, status="fallback", fallback=True, generator="llm", usage=usage,
-                )
-            }
-        answer = self.normalize_markers(text)
-        if listener is not None:
-            listener.reply_ended(answer)
-        return {
-            "state": advance(
-                state, stage="generation", started=started, steps=["generate_llm"],
-                answer=answer, generator="llm", usage=usage,
-            )
-        }
+            return advance(state, stage="generation", started=started, steps=["generate_llm", "llm_not_found"],
+                           answer=self.fallback_message, status="fallback", fallback=True, generator="llm", usage=usage)
+        return advance(state, stage="generation", started=started, steps=["generate_llm"],
+                       answer=self.normalize_markers(text), generator="llm", usage=usage)
 
-    def _follower(self, listener: ReplyListener) -> Any:
-        """A streaming callback that hands the listener the reply so far, normalised, after each text chunk."""
+    def _follower(self, on_text: Callable[[str], None]) -> StreamingCallbackT:
+        """A streaming callback that tells `on_text` the reply so far, normalised, after each text chunk."""
         received: list[str] = []
 
         def follow(chunk: StreamingChunk) -> None:
             if chunk.content:
                 received.append(chunk.content)
-                listener.reply_grew(self.normalize_markers("".join(received)))
+                on_text(self.normalize_markers("".join(received)))
 
         return follow
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from haystack import component
 from haystack.core.component.types import GreedyVariadic
+from haystack.dataclasses import StreamingCallbackT, StreamingChunk
 
 from gatehouse.components.guardrails.document_screen import drop_foreign_images
 from gatehouse.components.guardrails.injection import compile_phrase
@@ -24,6 +25,7 @@ from gatehouse.components.guardrails.pii import PII_DEFAULTS, PIIDetectors
 from gatehouse.components.guardrails.sanitising import DEFAULT_DANGEROUS_ELEMENTS, MarkupSanitiser
 from gatehouse.components.guardrails.settings import grouped, or_default
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
+from gatehouse.components.validators.verified_reply import Released, VerifiedReply
 
 #: Phrases that raise a confidence warning (`hedge_language:<phrase>`).
 DEFAULT_HEDGE_PHRASES: list[str] = ["I think", "maybe", "possibly", "probably", "might be", "not sure", "it seems"]
@@ -125,17 +127,37 @@ class OutputGuardrails:
             masked = sanitized
         return masked, actions
 
+    def _stream(self, released: Released, streaming_callback: StreamingCallbackT | None) -> None:
+        """Send one verified sentence, screened against the passages it may quote."""
+        if streaming_callback is None:
+            return
+        cited = {"passages": released.passages, "citations": [{"id": source} for source in released.cited]}
+        streaming_callback(StreamingChunk(content=released.separator + self.screen(released.text, cited)[0],
+                                          meta={"citations": released.citations}))
+
     @component.output_types(state=State)
-    def run(self, state: GreedyVariadic[State]) -> dict[str, State]:
+    def run(self, state: GreedyVariadic[State], streaming_callback: StreamingCallbackT | None = None) -> dict[str, State]:
         """
         Screen the answer, replace it when unsupported, and add confidence warnings.
 
         :param state: The request state (see `gatehouse.components.state`) from whichever gate ended the request (an
             answer, a refusal, a cache hit, an error: every end of the ask pipeline comes here); it is not modified.
+        :param streaming_callback: Where a streamed answer goes: an answer the model is still writing (a verified
+            reply in `reply`) is followed here, and each verified sentence reaches the callback once screened
+            (`StreamingChunk.meta["citations"]`), then a last chunk with `finish_reason` "stop" and
+            `meta["sentences_dropped"]`; the complete answer is then screened as any answer.
         :returns: `{"state": state}`.
         """
         [state] = state
         self.warm_up()
+        reply = state.get("reply")
+        if isinstance(reply, VerifiedReply):
+            state = reply.follow(lambda released: self._stream(released, streaming_callback))
+            if streaming_callback is not None:
+                streaming_callback(StreamingChunk(content="", finish_reason="stop",
+                                                  meta={"sentences_dropped": reply.dropped}))
+        elif reply is not None:  # a reply no verifier followed is never streamed: it is answered whole
+            state = reply.follow(lambda text: None)
         started = time.perf_counter()
         answer = state.get("answer")
         answer = answer if isinstance(answer, str) else ("" if answer is None else str(answer))

@@ -57,6 +57,7 @@ class AnswerPipeline(StatePipeline):
         if not plan:
             return StatePipeline.run(self, **kwargs)
         parts = list(plan["parts"])
+        parts_inputs = {key: value for key, value in kwargs.items() if key != "streaming_callback"}  # sent whole
         for index, part in enumerate(parts):
             if part["status"] != "retrieved":
                 continue
@@ -66,7 +67,7 @@ class AnswerPipeline(StatePipeline):
                 "documents": list(part["documents"]), "best_documents": list(part["documents"]),
                 "quality_score": part["score"], "citations": [], "fallback": False,
                 "plan": {**plan, "parts": parts, "current": index}})
-            state = next(iter(StatePipeline.run(self, **{**kwargs, "state": question}).values()))
+            state = next(iter(StatePipeline.run(self, **{**parts_inputs, "state": question}).values()))
             parts[index] = _record(state, part)
         return {"plan": advance(state, plan={**plan, "parts": parts, "current": None})}
 

@@ -53,6 +53,9 @@ class StatePipeline(SuperComponent):
         self.spec = spec
         pipeline = load_pipeline(pipeline_file) if spec is None else build_pipeline(spec, origin=pipeline_file)
         SuperComponent.__init__(self, pipeline=pipeline, input_mapping=state_input_mapping(pipeline))
+        # mandatory even where the entry is a loop's joiner (whose input is optional): the pipeline runs on a state,
+        # never on its per-request inputs alone
+        component.set_input_type(self, name="state", type=State)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise the component by its init parameters (the pipeline by its file), as Haystack's default does."""

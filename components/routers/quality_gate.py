@@ -7,12 +7,13 @@ pipeline's edge `retry -> query rewriter -> retrieval -> quality gate` is the lo
 
 import re
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import Document, component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.terms import TermNormaliser
 
@@ -23,6 +24,41 @@ DEFAULT_JUDGE_PROMPT = (
     "Question: {question}\n"
     "Context:\n{context}"
 )
+
+
+#: The weights of the signals in the heuristic score (`weights`).
+DEFAULT_WEIGHTS: dict[str, float] = {"best_dense": 0.5, "mean_dense": 0.1, "coverage": 0.4}
+
+#: The `dense` settings and their defaults: the `[low, high]` cosine values mapped to 0 and 1 (clipped; MiniLM rarely
+#: exceeds 0.6 even for a chunk that holds the answer, and unrelated text sits near 0.1), the document meta key holding
+#: the dense cosine score, whether a rewritten query's documents are scored against the question itself with the
+#: embedding model rather than by the retriever's scores, and that model and its cache (None: the configured
+#: defaults; `"off"` disables the cache).
+DENSE_DEFAULTS: dict[str, Any] = {
+    "range": [0.1, 0.6], "score_key": "dense_score", "rescore_rewritten": True, "embedding_model": None,
+    "cache_dir": "off",
+}
+
+#: The `coverage` settings and their defaults: the meta fields whose text counts as part of a document (also when
+#: re-scoring; None: title and section), the stopwords ignored in the question (None: the built-in English list),
+#: the Snowball stemmer language for term matching (None: exact tokens) and the shortest content term.
+COVERAGE_DEFAULTS: dict[str, Any] = {
+    "meta_fields": None, "stopwords": None, "stemmer_language": "english", "min_term_length": 2,
+}
+
+#: The `judge` settings and their defaults: the share of the LLM rating in the final score when the judge answers,
+#: its prompt (`{question}` and `{context}` are replaced) and the context characters sent.
+JUDGE_DEFAULTS: dict[str, Any] = {"weight": 0.5, "prompt": DEFAULT_JUDGE_PROMPT, "max_context_chars": 4000}
+
+#: Where the settings that moved into a group went (old name -> new place).
+MOVED_SETTINGS: dict[str, str] = {
+    **{f"{name}_weight": f"weights.{name}" for name in DEFAULT_WEIGHTS},
+    "dense_range": "dense.range", "dense_score_key": "dense.score_key", "rescore_rewritten": "dense.rescore_rewritten",
+    "embedding_model": "dense.embedding_model", "embedding_cache_dir": "dense.cache_dir",
+    "coverage_meta_fields": "coverage.meta_fields",
+    **{name: f"coverage.{name}" for name in ("stopwords", "stemmer_language", "min_term_length")},
+    **{f"llm_{name}": f"judge.{name}" for name in JUDGE_DEFAULTS},
+}
 
 
 def parse_relevance(text: str) -> float | None:
@@ -45,17 +81,19 @@ def parse_relevance(text: str) -> float | None:
 
 
 @component
-class QualityGate(ChatGeneratorSerialization):
+class QualityGate(MovedSettings, ChatGeneratorSerialization):
     """
     Scores the retrieved documents against the original question and routes to `retry` or `done`.
 
-    The score (0..1) mixes, by default without any LLM:
-    - the best dense (cosine) score among the documents, mapped linearly from `dense_range` onto 0..1,
-    - the mean of the `top_n` best dense scores, mapped the same way,
-    - the share of the question's content terms (stopwords removed, stemmed) found in the first `top_n` documents.
+    The score (0..1) mixes, by default without any LLM, with `weights`:
+    - `best_dense`: the best dense (cosine) score among the documents, mapped linearly from `dense.range` onto 0..1,
+    - `mean_dense`: the mean of the `top_n` best dense scores, mapped the same way,
+    - `coverage`: the share of the question's content terms (stopwords removed, stemmed) found in the first `top_n`
+      documents.
 
     Weights whose signal is missing (no dense scores, or a question without content terms) are dropped and the rest
-    renormalised. An optional LLM judge rates the context 0..1 and is blended in with `llm_weight`.
+    renormalised. An optional LLM judge (`chat_generator`) rates the context 0..1 and is blended in with
+    `judge.weight`.
 
     Every run appends `attempt_{n}_score_{s:.2f}` to the path and `{"attempt", "query", "score"}` to
     `state["attempts"]`. Then: score >= threshold -> `done` (passed); else if `attempt < max_retries` -> `retry` with
@@ -77,6 +115,8 @@ class QualityGate(ChatGeneratorSerialization):
     ```
     """
 
+    moved_settings: ClassVar[dict[str, str]] = MOVED_SETTINGS
+
     def __init__(
         self,
         *,
@@ -84,82 +124,36 @@ class QualityGate(ChatGeneratorSerialization):
         floor: float = 0.40,
         max_retries: int = 2,
         top_n: int = 3,
-        best_dense_weight: float = 0.5,
-        mean_dense_weight: float = 0.1,
-        coverage_weight: float = 0.4,
-        dense_range: tuple[float, float] | list[float] = (0.1, 0.6),
-        dense_score_key: str = "dense_score",
-        coverage_meta_fields: list[str] | None = None,
-        stopwords: list[str] | None = None,
-        stemmer_language: str | None = "english",
-        min_term_length: int = 2,
+        weights: dict[str, float] | None = None,
+        dense: dict[str, Any] | None = None,
+        coverage: dict[str, Any] | None = None,
         chat_generator: Any = None,
-        llm_weight: float = 0.5,
-        llm_prompt: str = DEFAULT_JUDGE_PROMPT,
-        llm_max_context_chars: int = 4000,
-        rescore_rewritten: bool = True,
-        embedding_model: str | None = None,
-        embedding_cache_dir: str | None = "off",
+        judge: dict[str, Any] | None = None,
     ) -> None:
         """
         :param default_threshold: Pass threshold when the state carries none (the router sets `state["threshold"]`).
         :param floor: Global floor: when retries are exhausted and the best score is below it, `fallback` is True.
         :param max_retries: Retries after the first attempt (attempts are numbered from 0).
-        :param top_n: How many documents the mean dense score and the term coverage look at.
-        :param best_dense_weight: Weight of the best dense score.
-        :param mean_dense_weight: Weight of the mean of the `top_n` best dense scores.
-        :param coverage_weight: Weight of the question's term coverage in the first `top_n` documents.
-        :param dense_range: `[low, high]` cosine values mapped to 0 and 1 (clipped); MiniLM rarely exceeds 0.6
-            even for a chunk that holds the answer, and unrelated text sits near 0.1.
-        :param dense_score_key: Document meta key holding the dense cosine score.
-        :param coverage_meta_fields: Meta fields whose text counts as part of a document for coverage; None means
-            `["title", "section"]`.
-        :param stopwords: Words ignored in the question; None uses the built-in English list.
-        :param stemmer_language: Snowball stemmer language for term matching, or None for exact tokens.
-        :param min_term_length: Shorter tokens are not content terms.
+        :param top_n: How many documents the mean dense score, the term coverage and the LLM judge look at.
+        :param weights: Weight of each signal (`DEFAULT_WEIGHTS` when None); a signal left out weighs 0.
+        :param dense: How the dense signals are read (keys and defaults: `DENSE_DEFAULTS`).
+        :param coverage: How the question's term coverage is counted (keys and defaults: `COVERAGE_DEFAULTS`).
         :param chat_generator: Optional Haystack chat generator used as an LLM judge; None (default) disables it.
-        :param llm_weight: Share of the LLM rating in the final score when the judge answers.
-        :param llm_prompt: Judge prompt; `{question}` and `{context}` are replaced.
-        :param llm_max_context_chars: Context characters sent to the judge.
-        :param rescore_rewritten: When the retrieval query was a rewrite, score the documents against the
-            question itself with the embedding model rather than trusting the retriever's scores.
-        :param embedding_model: Embedding model for re-scoring; None uses the configured default.
-        :param embedding_cache_dir: Embedding cache for re-scoring; `"off"` disables it, None uses the default.
-        :raises ValueError: On weights, ranges or limits out of bounds.
+        :param judge: The LLM judge's settings (keys and defaults: `JUDGE_DEFAULTS`).
+        :raises ValueError: On weights, ranges or limits out of bounds, or a setting a group does not have.
         """
-        if max_retries < 0:
-            raise ValueError("max_retries must be >= 0.")
-        if top_n < 1:
-            raise ValueError("top_n must be >= 1.")
-        if min(best_dense_weight, mean_dense_weight, coverage_weight) < 0 or (
-            best_dense_weight + mean_dense_weight + coverage_weight
-        ) <= 0:
-            raise ValueError("The score weights must be >= 0 and not all zero.")
-        if len(dense_range) != 2 or float(dense_range[1]) <= float(dense_range[0]):
-            raise ValueError("dense_range must be [low, high] with high > low.")
-        if not 0.0 <= llm_weight <= 1.0:
-            raise ValueError("llm_weight must be between 0 and 1.")
+        _check_limits(max_retries=max_retries, top_n=top_n)
         self.default_threshold = default_threshold
         self.floor = floor
         self.max_retries = max_retries
         self.top_n = top_n
-        self.best_dense_weight = best_dense_weight
-        self.mean_dense_weight = mean_dense_weight
-        self.coverage_weight = coverage_weight
-        self.dense_range = [float(dense_range[0]), float(dense_range[1])]
-        self.dense_score_key = dense_score_key
-        self.coverage_meta_fields = coverage_meta_fields
-        self.stopwords = stopwords
-        self.stemmer_language = stemmer_language
-        self.min_term_length = min_term_length
+        self.weights = _signal_weights(weights)
+        self.dense = _dense_settings(dense)
+        self.coverage = setting_group("coverage", coverage, COVERAGE_DEFAULTS)
         self.chat_generator = chat_generator
-        self.llm_weight = llm_weight
-        self.llm_prompt = llm_prompt
-        self.llm_max_context_chars = llm_max_context_chars
-        self.rescore_rewritten = rescore_rewritten
-        self.embedding_model = embedding_model
-        self.embedding_cache_dir = embedding_cache_dir
-        self._terms = TermNormaliser(stopwords, stemmer_language, min_term_length)
+        self.judge = _judge_settings(judge)
+        self._terms = TermNormaliser(self.coverage["stopwords"], self.coverage["stemmer_language"],
+                                     self.coverage["min_term_length"])
 
     def warm_up(self) -> None:
         """Warm up the optional chat generator."""
@@ -167,18 +161,18 @@ class QualityGate(ChatGeneratorSerialization):
             self.chat_generator.warm_up()
 
     def _dense(self, value: float) -> float:
-        low, high = self.dense_range
+        low, high = self.dense["range"]
         return min(1.0, max(0.0, (float(value) - low) / (high - low)))
 
     def _document_text(self, document: Document) -> str:
-        fields = ["title", "section"] if self.coverage_meta_fields is None else self.coverage_meta_fields
-        parts = [str(document.meta.get(field) or "") for field in fields]
+        fields = self.coverage["meta_fields"]
+        parts = [str(document.meta.get(field) or "") for field in (["title", "section"] if fields is None else fields)]
         parts.append(document.content or "")
         return "\n".join(p for p in parts if p)
 
     def _question_similarities(self, question: str, documents: list[Document]) -> list[float]:
         """Cosine similarity of the question itself to each document (the stored scores were for another query)."""
-        backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.embedding_cache_dir)
+        backend = EmbeddingBackend.get(model=self.dense["embedding_model"], cache_dir=self.dense["cache_dir"])
         vectors = backend.embed([question] + [self._document_text(d) for d in documents])
         return [float(v) for v in vectors[1:] @ vectors[0]]
 
@@ -198,13 +192,9 @@ class QualityGate(ChatGeneratorSerialization):
         if rescore and documents:
             dense_values = sorted(self._question_similarities(question, documents), reverse=True)
         else:
+            key = self.dense["score_key"]
             dense_values = sorted(
-                (
-                    float(d.meta[self.dense_score_key])
-                    for d in documents
-                    if isinstance(d.meta.get(self.dense_score_key), (int, float))
-                ),
-                reverse=True,
+                (float(d.meta[key]) for d in documents if isinstance(d.meta.get(key), (int, float))), reverse=True
             )
         best_dense = self._dense(dense_values[0]) if dense_values else None
         top_dense = [self._dense(v) for v in dense_values[: self.top_n]]
@@ -219,9 +209,9 @@ class QualityGate(ChatGeneratorSerialization):
             coverage = len(question_terms & found) / len(question_terms)
 
         weighted = [
-            (best_dense, self.best_dense_weight),
-            (mean_dense, self.mean_dense_weight),
-            (coverage, self.coverage_weight),
+            (best_dense, self.weights["best_dense"]),
+            (mean_dense, self.weights["mean_dense"]),
+            (coverage, self.weights["coverage"]),
         ]
         total_weight = sum(w for value, w in weighted if value is not None)
         heuristic = (
@@ -231,11 +221,12 @@ class QualityGate(ChatGeneratorSerialization):
             heuristic = 0.0
         return {"best_dense": best_dense, "mean_dense": mean_dense, "coverage": coverage, "heuristic": heuristic}
 
-    def _judge(self, question: str, documents: list[Document]) -> tuple[float | None, str | None]:
-        context = "\n\n".join(d.content or "" for d in documents[: self.top_n])[: self.llm_max_context_chars]
-        prompt = self.llm_prompt.replace("{question}", question).replace("{context}", context)
+    def _judge(self, question: str, documents: list[Document],
+               deadline: float | None) -> tuple[float | None, str | None]:
+        context = "\n\n".join(d.content or "" for d in documents[: self.top_n])[: self.judge["max_context_chars"]]
+        prompt = self.judge["prompt"].replace("{question}", question).replace("{context}", context)
         try:
-            reply = ask_chat_generator(self.chat_generator, prompt)
+            reply = ask_chat_generator(self.chat_generator, prompt, deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure falls back to the heuristic score
             return None, f"quality_gate: LLM judge failed ({type(error).__name__}: {error}); heuristic score used"
         rating = parse_relevance(reply)
@@ -244,13 +235,15 @@ class QualityGate(ChatGeneratorSerialization):
         return rating, None
 
     @component.output_types(retry=State, done=State)
-    def run(self, state: State, max_retries: int | None = None) -> dict[str, dict[str, Any]]:
+    def run(self, state: State, max_retries: int | None = None,
+            deadline: float | None = None) -> dict[str, dict[str, Any]]:
         """
         Score the latest attempt and route the state.
 
         :param state: The request state; reads `documents`, `condensed_query` / `original_query` / `query`,
             `threshold`, `attempt`, `attempts`, `best_score`, `best_documents`.
         :param max_retries: This request's retries, in place of the setting (a plan's parts are retried once).
+        :param deadline: `time.monotonic()` by which the request must be answered (the LLM judge's call fits in it).
         :returns: Exactly one of `retry` or `done`, holding the new state.
         """
         if state.get("mode") == "constrained-context":
@@ -263,15 +256,15 @@ class QualityGate(ChatGeneratorSerialization):
         threshold = state.get("threshold")
         threshold = float(threshold) if threshold is not None else float(self.default_threshold)
 
-        rescore = self.rescore_rewritten and str(state.get("query") or "") != question
+        rescore = self.dense["rescore_rewritten"] and str(state.get("query") or "") != question
         signals = self.signals(question, documents, rescore=rescore)
         score = signals["heuristic"] or 0.0
         warning = None
         if self.chat_generator is not None and documents:
-            rating, warning = self._judge(question, documents)
+            rating, warning = self._judge(question, documents, deadline)
             signals["llm"] = rating
             if rating is not None:
-                score = (1.0 - self.llm_weight) * score + self.llm_weight * rating
+                score = (1.0 - self.judge["weight"]) * score + self.judge["weight"] * rating
         score = round(min(1.0, max(0.0, score)), 2)
 
         attempts = list(state.get("attempts") or [])
@@ -315,3 +308,39 @@ class QualityGate(ChatGeneratorSerialization):
             **common,
         )
         return {"done": new}
+
+
+def _check_limits(*, max_retries: int, top_n: int) -> None:
+    """Raise a ValueError naming `max_retries` below 0 or `top_n` below 1."""
+    if max_retries < 0:
+        raise ValueError("max_retries must be >= 0.")
+    if top_n < 1:
+        raise ValueError("top_n must be >= 1.")
+
+
+def _signal_weights(weights: dict[str, float] | None) -> dict[str, float]:
+    """Every signal's weight: `DEFAULT_WEIGHTS` for None, else the given ones (a signal left out weighs 0)."""
+    unknown = sorted(set(weights or {}) - set(DEFAULT_WEIGHTS))
+    if unknown:
+        raise ValueError(f"Unknown quality signals {unknown} in 'weights'; use {', '.join(DEFAULT_WEIGHTS)}.")
+    given = DEFAULT_WEIGHTS if weights is None else weights
+    complete = {name: float(given.get(name, 0.0)) for name in DEFAULT_WEIGHTS}
+    if min(complete.values()) < 0 or sum(complete.values()) <= 0:
+        raise ValueError("The score weights must be >= 0 and not all zero.")
+    return complete
+
+
+def _dense_settings(dense: dict[str, Any] | None) -> dict[str, Any]:
+    """The complete `dense` settings, `range` as two floats."""
+    settings = setting_group("dense", dense, DENSE_DEFAULTS)
+    if len(settings["range"]) != 2 or float(settings["range"][1]) <= float(settings["range"][0]):
+        raise ValueError("dense.range must be [low, high] with high > low.")
+    return {**settings, "range": [float(settings["range"][0]), float(settings["range"][1])]}
+
+
+def _judge_settings(judge: dict[str, Any] | None) -> dict[str, Any]:
+    """The complete `judge` settings."""
+    settings = setting_group("judge", judge, JUDGE_DEFAULTS)
+    if not 0.0 <= settings["weight"] <= 1.0:
+        raise ValueError("judge.weight must be between 0 and 1.")
+    return settings

@@ -45,7 +45,7 @@ from fastapi_openai_compat.chat_completions.models import Choice, Message
 from hayhooks import BasePipelineWrapper
 from haystack import Pipeline
 from haystack.core.serialization import allow_deserialization_module
-from haystack.dataclasses import ByteStream
+from haystack.dataclasses import ByteStream, StreamingCallbackT
 from pydantic import WithJsonSchema
 from starlette.datastructures import Headers
 from typing_extensions import TypedDict
@@ -63,7 +63,7 @@ from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_princi
 from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
 from gatehouse.serving.manifest import Manifest, load_manifest
 from gatehouse.serving.observability import record_ask
-from gatehouse.serving.streaming import answer_checks, stream_answer
+from gatehouse.serving.streaming import stream_answer
 from gatehouse.settings import data_dir
 
 NAME_PATTERN = re.compile(KB_NAME_PATTERN)
@@ -229,13 +229,15 @@ class AskWrapper(GatehouseWrapper):
     """Serves `ask.yml`: REST, OpenAI-compatible chat (streaming or not) and an MCP tool."""
 
     def _ask(self, query: str, *, kb: str | None, tenant: str, mode: str | None, context: str | None,
-             history: list[dict[str, Any]] | None) -> dict[str, Any]:
+             history: list[dict[str, Any]] | None,
+             streaming_callback: StreamingCallbackT | None = None) -> dict[str, Any]:
         check_name(kb, field="kb", kind="knowledge base")
         started = time.perf_counter()
         budget = self.manifest.request_timeout_s
         deadline = time.monotonic() + budget  # the LLM calls of the run fit their timeouts and retries in what is left
         run = _in_background(lambda: run_ask(self.pipeline, query, kb=kb, tenant=tenant, mode=mode, context=context,
-                                             history=history or [], deadline=deadline))
+                                             history=history or [], deadline=deadline,
+                                             streaming_callback=streaming_callback))
         try:
             with data_dir_unavailable():
                 response = run.result(timeout=budget)
@@ -295,12 +297,12 @@ class AskWrapper(GatehouseWrapper):
         tenant = self._tenant(body.get("tenant"), headers)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
 
-        def ask() -> dict[str, Any]:
-            return self._ask(query, kb=body.get("kb"), tenant=tenant, mode=None, context=None, history=turns[:-1])
+        def ask(streaming_callback: StreamingCallbackT | None = None) -> dict[str, Any]:
+            return self._ask(query, kb=body.get("kb"), tenant=tenant, mode=None, context=None, history=turns[:-1],
+                             streaming_callback=streaming_callback)
 
         if body.get("stream"):
-            verifier, guard = answer_checks(self.pipeline)
-            return stream_answer(ask, verifier=verifier, guard=guard, completion_id=completion_id, model=model,
+            return stream_answer(ask, completion_id=completion_id, model=model,
                                  openwebui=self.manifest.openwebui_sources)
         response = ask()
         extras = {"citations": response["citations"], "gatehouse": _gatehouse_extras(response)}

@@ -1,0 +1,118 @@
+"""
+The structured citations of a verified answer (`state["citations"]`): one entry per passage the answer cites, in
+order of first use. The citation verifier's `citations` settings configure them.
+
+Each entry has the display text "<title> › <section>", a snippet of the passage's body, a URL that names the section
+(`url#section_id`; document-level when there is no section; `url_template#section_id`, by default
+`kb://<kb>/<source>#<section_id>`, when the passage has no URL or its URL is not a safe link), `chunk_id`, `source`,
+`kb` and `confidence` (the best support score of the claims citing it).
+
+Usage:
+```python
+from haystack import Document
+from gatehouse.components.validators.citation_list import CITATION_DEFAULTS, CitationList
+
+passage = Document(content="API keys expire after 90 days.", meta={"title": "API keys", "section": "Expiry",
+                   "section_id": "expiry", "kb": "docs", "source": "api-keys.md"})
+citations = CitationList(CITATION_DEFAULTS)
+citations.build("Keys expire after 90 days. [S1]", {"S1": passage}, [{"ids": ["S1"], "score": 0.9}])
+# [{"id": "S1", "text": "API keys › Expiry", "url": "kb://docs/api-keys.md#expiry", "confidence": 0.9, ...}]
+```
+"""
+
+from typing import Any
+
+from haystack import Document
+
+from gatehouse.components.guardrails.sanitising import citation_url, plain_text
+from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers
+from gatehouse.components.printable import printable
+from gatehouse.components.text_units import normalize_space, split_units, strip_heading_markers
+
+#: The citation verifier's `citations` settings and their defaults: the snippet's length, the separator between
+#: title and section in the display text, the URL of a passage without `meta["url"]` (`{kb}` and `{source}` filled
+#: in, `#<section_id>` appended when known) and the `{kb}` of a passage without `meta["kb"]`.
+CITATION_DEFAULTS: dict[str, Any] = {
+    "snippet_chars": 200, "text_separator": " › ", "url_template": "kb://{kb}/{source}", "fallback_kb": "context",
+}
+
+
+class CitationList:
+    """Builds the citation entries of an answer (see the module documentation)."""
+
+    def __init__(self, settings: dict[str, Any], citation_pattern: str = DEFAULT_CITATION_PATTERN) -> None:
+        """
+        :param settings: The `citations` settings (every key of `CITATION_DEFAULTS`).
+        :param citation_pattern: Regex of a citation marker whose group 1 holds the ids.
+        """
+        self.settings = settings
+        self.citation_pattern = citation_pattern
+
+    def build(self, answer: str, by_id: dict[str, Document], claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """
+        The citations of the passages `answer`'s markers point at, in order of first use.
+
+        :param answer: The verified answer with `[S#]` markers (every id a key of `by_id`).
+        :param by_id: The passages by source id.
+        :param claims: The answer's claims (`ids`, `score`): a citation's `confidence` is the best score citing it.
+        :returns: One citation per passage cited.
+        """
+        order = list(dict.fromkeys(i for _, _, ids in find_markers(answer, self.citation_pattern) for i in ids))
+        citations = []
+        for source_id in order:
+            passage = by_id[source_id]
+            source = (passage.meta or {}).get("source")
+            scores = [c["score"] for c in claims if source_id in c["ids"]]
+            citations.append(
+                {
+                    "id": source_id,
+                    "text": normalize_space(plain_text(self._display_text(passage, source_id))),
+                    "snippet": self._snippet(plain_text(passage.content or "")),
+                    "url": citation_url(self.url(passage)) or self._kb_url(passage),
+                    "chunk_id": passage.id,
+                    "source": source if source is None else plain_text(str(source)),
+                    "kb": (passage.meta or {}).get("kb"),
+                    "confidence": round(max(scores), 3) if scores else 0.0,
+                }
+            )
+        return citations
+
+    def url(self, passage: Document) -> str:
+        """The passage's URL naming its section, before the safety check (`build` falls back to the KB link when
+        it is not a safe link)."""
+        meta = passage.meta or {}
+        section_id = meta.get("section_id")
+        anchor = f"#{section_id}" if section_id else ""
+        url = meta.get("url")
+        if url:
+            return str(url) if "#" in str(url) or not anchor else f"{url}{anchor}"
+        return self._kb_url(passage)
+
+    def _display_text(self, passage: Document, source_id: str) -> str:
+        meta = passage.meta or {}
+        title = meta.get("title") or meta.get("source") or source_id
+        section = meta.get("section")
+        if section and str(section).strip() and str(section).strip() != str(title).strip():
+            return f"{title}{self.settings['text_separator']}{section}"
+        return str(title)
+
+    def _snippet(self, content: str) -> str:
+        # Headings repeat the citation's display text, so the snippet starts at the passage's body when it has one.
+        body = [u.text for u in split_units(content, citation_pattern=self.citation_pattern) if u.kind != "heading"]
+        text = normalize_space(" ".join(body) if body else strip_heading_markers(content))
+        limit = self.settings["snippet_chars"]
+        if len(text) <= limit:
+            return text
+        cut = text[:limit]
+        if " " in cut:
+            cut = cut[: cut.rfind(" ")]
+        return cut.rstrip(" ,;:") + "…"
+
+    def _kb_url(self, passage: Document) -> str:
+        """The passage's link in its knowledge base (`url_template`): where a citation points without a page URL,
+        or when the page's URL is not a safe link."""
+        meta = passage.meta or {}
+        anchor = f"#{meta['section_id']}" if meta.get("section_id") else ""
+        kb = meta.get("kb") or self.settings["fallback_kb"]
+        source = meta.get("source") or meta.get("doc_id") or passage.id
+        return printable(self.settings["url_template"].format(kb=kb, source=source) + anchor)
