@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from gatehouse.components.text import (
+from gatehouse.components.citation_markers import strip_markers
+from gatehouse.components.text_units import (
     DEFAULT_ABBREVIATIONS,
     Unit,
     is_ordered_item,
@@ -39,7 +40,6 @@ from gatehouse.components.text import (
     split_units,
     strip_heading_markers,
     strip_list_marker,
-    strip_markers,
 )
 
 KINDS = ("sentence", "item", "list", "block", "code", "section")

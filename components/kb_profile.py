@@ -30,7 +30,7 @@ from typing import Any
 
 from gatehouse import settings
 from gatehouse.components.state import PUBLIC_TENANT
-from gatehouse.components.text import DEFAULT_STOPWORDS, stem, tokens
+from gatehouse.components.terms import DEFAULT_STOPWORDS, stem, tokens
 
 PROFILE_VERSION = 1
 #: What a KB's own entry (its folder's `kb.yml`, or a `knowledge_bases` item of ask.yml's router) may say.

@@ -38,7 +38,8 @@ import yaml
 from haystack import Document
 from tqdm import tqdm
 
-from gatehouse.components.routers.answerability_gate import DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
+from gatehouse.components.routers.answerability_gate import AnswerabilityGate
+from gatehouse.components.routers.answerability_model import DEFAULT_WEIGHTS, SIGNALS
 from gatehouse.eval.bench_files import configured_component
 from gatehouse.eval.datasets import EvalCase, _squad_paragraphs, data_root, squad_sample
 from gatehouse.pipelines import pipeline_path
@@ -87,7 +88,8 @@ def _questions(gate: AnswerabilityGate, cases: list[EvalCase], paragraphs: list[
             "id": case.id,
             "answerable": case.answerable,
             "gold": case.gold_answer or "",
-            "missing_entities": gate.missing_entities(case.question, passages) if gate.require_entities else [],
+            "missing_entities": (gate.missing_entities(case.question, passages) if gate.rules["require_entities"]
+                                 else []),
             "gold_retrieved": any(f"{p.meta['kb']}/{p.id}.txt" == gold_source for p in passages),
             "candidates": [
                 {"text": c.text, "signals": c.signals,
@@ -152,7 +154,8 @@ def domain_rows(gate: AnswerabilityGate, names: list[str], workdir: str | Path |
                     "id": key,
                     "answerable": bool(answer),
                     "gold": answer or "",
-                    "missing_entities": gate.missing_entities(asked, passages) if gate.require_entities else [],
+                    "missing_entities": (gate.missing_entities(asked, passages) if gate.rules["require_entities"]
+                                         else []),
                     "gold_retrieved": any(p.meta.get("source") in sources for p in passages),
                     "candidates": [
                         {"text": c.text, "signals": c.signals, "span": "", "kind": c.unit.kind,

@@ -47,7 +47,7 @@ from gatehouse.components.routers.intent_rules import DEFAULT_INTENT_PATTERNS, R
 from gatehouse.components.routers.kb_entries import KB_KEYS, KB_NAME
 from gatehouse.settings import bundled_dir
 from gatehouse.components.state import PUBLIC_TENANT
-from gatehouse.components.text import DEFAULT_STOPWORDS
+from gatehouse.components.terms import DEFAULT_STOPWORDS
 from gatehouse.eval.metrics import aspect_words, fact_text
 from gatehouse.ingest import files_under
 

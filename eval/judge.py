@@ -50,7 +50,7 @@ from typing import Any
 from ragas.embeddings.base import BaseRagasEmbedding
 from tqdm import tqdm
 
-from gatehouse.components.text import split_sentences
+from gatehouse.components.text_units import split_sentences
 from gatehouse.eval.metrics import ANSWERED_STATUSES, clean_answer, error_reason
 
 JUDGE_METRICS = ("faithfulness", "answer_relevancy", "context_precision_with_reference")

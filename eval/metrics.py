@@ -48,14 +48,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gatehouse.components.text import (
-    content_words,
-    find_markers,
-    normalize_space,
-    singular,
-    split_units,
-    strip_markers,
-)
+from gatehouse.components.citation_markers import find_markers, strip_markers
+from gatehouse.components.terms import content_words, singular
+from gatehouse.components.text_units import normalize_space, split_units
 from gatehouse.stats import percentile
 
 RAGAS_METRICS = (

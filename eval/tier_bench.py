@@ -11,7 +11,7 @@ the cheaper tiers defer, as configured) and `llm_only` (the parameters that make
   KB; `llm_only` switches the evidence tier off and sets `llm.margin` to 2 (every lead is below it).
 - judge (`answerability`, and `quality_gate` with `--tiers quality`): the decision against the case's answerable
   label as abstention precision/recall, on the cases whose passages reach the gate in ask.yml as shipped;
-  `llm_only` sets the answerability gate's `llm_weight` and the quality gate's `judge.weight` to 1.
+  `llm_only` sets the answerability gate's `llm.weight` and the quality gate's `judge.weight` to 1.
 - planner (`planner`): whether a question is planned exactly when it has gold parts (`accuracy`), and the share of
   the multi-part cases planned into as many parts as they have gold parts (`parts_accuracy`), over the slice plus
   every multi-part golden case; the LLM is asked only when the rules found no plan and a cue matches (no `llm_only`:
@@ -154,7 +154,7 @@ def variant_spec(component_spec: dict[str, Any], tier: str, variant: str,
         params["evidence"] = {**(params.get("evidence") or {}), "enabled": False}
         params["llm"] = {**(params.get("llm") or {}), "margin": 2.0}
     elif tier == "judge":
-        params["llm_weight"] = 1.0
+        params["llm"] = {**(params.get("llm") or {}), "weight": 1.0}
     elif tier == "quality":
         params["judge"] = {**(params.get("judge") or {}), "weight": 1.0}
     else:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gatehouse.components.text import printable
+from gatehouse.components.printable import printable
 from gatehouse import runtime, settings
 from gatehouse.settings import PUBLIC_TENANT
 from gatehouse.document_stores.errors import find_data_dir_error

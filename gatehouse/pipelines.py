@@ -61,6 +61,8 @@ RETIRED_CLASSES = {
         "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
         "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage` "
         "(docs/pipelines.md lists the settings of each)",
+    "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
+        "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
 }
 
 _REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"

@@ -1,12 +1,16 @@
+import re
 from copy import deepcopy
 
 import pytest
+import yaml
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 from haystack.components.generators.chat import OpenAIChatGenerator
 
-from gatehouse.components.routers.answerability_gate import DEFAULT_BIAS, DEFAULT_THRESHOLD, DEFAULT_WEIGHTS, SIGNALS, AnswerabilityGate
+from gatehouse.components.routers.answerability_gate import AnswerabilityGate
+from gatehouse.components.routers.answerability_model import DEFAULT_BIAS, DEFAULT_THRESHOLD, DEFAULT_WEIGHTS, SIGNALS
 from gatehouse.components.state import new_state
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 PASSAGES = [
     Document(
@@ -43,14 +47,14 @@ def route(gate, question, passages=PASSAGES, **state):
 def test_init():
     gate = AnswerabilityGate()
     assert gate.threshold == DEFAULT_THRESHOLD
-    assert gate.require_entities is True
+    assert gate.rules["require_entities"] is True
     assert gate.weights is None
     assert gate.bias == DEFAULT_BIAS
     assert gate.on_unanswerable == "fallback"
-    assert gate.max_candidates == 5
+    assert gate.rules["max_candidates"] == 5
     assert gate.chat_generator is None
-    assert gate.success_threshold is None and gate.require_type is True
-    assert AnswerabilityGate(success_threshold=0.5, require_type=False).success_threshold == 0.5
+    assert gate.success_threshold is None and gate.rules["require_type"] is True
+    assert AnswerabilityGate(success_threshold=0.5, rules={"require_type": False}).success_threshold == 0.5
     with pytest.raises(ValueError, match="success_threshold"):
         AnswerabilityGate(threshold=0.5, success_threshold=0.2)
 
@@ -63,33 +67,54 @@ def test_init_rejects_bad_parameters():
     with pytest.raises(ValueError, match="threshold"):
         AnswerabilityGate(threshold=1.5)
     with pytest.raises(ValueError, match="pair"):
-        AnswerabilityGate(antonyms=[["hot", "cold", "warm"]])
+        AnswerabilityGate(signals={"antonyms": [["hot", "cold", "warm"]]})
 
 
 def test_to_dict():
     data = AnswerabilityGate(threshold=0.4, weights={"coverage": 3.0}, bias=-2.0, on_unanswerable="partial",
-                             require_entities=False).to_dict()
+                             rules={"require_entities": False}).to_dict()
     assert data["type"] == "gatehouse.components.routers.answerability_gate.AnswerabilityGate"
     params = data["init_parameters"]
     assert params["threshold"] == 0.4
     assert params["weights"] == {"coverage": 3.0}
     assert params["bias"] == -2.0
     assert params["on_unanswerable"] == "partial"
-    assert params["require_entities"] is False
+    assert params["rules"]["require_entities"] is False
     assert params["chat_generator"] is None
-    assert params["success_threshold"] is None and params["require_type"] is True
+    assert params["success_threshold"] is None and params["rules"]["require_type"] is True
     assert AnswerabilityGate(success_threshold=0.3).to_dict()["init_parameters"]["success_threshold"] == 0.3
 
 
 def test_from_dict(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    original = AnswerabilityGate(weights={"cosine": 1.0}, antonyms=[["hot", "cold"]], chat_generator=generator)
+    original = AnswerabilityGate(weights={"cosine": 1.0}, signals={"antonyms": [["hot", "cold"]]},
+                                 chat_generator=generator)
     data = original.to_dict()
     restored = AnswerabilityGate.from_dict(deepcopy(data))
     assert restored.to_dict() == data
     assert isinstance(restored.chat_generator, OpenAIChatGenerator)
     assert restored.score({"cosine": 1.0}) == pytest.approx(original.score({"cosine": 1.0}))
+
+
+def test_from_dict_names_where_a_moved_setting_went(tmp_path):
+    data = AnswerabilityGate().to_dict()
+    data["init_parameters"] = {"threshold": 0.2, "require_entities": False, "llm_weight": 1.0}
+    with pytest.raises(ValueError) as raised:
+        AnswerabilityGate.from_dict(data)
+    for old, new in [("require_entities", "rules.require_entities"), ("llm_weight", "llm.weight")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
+    with pytest.raises(ValueError, match=r"'rules'.*'require_entity'"):
+        AnswerabilityGate(rules={"require_entity": False})
+    # A user's pipeline YAML written before the settings moved: loading it names the new place.
+    path = tmp_path / "old.yml"
+    path.write_text(yaml.safe_dump({"components": {"answerability": {
+        "type": "gatehouse.components.routers.answerability_gate.AnswerabilityGate",
+        "init_parameters": {"threshold": 0.2, "cache_dir": "off"}}}, "connections": []}))
+    with pytest.raises(PipelineYAMLError) as raised:  # a ValueError naming the file, the old and the new place
+        load_pipeline(path)
+    assert str(path) in str(raised.value)
+    assert re.search(r"\Wcache_dir\W.*\Wsignals\.cache_dir\W", str(raised.value)), str(raised.value)
 
 
 def test_score_is_logistic():
@@ -145,7 +170,7 @@ def test_run_number_and_entity_the_passages_never_state(gate):
     assert gate.missing_entities("Isn't Munich where I'm going?", PASSAGES) == ["munich"]
     assert gate.missing_entities("Platform Team Release In Munich 2019", PASSAGES) == ["2019"]
     # require_entities: a name no passage states ends in fallback whatever the score; off, the score alone decides.
-    lenient = AnswerabilityGate(threshold=0.0, require_entities=False)
+    lenient = AnswerabilityGate(threshold=0.0, rules={"require_entities": False})
     assert route(lenient, "What did the platform team release in Munich?")[0] == "answerable"
     name, state = route(AnswerabilityGate(threshold=0.0), "What did the platform team release in Munich?")
     assert name == "unanswerable"
@@ -221,10 +246,10 @@ class Verdicts:
 
 def test_run_llm_no_refuses_and_yes_answers():
     question = "How much does the Business plan cost?"
-    refuse = AnswerabilityGate(chat_generator=Verdicts("No."), llm_weight=1.0)
+    refuse = AnswerabilityGate(chat_generator=Verdicts("No."), llm={"weight": 1.0})
     name, state = route(refuse, question)
     assert name == "unanswerable" and refuse.chat_generator.calls == 1  # no unrated candidate takes the top
-    accept = AnswerabilityGate(chat_generator=Verdicts("Yes."), llm_weight=1.0, llm_candidates=2)
+    accept = AnswerabilityGate(chat_generator=Verdicts("Yes."), llm={"weight": 1.0, "candidates": 2})
     name, state = route(accept, question)
     assert name == "answerable" and accept.chat_generator.calls == 2
     assert len(state["answer_candidates"]) == 2  # only the rated candidates are ranked
@@ -275,14 +300,14 @@ def test_run_typed_question_needs_a_unit_of_its_type(gate):
 def test_run_a_number_written_in_words_is_a_number():
     passages = [Document(content="Employees receive sixteen weeks of paid parental leave.",
                          meta={"source_id": "S1", "title": "Handbook", "section": "Parental leave"})]
-    out = AnswerabilityGate(cache_dir="off").run(
+    out = AnswerabilityGate(signals={"cache_dir": "off"}).run(
         state=new_state("How many weeks of parental leave do employees get?", passages=passages))
     assert "answerable" in out and "sixteen weeks" in out["answerable"]["answer_candidates"][0]["text"]
 
 
 def test_run_below_the_success_threshold_is_partial():
     passages = [Document(content="Keys are rotated from Settings at any time.", meta={"source_id": "S1"})]
-    out = AnswerabilityGate(threshold=0.0, success_threshold=0.99, cache_dir="off").run(
+    out = AnswerabilityGate(threshold=0.0, success_threshold=0.99, signals={"cache_dir": "off"}).run(
         state=new_state("How are keys rotated?", passages=passages))["answerable"]
     assert out["status"] == "partial"
     assert any("may not answer" in w for w in out["validation"]["confidence_warnings"])

@@ -2,12 +2,15 @@ import re
 from copy import deepcopy
 
 import pytest
+import yaml
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from gatehouse.components.citation_markers import strip_markers
 from gatehouse.components.generators.extractive_answerer import DEFAULT_NO_ANSWER_MESSAGE, ExtractiveAnswerer
 from gatehouse.components.state import new_state
-from gatehouse.components.text import normalize_space, split_sentences, strip_markers
+from gatehouse.components.text_units import normalize_space, split_sentences
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 
 def passage(content: str, source_id: str, **meta) -> Document:
@@ -110,7 +113,7 @@ CODE = passage(
 def test_init():
     component = ExtractiveAnswerer()
     assert component.max_units == 1 and component.style == "unit" and component.order == "passage"
-    assert component.min_score == 0.35 and component.min_relative_score == 0.6
+    assert component.own_ranking["min_score"] == 0.35 and component.min_relative_score == 0.6
     assert component.no_answer_message == DEFAULT_NO_ANSWER_MESSAGE
     with pytest.raises(ValueError, match="max_units"):
         ExtractiveAnswerer(max_units=0)
@@ -125,11 +128,32 @@ def test_to_dict():
     assert data["type"] == "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer"
     assert data["init_parameters"]["max_units"] == 2 and data["init_parameters"]["style"] == "span"
     assert data["init_parameters"]["cache_dir"] == "off"
+    assert data["init_parameters"]["own_ranking"]["min_score"] == 0.35
 
 
 def test_from_dict():
     restored = component_from_dict(ExtractiveAnswerer, component_to_dict(ExtractiveAnswerer(max_units=3, min_relative_score=0.8), "component"), "component")
     assert restored.max_units == 3 and restored.min_relative_score == 0.8
+
+
+def test_from_dict_names_where_a_moved_setting_went(tmp_path):
+    data = component_to_dict(ExtractiveAnswerer(), "component")
+    data["init_parameters"] = {"max_units": 2, "min_score": 0.5, "procedure_bonus": 0.2}
+    with pytest.raises(ValueError) as raised:
+        component_from_dict(ExtractiveAnswerer, data, "component")
+    for old, new in [("min_score", "own_ranking.min_score"), ("procedure_bonus", "own_ranking.procedure_bonus")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
+    with pytest.raises(ValueError, match=r"'own_ranking'.*'minimum_score'"):
+        ExtractiveAnswerer(own_ranking={"minimum_score": 0.5})
+    # A user's pipeline YAML written before the settings moved: loading it names the new place.
+    path = tmp_path / "old.yml"
+    path.write_text(yaml.safe_dump({"components": {"generator": {
+        "type": "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer",
+        "init_parameters": {"style": "unit", "duplicate_threshold": 0.9}}}, "connections": []}))
+    with pytest.raises(PipelineYAMLError) as raised:  # a ValueError naming the file, the old and the new place
+        load_pipeline(path)
+    assert str(path) in str(raised.value)
+    assert re.search(r"\Wduplicate_threshold\W.*\Wown_ranking\.duplicate_threshold\W", str(raised.value))
 
 
 def test_run_procedural_question_returns_the_steps(answerer):
@@ -164,7 +188,7 @@ def test_run_code_block_with_its_lead_in(answerer):
 
 
 def test_run_no_answer_when_nothing_is_relevant(answerer):
-    out = ExtractiveAnswerer(min_score=0.9, cache_dir="off").run(
+    out = ExtractiveAnswerer(own_ranking={"min_score": 0.9}, cache_dir="off").run(
         state=new_state("What is the boiling point of mercury?", passages=PASSAGES))["state"]
     assert out["answer"] == DEFAULT_NO_ANSWER_MESSAGE and out["status"] == "fallback"
 

@@ -1,11 +1,15 @@
+import re
+
 import numpy as np
 import pytest
+import yaml
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.retrievers.hybrid_retriever import HybridRetriever
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline, pipelines_dir
 
 PUBLIC = {"field": "meta.tenant", "operator": "==", "value": "public"}
 QUERY = [1.0, 0.0, 0.0]
@@ -46,22 +50,23 @@ def test_init(shared):
     retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, candidates=50, top_k=5)
     assert (retriever.dense_store, retriever.lexical_store, retriever.ngrams_store) == (dense, lexical, ngrams)
     assert (retriever.candidates, retriever.top_k, retriever.sentences) == (50, 5, True)
-    assert retriever.weights == {"dense": 0.6, "lexical": 0.2, "ngrams": 0.2}
-    assert HybridRetriever(dense_store=dense, lexical_store=lexical).weights == {"dense": 0.6, "lexical": 0.4}
+    assert retriever.fusion["weights"] == {"dense": 0.6, "lexical": 0.2, "ngrams": 0.2}
+    assert HybridRetriever(dense_store=dense, lexical_store=lexical).fusion["weights"] == {"dense": 0.6, "lexical": 0.4}
     with pytest.raises(ValueError, match="ngrams"):
-        HybridRetriever(dense_store=dense, lexical_store=lexical, weights={"dense": 1.0, "ngrams": 1.0})
+        HybridRetriever(dense_store=dense, lexical_store=lexical, fusion={"weights": {"dense": 1.0, "ngrams": 1.0}})
     with pytest.raises(ValueError, match="sparse"):
-        HybridRetriever(dense_store=dense, lexical_store=lexical, weights={"sparse": 1.0})
+        HybridRetriever(dense_store=dense, lexical_store=lexical, fusion={"weights": {"sparse": 1.0}})
     with pytest.raises(ValueError, match="fusion method"):
-        HybridRetriever(dense_store=dense, lexical_store=lexical, method="sum")
+        HybridRetriever(dense_store=dense, lexical_store=lexical, fusion={"method": "sum"})
 
 
 def test_to_dict(shared):
     dense, lexical, ngrams = shared
-    data = component_to_dict(HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, method="rrf"), "component")
+    retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, fusion={"method": "rrf"})
+    data = component_to_dict(retriever, "component")
     assert data["type"] == "gatehouse.components.retrievers.hybrid_retriever.HybridRetriever"
     params = data["init_parameters"]
-    assert params["method"] == "rrf" and params["group_by"] == "doc_id" and params["chunks_per_group"] == 3
+    assert params["fusion"]["method"] == "rrf" and params["group_by"] == "doc_id" and params["chunks_per_group"] == 3
     assert params["ngrams_store"]["init_parameters"]["analysis"] == "ngrams"
     assert params["dense_store"]["type"].endswith("DenseDocumentStore")
 
@@ -74,21 +79,45 @@ def test_from_dict(shared, monkeypatch):
         lexical_store=lexical,
         ngrams_store=ngrams,
         candidates=9,
-        weights={"dense": 0.5, "lexical": 0.5},
+        fusion={"weights": {"dense": 0.5, "lexical": 0.5}},
         group_by=None,
     )
     assert component_to_dict(component_from_dict(HybridRetriever, component_to_dict(original, "component"), "component"), "component") == component_to_dict(original, "component")
 
 
+def test_from_dict_names_where_a_moved_setting_went(shared, tmp_path, monkeypatch):
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*,gatehouse.document_stores.*")
+    dense, lexical, _ = shared
+    data = component_to_dict(HybridRetriever(dense_store=dense, lexical_store=lexical), "component")
+    data["init_parameters"] = {**data["init_parameters"], "method": "rrf", "rrf_k": 30}
+    del data["init_parameters"]["fusion"]
+    with pytest.raises(ValueError) as raised:
+        component_from_dict(HybridRetriever, data, "component")
+    for old, new in [("method", "fusion.method"), ("rrf_k", "fusion.rrf_k")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
+    with pytest.raises(ValueError, match=r"'fusion'.*'k'"):
+        HybridRetriever(dense_store=dense, lexical_store=lexical, fusion={"k": 60})
+    # A user's retrieve.yml written before the settings moved: loading it names the new place.
+    spec = yaml.safe_load((pipelines_dir() / "retrieve.yml").read_text())
+    search = spec["components"]["search"]["init_parameters"]
+    search.update(search.pop("fusion"))
+    path = tmp_path / "retrieve.yml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(PipelineYAMLError) as raised:  # a ValueError naming the file, the old and the new place
+        load_pipeline(path)
+    assert str(path) in str(raised.value)
+    assert re.search(r"\Wweights\W.*\Wfusion\.weights\W", str(raised.value)), str(raised.value)
+
+
 def test_run_scores_a_chunk_by_its_best_sentence(shared):
     dense, lexical, _ = shared
-    only_dense = {"dense": 1.0, "lexical": 0.0}
-    with_sentences = HybridRetriever(dense_store=dense, lexical_store=lexical, weights=only_dense, group_by=None)
+    only_dense = {"weights": {"dense": 1.0, "lexical": 0.0}}
+    with_sentences = HybridRetriever(dense_store=dense, lexical_store=lexical, fusion=only_dense, group_by=None)
     found = with_sentences.run(query="rotate keys", query_embedding=QUERY, filters=PUBLIC)["documents"]
     assert [d.id for d in found] == ["a", "b", "b2"]  # acme's chunk is filtered out
     assert found[0].meta["sentence_score"] == pytest.approx(1.0) and found[0].meta["dense_score"] == pytest.approx(0.6)
     assert "sentence_score" not in found[2].meta  # written without sentence vectors: its chunk vector scores it
-    chunks_only = HybridRetriever(dense_store=dense, lexical_store=lexical, weights=only_dense, group_by=None,
+    chunks_only = HybridRetriever(dense_store=dense, lexical_store=lexical, fusion=only_dense, group_by=None,
                                   sentences=False)
     assert next(d.id for d in chunks_only.run(query="x", query_embedding=QUERY, filters=PUBLIC)["documents"]) == "b"
 
@@ -96,7 +125,7 @@ def test_run_scores_a_chunk_by_its_best_sentence(shared):
 def test_run_fuses_per_document(shared):
     dense, lexical, ngrams = shared
     retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, chunks_per_group=1,
-                                method="rrf", weights={"dense": 0.2, "lexical": 0.4, "ngrams": 0.4})
+                                fusion={"method": "rrf", "weights": {"dense": 0.2, "lexical": 0.4, "ngrams": 0.4}})
     found = retriever.run(query="invoices refunds", query_embedding=QUERY, filters=PUBLIC)["documents"]
     assert [d.meta["doc_id"] for d in found] == ["billing", "keys"]  # one chunk per document
     assert found[0].id == "b" and found[0].meta["lexical_score"] > 0 and found[0].meta["lexical_rank"] == 1
@@ -110,7 +139,7 @@ def test_run_on_separate_stores_fuses_their_lists(tmp_path):
     dense.write_documents(CHUNKS)
     lexical.write_documents(CHUNKS)
     retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, group_by=None,
-                                weights={"dense": 1.0, "lexical": 0.5})
+                                fusion={"weights": {"dense": 1.0, "lexical": 0.5}})
     found = retriever.run(query="invoices by mail", query_embedding=QUERY, filters=PUBLIC)["documents"]
     assert found[0].id == "b" and found[0].meta["dense_rank"] == 1 and found[0].meta["lexical_rank"] == 1
     assert {d.id for d in found} == {"a", "b", "b2"} and "sentence_score" not in found[0].meta

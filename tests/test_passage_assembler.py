@@ -1,11 +1,14 @@
+import re
 from copy import deepcopy
 
 import pytest
+import yaml
 from haystack import Document, Pipeline
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.builders.passage_assembler import PassageAssembler
 from gatehouse.components.state import FALLBACK_MESSAGE, new_state
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 
 def make_doc(
@@ -96,6 +99,7 @@ def test_to_dict():
     assert params["fallback_message"] == "Nothing."
     assert params["max_context_tokens"] == 2000
     assert params["tokens_per_word"] == 1.3
+    assert params["compression"]["max_sentences"] == 6 and params["compression"]["cache_dir"] is None
 
 
 def test_from_dict():
@@ -105,6 +109,26 @@ def test_from_dict():
     assert restored.dedupe_threshold == 0.6
     assert restored.max_context_tokens == 500
     assert component_to_dict(restored, "component") == component_to_dict(original, "component")
+
+
+def test_from_dict_names_where_a_moved_setting_went(tmp_path):
+    data = component_to_dict(PassageAssembler(), "component")
+    data["init_parameters"] = {"top_k": 3, "compress_min_tokens": 100, "cache_dir": "off"}
+    with pytest.raises(ValueError) as raised:
+        component_from_dict(PassageAssembler, data, "component")
+    for old, new in [("compress_min_tokens", "compression.min_tokens"), ("cache_dir", "compression.cache_dir")]:
+        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
+    with pytest.raises(ValueError, match=r"'compression'.*'min_token'"):
+        PassageAssembler(compression={"min_token": 100})
+    # A user's pipeline YAML written before the settings moved: loading it names the new place.
+    path = tmp_path / "old.yml"
+    path.write_text(yaml.safe_dump({"components": {"assembler": {
+        "type": "gatehouse.components.builders.passage_assembler.PassageAssembler",
+        "init_parameters": {"compress": True, "compress_max_sentences": 3}}}, "connections": []}))
+    with pytest.raises(PipelineYAMLError) as raised:  # a ValueError naming the file, the old and the new place
+        load_pipeline(path)
+    assert str(path) in str(raised.value)
+    assert re.search(r"\Wcompress_max_sentences\W.*\Wcompression\.max_sentences\W", str(raised.value))
 
 
 def test_pipeline_yaml_round_trip():
@@ -268,7 +292,7 @@ def test_run_compress_keeps_query_relevant_sentences_in_order():
     relevant = "To rotate an API key, click Rotate next to the key in Settings."
     text = " ".join(filler[:3] + [relevant] + filler[3:])
     doc = make_doc(text, score=0.9)
-    assembler = PassageAssembler(compress=True, compress_min_tokens=20, compress_max_sentences=2, cache_dir="off")
+    assembler = PassageAssembler(compress=True, compression={"min_tokens": 20, "max_sentences": 2, "cache_dir": "off"})
     passage = assembler.run(state=new_state("How do I rotate an API key?", documents=[doc]))["passages"]["passages"][0]
     assert relevant in passage.content
     assert passage.meta["compressed"] is True
@@ -277,6 +301,6 @@ def test_run_compress_keeps_query_relevant_sentences_in_order():
     # Order of the original text is kept.
     assert sorted(kept, key=text.index) == sorted(kept, key=passage.content.index)
     # Short passages are left alone.
-    short = PassageAssembler(compress=True, compress_min_tokens=500, cache_dir="off")
+    short = PassageAssembler(compress=True, compression={"min_tokens": 500, "cache_dir": "off"})
     untouched = short.run(state=new_state("rotate", documents=[doc]))["passages"]["passages"][0]
     assert untouched.content == text

@@ -7,7 +7,7 @@ from haystack.components.generators.chat import OpenAIChatGenerator
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.routers.quality_gate import QualityGate, parse_relevance
-from gatehouse.components.text import DEFAULT_STOPWORDS, TermNormaliser, tokenize
+from gatehouse.components.terms import DEFAULT_STOPWORDS, TermNormaliser, tokenize
 from gatehouse.components.state import new_state
 from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 

@@ -12,18 +12,15 @@ from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.semantic_cache import (
-    SemanticCache,
-    SemanticCacheStore,
-    key_terms,
-    normalise_question,
-)
+from gatehouse.components.routers.question_keys import key_terms, normalise_question
+from gatehouse.components.routers.semantic_cache import SemanticCache
+from gatehouse.components.routers.semantic_cache_store import SemanticCacheStore
 from gatehouse.components.state import new_state, with_validation
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.ingest import ingest, path_groups, sample_groups
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue
-from gatehouse.pipelines import load_pipeline, pipelines_dir
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline, pipelines_dir
 
 CITATION = {"id": "S1", "text": "Open API keys and choose Rotate.", "url": "faq/api-keys.md#rotate", "chunk_id": "c1",
             "source": "api-keys.md", "kb": "faq", "confidence": 0.9, "snippet": "choose Rotate"}
@@ -96,7 +93,7 @@ def test_to_dict(store):
         "document_store": store.to_dict(), "embedding_model": None, "cache_dir": None,
     }
     assert component_to_dict(SemanticCacheStore(), "component") == {
-        "type": "gatehouse.components.routers.semantic_cache.SemanticCacheStore", "init_parameters": {},
+        "type": "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore", "init_parameters": {},
     }
 
 
@@ -111,6 +108,16 @@ def test_from_dict(store, monkeypatch):
     assert isinstance(restored.document_store, LexicalDocumentStore)
     assert restored.document_store.local == store.local
     assert isinstance(component_from_dict(SemanticCacheStore, component_to_dict(SemanticCacheStore(), "component"), "component"), SemanticCacheStore)
+
+
+def test_a_yaml_naming_the_store_by_its_old_module_names_the_new_one(tmp_path):
+    spec = yaml.safe_load((pipelines_dir() / "ask.yml").read_text())
+    spec["components"]["cache_store"]["type"] = "gatehouse.components.routers.semantic_cache.SemanticCacheStore"
+    path = tmp_path / "ask-old.yml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(PipelineYAMLError, match="gatehouse.components.routers.semantic_cache.SemanticCacheStore -> "
+                                                "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore"):
+        load_pipeline(path)
 
 
 def test_normalise_question_and_key_terms():

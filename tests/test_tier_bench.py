@@ -97,7 +97,7 @@ def test_variant_specs_patch_a_copy():
     assert router["llm"]["margin"] == 2.0
     assert ask_component("router")["init_parameters"]["evidence"]["enabled"] is True
     judge = variant_spec(ask_component(COMPONENTS["judge"]), "judge", "llm_only", GENERATOR)["init_parameters"]
-    assert judge["llm_weight"] == 1.0
+    assert judge["llm"] == {"weight": 1.0}
     quality = variant_spec(ask_component(COMPONENTS["quality"]), "quality", "llm_only", GENERATOR)["init_parameters"]
     assert quality["judge"]["weight"] == 1.0
     with pytest.raises(ValueError, match="rewriter tier has no llm_only variant"):

@@ -2,26 +2,48 @@
 The passage assembler: turns the retrieved documents into the labelled passages the generator may use.
 """
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
 
 from haystack import Document, component
 
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance
-from gatehouse.components.text import (
-    DEFAULT_ABBREVIATIONS,
-    content_words,
-    estimate_tokens,
-    jaccard,
-    overlap,
-    split_units,
-    tokens,
-)
+from gatehouse.components.terms import content_words, jaccard, overlap, tokens
+from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS, split_units
+
+#: How `compress` reduces a long passage: only passages above `min_tokens` (estimated) are compressed, to their
+#: `max_sentences` sentences or list items scoring best by `embedding_weight` x the query's embedding cosine +
+#: `lexical_weight` x the share of the query's content words they hold (not counting `stopwords`; None: the built-in
+#: English list); `embedding_model` and `cache_dir` (None: the configured defaults, `"off"`: no cache) embed them.
+COMPRESSION: dict[str, Any] = {"min_tokens": 200, "max_sentences": 6, "embedding_weight": 0.6, "lexical_weight": 0.4,
+                               "stopwords": None, "embedding_model": None, "cache_dir": None}
+
+
+def estimate_tokens(text: str, tokens_per_word: float = 1.3) -> int:
+    """
+    Estimate the LLM token count of a text as whitespace words times `tokens_per_word`, rounded up.
+
+    :param text: Any text.
+    :param tokens_per_word: Average tokens per English word (about 1.3 for BPE tokenisers).
+    :returns: The estimated token count.
+    """
+    return math.ceil(len((text or "").split()) * tokens_per_word)
+
+
+def _check_settings(top_k: int, max_context_tokens: int, max_per_section: int | None) -> None:
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if max_context_tokens < 1:
+        raise ValueError(f"max_context_tokens must be at least 1, got {max_context_tokens}")
+    if max_per_section is not None and max_per_section < 1:
+        raise ValueError(f"max_per_section must be at least 1 or None, got {max_per_section}")
 
 
 @component
-class PassageAssembler:
+class PassageAssembler(MovedSettings):
     """
     Deduplicates, ranks, budgets and labels retrieved documents as passages `S1..Sn` for the generator.
 
@@ -32,7 +54,7 @@ class PassageAssembler:
        of at least `dedupe_threshold` with one already kept, and (when `max_per_section` is set) documents beyond
        that many per `(doc_id, section_id)`.
     3. Keep the best `top_k`.
-    4. Optionally compress long passages to the sentences closest to the query (`compress=True`).
+    4. Optionally compress long passages to the sentences closest to the query (`compress=True`, `compression`).
     5. Enforce the token budget `max_context_tokens`: passages are taken in relevance order while they fit; the
        first that does not fit and every less relevant one are dropped. The budget counts whitespace words times
        `tokens_per_word` (1.3 approximates BPE tokenisers on English prose). If even the best passage alone is
@@ -59,6 +81,16 @@ class PassageAssembler:
     ```
     """
 
+    moved_settings = {
+        "compress_min_tokens": "compression.min_tokens",
+        "compress_max_sentences": "compression.max_sentences",
+        "compress_embedding_weight": "compression.embedding_weight",
+        "compress_lexical_weight": "compression.lexical_weight",
+        "stopwords": "compression.stopwords",
+        "embedding_model": "compression.embedding_model",
+        "cache_dir": "compression.cache_dir",
+    }
+
     def __init__(
         self,
         *,
@@ -68,54 +100,30 @@ class PassageAssembler:
         dedupe_threshold: float = 0.8,
         max_per_section: int | None = None,
         compress: bool = False,
-        compress_min_tokens: int = 200,
-        compress_max_sentences: int = 6,
-        compress_embedding_weight: float = 0.6,
-        compress_lexical_weight: float = 0.4,
-        embedding_model: str | None = None,
-        cache_dir: str | None = None,
-        stopwords: list[str] | None = None,
+        compression: dict[str, Any] | None = None,
         abbreviations: list[str] | None = None,
         fallback_message: str = FALLBACK_MESSAGE,
     ) -> None:
         """
-        Create the assembler.
-
         :param top_k: Most passages to keep.
         :param max_context_tokens: Token budget of all passages together.
         :param tokens_per_word: Tokens counted per whitespace-separated word for the budget.
         :param dedupe_threshold: Token Jaccard similarity at or above which two contents count as duplicates.
         :param max_per_section: Most passages per `(doc_id, section_id)`; None for no limit.
         :param compress: Reduce long passages to their sentences most related to the query (order kept).
-        :param compress_min_tokens: Only passages longer than this many (estimated) tokens are compressed.
-        :param compress_max_sentences: Sentences (or list items) kept per compressed passage.
-        :param compress_embedding_weight: Weight of query-sentence embedding cosine similarity when compressing.
-        :param compress_lexical_weight: Weight of the share of query content words found in the sentence.
-        :param embedding_model: Embedding model for compression; None uses the configured default.
-        :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
-        :param stopwords: Stopwords ignored by the lexical overlap; None uses the built-in English list.
+        :param compression: How passages are compressed (`COMPRESSION`: keys and defaults).
         :param abbreviations: Words whose trailing period does not end a sentence; None uses the built-in list.
         :param fallback_message: The answer given on the `fallback` route.
+        :raises ValueError: If a number is out of range or `compression` has an unknown key.
         """
-        if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
-        if max_context_tokens < 1:
-            raise ValueError(f"max_context_tokens must be at least 1, got {max_context_tokens}")
-        if max_per_section is not None and max_per_section < 1:
-            raise ValueError(f"max_per_section must be at least 1 or None, got {max_per_section}")
+        _check_settings(top_k, max_context_tokens, max_per_section)
         self.top_k = top_k
         self.max_context_tokens = max_context_tokens
         self.tokens_per_word = tokens_per_word
         self.dedupe_threshold = dedupe_threshold
         self.max_per_section = max_per_section
         self.compress = compress
-        self.compress_min_tokens = compress_min_tokens
-        self.compress_max_sentences = compress_max_sentences
-        self.compress_embedding_weight = compress_embedding_weight
-        self.compress_lexical_weight = compress_lexical_weight
-        self.embedding_model = embedding_model
-        self.cache_dir = cache_dir
-        self.stopwords = stopwords
+        self.compression = setting_group("compression", compression, COMPRESSION)
         self.abbreviations = abbreviations
         self.fallback_message = fallback_message
         self._backend: Any = None
@@ -125,7 +133,8 @@ class PassageAssembler:
         if self.compress and self._backend is None:
             from gatehouse.components.embedders.embedding import EmbeddingBackend
 
-            self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.cache_dir)
+            self._backend = EmbeddingBackend.get(model=self.compression["embedding_model"],
+                                                 cache_dir=self.compression["cache_dir"])
 
     @component.output_types(passages=State, fallback=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:
@@ -252,25 +261,26 @@ class PassageAssembler:
         return DEFAULT_ABBREVIATIONS if self.abbreviations is None else self.abbreviations
 
     def _compress(self, docs: list[Document], query: str) -> list[Document]:
-        long_docs = [d for d in docs if self._tokens(d.content or "") > self.compress_min_tokens]
+        settings = self.compression
+        long_docs = [d for d in docs if self._tokens(d.content or "") > settings["min_tokens"]]
         if not long_docs or not query.strip():
             return docs
         self.warm_up()
-        query_words = content_words(query, self.stopwords)
+        query_words = content_words(query, settings["stopwords"])
         query_vector = self._backend.embed([query])[0]
         compressed: dict[str, Document] = {}
         for doc in long_docs:
             units = [u for u in split_units(doc.content or "", abbreviations=self._abbreviations())]
             candidates = [i for i, u in enumerate(units) if u.kind in ("sentence", "item")]
-            if len(candidates) <= self.compress_max_sentences:
+            if len(candidates) <= settings["max_sentences"]:
                 continue
             vectors = self._backend.embed([units[i].text for i in candidates])
             scores = {
-                i: self.compress_embedding_weight * float(vectors[n] @ query_vector)
-                + self.compress_lexical_weight * overlap(query_words, content_words(units[i].text, self.stopwords))
+                i: settings["embedding_weight"] * float(vectors[n] @ query_vector)
+                + settings["lexical_weight"] * overlap(query_words, content_words(units[i].text, settings["stopwords"]))
                 for n, i in enumerate(candidates)
             }
-            best = set(sorted(candidates, key=lambda i: -scores[i])[: self.compress_max_sentences])
+            best = set(sorted(candidates, key=lambda i: -scores[i])[: settings["max_sentences"]])
             keep = [i for i, u in enumerate(units) if i in best or u.kind == "heading"]
             compressed[doc.id] = replace(
                 doc, content=self._join(units, keep), meta={**doc.meta, "compressed": True}

@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component
 
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
-from gatehouse.components.text import DEFAULT_CITATION_PATTERN, rewrite_markers
+from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, rewrite_markers
 
 
 @component

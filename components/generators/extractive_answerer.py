@@ -9,23 +9,36 @@ from typing import Any
 from haystack import component
 
 from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units, render
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance
-from gatehouse.components.text import (
-    DEFAULT_ABBREVIATIONS,
-    content_words,
-    jaccard,
-    overlap,
-    strip_list_marker,
-)
+from gatehouse.components.terms import content_words, jaccard, overlap
+from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS, strip_list_marker
 
 DEFAULT_NO_ANSWER_MESSAGE = (
     "I couldn't find an answer to this in the available documentation. "
     "Please rephrase the question or contact support."
 )
 
+#: How units are ranked when the answerability gate's ranking is not used: `embedding_weight` x the query-unit
+#: embedding cosine + `lexical_weight` x the share of the query's content words in the unit, plus `procedure_bonus`
+#: for a list or code block when the question asks how to do something; a unit is picked when it scores at least
+#: `min_score`, and skipped when its content words have a Jaccard similarity of `duplicate_threshold` or more with a
+#: unit already picked.
+OWN_RANKING: dict[str, float] = {"min_score": 0.35, "embedding_weight": 0.6, "lexical_weight": 0.4,
+                                 "duplicate_threshold": 0.8, "procedure_bonus": 0.1}
+
+
+def _check_settings(max_units: int, order: str, style: str) -> None:
+    if max_units < 1:
+        raise ValueError(f"max_units must be at least 1, got {max_units}")
+    if order not in ("passage", "score"):
+        raise ValueError(f"order must be 'passage' or 'score', got '{order}'")
+    if style not in ("span", "unit"):
+        raise ValueError(f"style must be 'span' or 'unit', got '{style}'")
+
 
 @component
-class ExtractiveAnswerer:
+class ExtractiveAnswerer(MovedSettings):
     """
     Answers with the units of the passages that answer the query, each line cited as `[S#]`.
 
@@ -36,14 +49,15 @@ class ExtractiveAnswerer:
     - When the answerability gate ran before it, its ranking (`state["answer_candidates"]`) decides: its best unit,
       then (up to `max_units`) runners-up scoring at least `min_relative_score` times the best, an honest "one of
       these" when the gate cannot tell them apart; a unit overlapping one already picked is skipped.
-    - Without the gate's ranking, each unit gets `embedding_weight * cosine(query, unit) + lexical_weight * share of
-      the query's content words in the unit`; units are taken best first while they score at least `min_score` and
-      `min_relative_score` times the best, skipping overlapping units and near-duplicates (content-word Jaccard >=
-      `duplicate_threshold`).
+    - Without the gate's ranking, units are ranked by `own_ranking`: each gets `embedding_weight * cosine(query,
+      unit) + lexical_weight * share of the query's content words in the unit`; units are taken best first while
+      they score at least `min_score` and `min_relative_score` times the best, skipping overlapping units and
+      near-duplicates (content-word Jaccard >= `duplicate_threshold`).
     - `style`: `unit` (the picks), `span` (only the gate's short answer, e.g. a value or a name, with its marker; the
       unit when the gate found none).
     - The picks appear in reading order (by passage, then position; `order="score"` lists the best first).
-    - With no passages or no unit above `min_score`, the answer is `no_answer_message` and the status "fallback".
+    - With no passages or no unit above `own_ranking.min_score`, the answer is `no_answer_message` and the status
+      "fallback".
 
     Usage example:
     ```python
@@ -61,61 +75,44 @@ class ExtractiveAnswerer:
     ```
     """
 
+    moved_settings = {name: f"own_ranking.{name}" for name in OWN_RANKING}
+
     def __init__(
         self,
         *,
         max_units: int = 1,
-        min_score: float = 0.35,
         min_relative_score: float = 0.6,
-        embedding_weight: float = 0.6,
-        lexical_weight: float = 0.4,
-        duplicate_threshold: float = 0.8,
-        procedure_bonus: float = 0.1,
         max_list_items: int = 8,
         order: str = "passage",
         style: str = "unit",
         use_answer_candidates: bool = True,
         no_answer_message: str = DEFAULT_NO_ANSWER_MESSAGE,
+        own_ranking: dict[str, float] | None = None,
         embedding_model: str | None = None,
         cache_dir: str | None = None,
     ) -> None:
         """
-        Create the answerer.
-
         :param max_units: Most units in the answer.
-        :param min_score: Lowest combined score (0..1) of a unit this component picks by its own score.
-        :param min_relative_score: A further unit needs this share of the best unit's score (the gate's, or this
-            component's own).
-        :param embedding_weight: Weight of the query-unit embedding cosine similarity.
-        :param lexical_weight: Weight of the share of query content words present in the unit.
-        :param duplicate_threshold: Content-word Jaccard similarity at which a unit duplicates a picked one.
-        :param procedure_bonus: Added to a list's or code block's own score for a how-to question.
+        :param min_relative_score: A further unit needs this share of the best unit's score (the gate's or its own).
         :param max_list_items: Most items shown of a list or key-value block.
         :param order: "passage" (reading order) or "score" (best pick first).
         :param style: "unit" (the picked units) or "span" (the gate's short answer with its marker).
         :param use_answer_candidates: Take the answerability gate's best candidate as the first pick.
         :param no_answer_message: The answer when no unit qualifies.
-        :param embedding_model: Embedding model; None uses the configured default.
+        :param own_ranking: How units are ranked without the gate's ranking (`OWN_RANKING`: keys and defaults).
+        :param embedding_model: Embedding model of that ranking; None uses the configured default.
         :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
+        :raises ValueError: If a setting is out of range or `own_ranking` has an unknown key.
         """
-        if max_units < 1:
-            raise ValueError(f"max_units must be at least 1, got {max_units}")
-        if order not in ("passage", "score"):
-            raise ValueError(f"order must be 'passage' or 'score', got '{order}'")
-        if style not in ("span", "unit"):
-            raise ValueError(f"style must be 'span' or 'unit', got '{style}'")
+        _check_settings(max_units, order, style)
         self.max_units = max_units
-        self.min_score = min_score
         self.min_relative_score = min_relative_score
-        self.embedding_weight = embedding_weight
-        self.lexical_weight = lexical_weight
-        self.duplicate_threshold = duplicate_threshold
-        self.procedure_bonus = procedure_bonus
         self.max_list_items = max_list_items
         self.order = order
         self.style = style
         self.use_answer_candidates = use_answer_candidates
         self.no_answer_message = no_answer_message
+        self.own_ranking = setting_group("own_ranking", own_ranking, OWN_RANKING)
         self.embedding_model = embedding_model
         self.cache_dir = cache_dir
         self._backend: Any = None
@@ -189,16 +186,18 @@ class ExtractiveAnswerer:
     def _more(self, query: str, units: list[AnswerUnit], picks: list[AnswerUnit]) -> list[AnswerUnit]:
         """Add units by this component's own score until `max_units`."""
         self.warm_up()
+        ranking = self.own_ranking
         texts = [strip_list_marker(f"{u.lead} {u.text}" if u.lead else u.text) for u in units]
         vectors = self._backend.embed([query, *texts])
         query_words = content_words(query)
         words = [content_words(text) for text in texts]
         steps = PROCEDURE_QUESTION.search(query) is not None  # a how-to question: a list of steps or code first
-        scores = [self.embedding_weight * max(0.0, float(v @ vectors[0])) + self.lexical_weight * overlap(query_words, w)
-                  + (self.procedure_bonus if steps and u.kind in ("list", "code") else 0.0)
+        scores = [ranking["embedding_weight"] * max(0.0, float(v @ vectors[0]))
+                  + ranking["lexical_weight"] * overlap(query_words, w)
+                  + (ranking["procedure_bonus"] if steps and u.kind in ("list", "code") else 0.0)
                   for u, v, w in zip(units, vectors[1:], words)]
         order = sorted(range(len(units)), key=lambda i: -scores[i])
-        floor = max(self.min_score, self.min_relative_score * scores[order[0]])
+        floor = max(ranking["min_score"], self.min_relative_score * scores[order[0]])
         chosen = list(picks)
         for i in order:
             if len(chosen) >= self.max_units or scores[i] < floor:
@@ -206,7 +205,8 @@ class ExtractiveAnswerer:
             unit = units[i]
             if any(_overlaps(unit, other) for other in chosen):
                 continue
-            if any(jaccard(words[i], words[units.index(other)]) >= self.duplicate_threshold for other in chosen):
+            if any(jaccard(words[i], words[units.index(other)]) >= ranking["duplicate_threshold"]
+                   for other in chosen):
                 continue
             chosen.append(unit)
         return chosen

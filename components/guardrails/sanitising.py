@@ -10,7 +10,7 @@ import unicodedata
 import nh3
 from markdown_it.helpers import parseLinkDestination, parseLinkTitle
 
-from gatehouse.components.text import printable
+from gatehouse.components.printable import printable
 
 DEFAULT_DANGEROUS_ELEMENTS: list[str] = ["script", "style", "iframe", "object", "embed", "noscript", "template"]
 

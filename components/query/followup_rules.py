@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gatehouse.components.settings import grouped_settings
-from gatehouse.components.text import TermNormaliser, singular, tokenize
+from gatehouse.components.terms import TermNormaliser, singular, tokenize
 
 DEFAULT_FOLLOWUP_PATTERNS = [
     r"^\s*(and|but|also|or|so|then|plus)\b",

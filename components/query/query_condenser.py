@@ -8,7 +8,7 @@ from haystack import component
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_for_query
 from gatehouse.components.query.followup_rules import DEFAULT_CONTEXT_TEMPLATE, FollowUpRules
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import same_words
+from gatehouse.components.terms import same_words
 
 DEFAULT_CONDENSE_PROMPT = (
     "Given the conversation so far and a follow-up question, rewrite the follow-up into a standalone search "

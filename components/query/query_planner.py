@@ -11,7 +11,7 @@ from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_gener
 from gatehouse.components.query.followup_rules import FollowUpRules
 from gatehouse.components.settings import grouped_settings
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import DEFAULT_STOPWORDS, singular, tokenize
+from gatehouse.components.terms import DEFAULT_STOPWORDS, singular, tokenize
 
 DEFAULT_QUESTION_WORDS = ["what", "which", "how", "where", "when", "who", "why", "is", "are", "can", "could", "do",
                           "does", "did", "should", "will", "would", "if"]

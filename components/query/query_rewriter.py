@@ -17,7 +17,7 @@ from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.kb_profile import KBProfiles
 from gatehouse.components.settings import grouped_settings
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import TermNormaliser, same_words, tokenize
+from gatehouse.components.terms import TermNormaliser, same_words, tokenize
 
 STRATEGIES = ("keywords", "feedback")
 #: How expansion terms are chosen: every key of `QueryRewriter`'s `expansion`, with its default.

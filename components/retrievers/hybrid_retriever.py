@@ -7,15 +7,34 @@ from haystack import Document, component
 
 from gatehouse.components.embedders.vector import Vector
 from gatehouse.components.joiners.fusion import Fusion
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 LISTS = ("dense", "lexical", "ngrams")
 
+#: How the lists are fused (`Fusion`): `method` `weighted_sum` (normalised scores, weighted) or `rrf` (reciprocal
+#: ranks), the `weights` of the lists (`dense`, `lexical`, `ngrams`; None: 0.6 / 0.2 / 0.2, or 0.6 / 0.4 without an
+#: ngrams store), the `normalization` of `weighted_sum` (`max`, `minmax` or `zscore`) and the RRF rank constant `rrf_k`.
+FUSION: dict[str, Any] = {"method": "weighted_sum", "weights": None, "normalization": "max", "rrf_k": 60}
+
+
+def _fusion_settings(fusion: dict[str, Any] | None, ngrams_store: LexicalDocumentStore | None) -> dict[str, Any]:
+    """The fusion settings with their defaults, the weights naming only the lists searched."""
+    settings = setting_group("fusion", fusion, FUSION)
+    default = {"dense": 0.6, "lexical": 0.2, "ngrams": 0.2} if ngrams_store else {"dense": 0.6, "lexical": 0.4}
+    lists = dict(default if settings["weights"] is None else settings["weights"])
+    unknown = sorted(set(lists) - set(LISTS)) + (["ngrams (no ngrams_store)"] if "ngrams" in lists and
+                                                  ngrams_store is None else [])
+    if unknown:
+        raise ValueError(f"fusion.weights name lists this retriever does not search: {unknown}. "
+                         f"Use {', '.join(LISTS)}.")
+    return {**settings, "weights": lists}
+
 
 @component
-class HybridRetriever:
+class HybridRetriever(MovedSettings):
     """
     Finds a query's best documents by three searches fused into one ranking: `dense` (the query vector against each
     chunk's vector), `lexical` (BM25 on words) and `ngrams` (BM25 on character n-grams of words, for spelling and
@@ -24,10 +43,10 @@ class HybridRetriever:
     On the local store the candidates of all three lists are re-scored by their best sentence: the `dense` list
     becomes every candidate, scored by the query's cosine to the chunk's vector or to its best sentence, whichever is
     higher (short questions often match one sentence of a long passage far better than the passage's one vector).
-    Then the lists are fused (`method`, `weights`, `normalization`, per document with `group_by`) and only the chunks
-    kept are read from the store. The whole search works on ids and scores, so a query costs a few engine calls and
-    the documents it returns. With server stores (Qdrant, Elasticsearch) the three lists come from the servers and are
-    fused the same way, without sentence re-scoring.
+    Then the lists are fused (`fusion`: method, weights, normalisation; per document with `group_by`) and only the
+    chunks kept are read from the store. The whole search works on ids and scores, so a query costs a few engine
+    calls and the documents it returns. With server stores (Qdrant, Elasticsearch) the three lists come from the
+    servers and are fused the same way, without sentence re-scoring.
 
     Each chunk returned carries `meta["<list>_score"]` for the lists that found it (`dense_score` is the chunk
     vector's cosine), `meta["<list>_rank"]`, `meta["sentence_score"]` (local store) and the fused `score` of its
@@ -45,6 +64,8 @@ class HybridRetriever:
     ```
     """
 
+    moved_settings = {name: f"fusion.{name}" for name in FUSION}
+
     def __init__(
         self,
         *,
@@ -53,10 +74,7 @@ class HybridRetriever:
         ngrams_store: LexicalDocumentStore | None = None,
         candidates: int = 200,
         sentences: bool = True,
-        method: str = "weighted_sum",
-        weights: dict[str, float] | None = None,
-        normalization: str = "max",
-        rrf_k: int = 60,
+        fusion: dict[str, Any] | None = None,
         group_by: str | None = "doc_id",
         chunks_per_group: int | None = 3,
         top_k: int = 20,
@@ -67,39 +85,26 @@ class HybridRetriever:
         :param ngrams_store: The BM25 store on character n-grams (`analysis: ngrams`); None leaves that list out.
         :param candidates: Hits taken from each list before fusion.
         :param sentences: Re-score the candidates by their best sentence (local store).
-        :param method: `weighted_sum` (normalised scores, weighted) or `rrf` (reciprocal ranks).
-        :param weights: Weight of each list (`dense`, `lexical`, `ngrams`); default 0.6 / 0.2 / 0.2 (0.6 / 0.4
-            without `ngrams_store`).
-        :param normalization: Score normalisation of `weighted_sum`: `max`, `minmax` or `zscore`.
-        :param rrf_k: The RRF rank constant.
+        :param fusion: How the lists are fused: `method`, `weights`, `normalization`, `rrf_k` (see `FUSION`).
         :param group_by: Metadata key naming a chunk's document, to rank documents; None ranks chunks.
         :param chunks_per_group: With `group_by`, the most chunks kept per document (best first); None keeps all.
         :param top_k: Documents kept (chunks when `group_by` is None).
+        :raises ValueError: If `fusion` names an unknown key, method, normalisation or list.
         """
-        default = {"dense": 0.6, "lexical": 0.2, "ngrams": 0.2} if ngrams_store else {"dense": 0.6, "lexical": 0.4}
-        lists = dict(default if weights is None else weights)
-        unknown = sorted(set(lists) - set(LISTS)) + (["ngrams (no ngrams_store)"] if "ngrams" in lists and
-                                                      ngrams_store is None else [])
-        if unknown:
-            raise ValueError(f"weights name lists this retriever does not search: {unknown}. Use {', '.join(LISTS)}.")
-        self._fusion = Fusion(method=method, weights=lists, rrf_k=rrf_k, normalization=normalization,
-                              group=group_by is not None, chunks_per_group=chunks_per_group)
         self.dense_store = dense_store
         self.lexical_store = lexical_store
         self.ngrams_store = ngrams_store
         self.candidates = candidates
         self.sentences = sentences
-        self.method = method
-        self.weights = lists
-        self.normalization = normalization
-        self.rrf_k = rrf_k
+        self.fusion = _fusion_settings(fusion, ngrams_store)
         self.group_by = group_by
         self.chunks_per_group = chunks_per_group
         self.top_k = top_k
+        self._fusion = Fusion(**self.fusion, group=group_by is not None, chunks_per_group=chunks_per_group)
 
     def _stores(self) -> dict[str, Any]:
         stores = {"dense": self.dense_store, "lexical": self.lexical_store, "ngrams": self.ngrams_store}
-        return {name: stores[name] for name in self.weights}
+        return {name: stores[name] for name in self.fusion["weights"]}
 
     def _local(self) -> EdgeDocumentStore | None:
         """The one local shard all the searched stores share, if they do."""

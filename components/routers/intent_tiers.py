@@ -15,7 +15,7 @@ from gatehouse.components.routers.tiered_classifier import (
     decide,
     normalize_text,
 )
-from gatehouse.components.text import TermNormaliser, stem, tokenize, tokens
+from gatehouse.components.terms import TermNormaliser, stem, tokenize, tokens
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 #: Words of a request to write code, not of what the code is about.

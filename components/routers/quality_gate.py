@@ -15,7 +15,7 @@ from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_gener
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.text import TermNormaliser
+from gatehouse.components.terms import TermNormaliser
 
 
 DEFAULT_JUDGE_PROMPT = (

@@ -18,7 +18,7 @@ from typing import Any
 
 from haystack import Document
 
-from gatehouse.components.text import DEFAULT_CITATION_PATTERN, rewrite_markers
+from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, rewrite_markers
 
 
 def passages_by_id(passages: list[Document]) -> dict[str, Document]:

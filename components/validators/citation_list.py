@@ -25,14 +25,9 @@ from typing import Any
 from haystack import Document
 
 from gatehouse.components.guardrails.sanitising import citation_url, plain_text
-from gatehouse.components.text import (
-    DEFAULT_CITATION_PATTERN,
-    find_markers,
-    normalize_space,
-    printable,
-    split_units,
-    strip_heading_markers,
-)
+from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers
+from gatehouse.components.printable import printable
+from gatehouse.components.text_units import normalize_space, split_units, strip_heading_markers
 
 #: The citation verifier's `citations` settings and their defaults: the snippet's length, the separator between
 #: title and section in the display text, the URL of a passage without `meta["url"]` (`{kb}` and `{source}` filled

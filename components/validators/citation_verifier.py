@@ -13,16 +13,13 @@ from haystack import Document, component
 from gatehouse.components.generators.reply_stream import ReplyStream
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
-from gatehouse.components.text import (
+from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers, rewrite_markers, strip_markers
+from gatehouse.components.text_units import (
     DEFAULT_ABBREVIATIONS,
-    DEFAULT_CITATION_PATTERN,
     Unit,
-    find_markers,
-    rewrite_markers,
     split_units,
     strip_heading_markers,
     strip_list_marker,
-    strip_markers,
 )
 from gatehouse.components.validators.answer_edits import (
     passages_by_id,

@@ -29,12 +29,10 @@ from typing import Any
 import numpy as np
 from haystack import Document
 
-from gatehouse.components.text import (
+from gatehouse.components.terms import content_words, numbers, overlap
+from gatehouse.components.text_units import (
     DEFAULT_ABBREVIATIONS,
-    content_words,
     normalize_space,
-    numbers,
-    overlap,
     split_units,
     strip_heading_markers,
     strip_list_marker,

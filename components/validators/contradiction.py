@@ -24,7 +24,7 @@ detector.negated_words("What if I don't set a limit?")  # {"set", "limit"}: the 
 import re
 from typing import Any
 
-from gatehouse.components.text import content_words, stem
+from gatehouse.components.terms import content_words, stem
 
 #: Words and phrases that negate what follows them; `n't` matches the contracted form ("doesn't", "can't").
 DEFAULT_NEGATION_CUES: tuple[str, ...] = (

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from haystack import Document
 
 from gatehouse.components.state import State
-from gatehouse.components.text import Unit
+from gatehouse.components.text_units import Unit
 
 if TYPE_CHECKING:  # the verifier makes its VerifiedReply; this module only calls it
     from gatehouse.components.validators.citation_verifier import CitationVerifier

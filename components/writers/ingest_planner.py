@@ -9,7 +9,7 @@ from haystack import component
 from haystack.dataclasses import ByteStream
 
 from gatehouse.components.state import PUBLIC_TENANT
-from gatehouse.components.text import printable
+from gatehouse.components.printable import printable
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"  # knowledge base and tenant names (they name folders and filters)

@@ -40,7 +40,7 @@ from fastapi_openai_compat.chat_completions.models import Choice, Message
 from hayhooks.open_webui import OpenWebUIEvent, create_source_event
 from haystack.dataclasses import StreamingCallbackT, StreamingChunk
 
-from gatehouse.components.text import rewrite_markers
+from gatehouse.components.citation_markers import rewrite_markers
 
 #: Word-sized pieces of an answer streamed at once.
 STREAM_PIECE = re.compile(r"\S+\s*|\s+")
