@@ -558,7 +558,7 @@ def test_regex_backend_imports_neither_spacy_nor_presidio():
         "InputGuardrails().run(state=new_state('Mail jo@example.com'))\n"
         "gate = OutputGuardrails()\n"
         "gate.warm_up()\n"
-        "gate.run(state=new_state('q', answer='<b>Mail</b> jo@example.com'))\n"
+        "gate.run(state=[new_state('q', answer='<b>Mail</b> jo@example.com')])\n"
         "print([name for name in ('spacy', 'presidio_analyzer', 'tldextract') if name in sys.modules])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True, check=True)
