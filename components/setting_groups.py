@@ -38,6 +38,11 @@ def setting_group(name: str, given: dict[str, Any] | None, defaults: dict[str, A
     return deepcopy({**defaults, **given})
 
 
+def or_default(value: Any, default: Any) -> Any:
+    """A list or mapping setting as given, or a private copy of its default when it is None."""
+    return deepcopy(default) if value is None else value
+
+
 class MovedSettingError(ValueError):
     """Init parameters that name a setting where it stood before it moved into a group."""
 

@@ -67,17 +67,6 @@ RETIRED_CLASSES = {
 
 _REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"
 _CONDENSER = "gatehouse.components.query.query_condenser.QueryCondenser"
-# Settings a component no longer takes because they were grouped into one mapping: class -> {setting: mapping}.
-MOVED_SETTINGS = {
-    _REWRITER: dict.fromkeys(["max_expansion_terms", "min_keyword_similarity", "max_profile_keywords", "prf_terms",
-                              "prf_top_k", "prf_min_term_length", "stopwords", "stemmer_language"], "expansion"),
-    _CONDENSER: dict.fromkeys(["followup_patterns", "pronouns", "noun_pronouns", "leading_connectives",
-                               "ellipsis_patterns", "determiners", "question_determiners", "prepositions",
-                               "auxiliary_verbs", "verb_cues", "definite_article", "stopwords", "stemmer_language"],
-                              "grammar"),
-    "gatehouse.components.query.query_planner.QueryPlanner": dict.fromkeys(
-        ["question_words", "back_references", "comparison_cues", "stopwords"], "grammar"),
-}
 
 
 class PipelineYAMLError(ValueError):
@@ -284,7 +273,7 @@ def _current_type(kind: str) -> str:
 
 
 def _outdated_settings(node: Any, where: str = ""):
-    """What to change in every component of the YAML tree (`where`: its place) that sets what it no longer takes."""
+    """What to change in every component of the YAML tree (`where`: its place) that sets the query rewriter's `task`."""
     if isinstance(node, dict):
         kind, params = node.get("type"), node.get("init_parameters")
         if isinstance(kind, str) and isinstance(params, dict):
@@ -297,9 +286,6 @@ def _outdated_settings(node: Any, where: str = ""):
                        f"retry now (follow-ups: {_CONDENSER}): remove `task`")
             elif kind == _CONDENSER and "task" in params:
                 yield f"`{where}` sets `task: {params['task']}`, but QueryCondenser takes no `task`: remove it"
-            moved = MOVED_SETTINGS.get(_CONDENSER if condenses else kind, {})
-            for name in [name for name in params if name in moved]:
-                yield f"`{where}`: `{name}` is a key of `{moved[name]}` now (`{moved[name]}: {{{name}: ...}}`)"
         for key, value in node.items():
             yield from _outdated_settings(value, f"{where}.{key}" if where else str(key))
     elif isinstance(node, list):

@@ -47,10 +47,26 @@ def test_load_pipeline_names_the_replacement_of_a_query_rewriter_task(tmp_path):
     message = str(raised.value)
     assert ("`condenser` is a QueryRewriter with `task: condense`, and follow-ups are condensed by their own component "
             "now: write `type: gatehouse.components.query.query_condenser.QueryCondenser` and remove `task`") in message
-    assert "`condenser`: `pronouns` is a key of `grammar` now" in message
     assert "`rewriter` sets `task: retry`, but QueryRewriter only rewrites a weak query for a retry now" in message
     assert "`subqueries.init_parameters.rewriter` sets `task: retry`" in message
-    assert "`rewriter`: `prf_terms` is a key of `expansion` now" in message
+
+
+
+def test_load_pipeline_names_the_new_place_of_a_query_setting_that_moved_into_a_group(tmp_path):
+    path = tmp_path / "moved.yml"
+    path.write_text(
+        "components:\n"
+        "  rewriter:\n"
+        "    type: gatehouse.components.query.query_rewriter.QueryRewriter\n"
+        "    init_parameters: {prf_terms: 4}\n"
+        "  condenser:\n"
+        "    type: gatehouse.components.query.query_condenser.QueryCondenser\n"
+        "    init_parameters: {pronouns: [it]}\n"
+        "connections: []\n"
+    )
+    with pytest.raises(PipelineYAMLError, match=r"'prf_terms' is now 'expansion.prf_terms'|'pronouns' is now "
+                                                r"'grammar.pronouns'"):
+        load_pipeline(path)
 
 
 def test_load_pipeline_refuses_a_class_outside_the_allowlist(tmp_path):

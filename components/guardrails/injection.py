@@ -8,7 +8,7 @@ import re
 from copy import deepcopy
 from typing import Any
 
-from gatehouse.components.guardrails.settings import grouped
+from gatehouse.components.setting_groups import setting_group
 
 DEFAULT_INJECTION_PATTERNS: list[str] = [
     r"re:\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|the|your|my|of|these|those)\s+)*"
@@ -145,7 +145,7 @@ def capability_settings(capabilities: dict[str, dict[str, Any]] | None) -> dict[
     if not isinstance(capabilities, dict):
         raise ValueError(f"'capabilities' must be a mapping, got {type(capabilities).__name__}.")
     return {
-        name: grouped(f"capabilities.{name}", given, DEFAULT_CAPABILITIES.get(name, NEW_CAPABILITY))
+        name: setting_group(f"capabilities.{name}", given, DEFAULT_CAPABILITIES.get(name, NEW_CAPABILITY))
         for name, given in capabilities.items()
     }
 

@@ -28,7 +28,7 @@ from gatehouse.components.guardrails.injection import (
     capability_settings,
 )
 from gatehouse.components.guardrails.pii import PII_DEFAULTS, PIIDetectors
-from gatehouse.components.guardrails.settings import grouped, or_default
+from gatehouse.components.setting_groups import or_default, setting_group
 from gatehouse.components.state import State, advance, with_validation
 
 #: The `cleaning` setting: the Unicode normalisation form applied before anything else, and the Unicode categories
@@ -128,13 +128,13 @@ class InputGuardrails:
         self.corpus_name = corpus_name
         self.max_query_chars = max_query_chars
         self.pii_backend = pii_backend
-        self.pii = grouped("pii", pii, PII_DEFAULTS)
-        self.cleaning = grouped("cleaning", cleaning, CLEANING_DEFAULTS)
-        self.injection = grouped("injection", injection, INJECTION_DEFAULTS)
+        self.pii = setting_group("pii", pii, PII_DEFAULTS)
+        self.cleaning = setting_group("cleaning", cleaning, CLEANING_DEFAULTS)
+        self.injection = setting_group("injection", injection, INJECTION_DEFAULTS)
         self.capabilities = capability_settings(capabilities)
         self.out_of_scope_topics = or_default(out_of_scope_topics, DEFAULT_OUT_OF_SCOPE_TOPICS)
         self.violation_actions = dict(violation_actions or {})
-        self.messages = grouped("messages", messages, MESSAGE_DEFAULTS)
+        self.messages = setting_group("messages", messages, MESSAGE_DEFAULTS)
         self._detectors = PIIDetectors(backend=pii_backend, settings=self.pii)
         self._rules = BoundaryRules(injection=self.injection, capabilities=self.capabilities,
                                     topics=self.out_of_scope_topics, actions=self.violation_actions)

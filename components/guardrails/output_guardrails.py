@@ -23,7 +23,7 @@ from gatehouse.components.guardrails.document_screen import drop_foreign_images
 from gatehouse.components.guardrails.injection import compile_phrase
 from gatehouse.components.guardrails.pii import PII_DEFAULTS, PIIDetectors
 from gatehouse.components.guardrails.sanitising import DEFAULT_DANGEROUS_ELEMENTS, MarkupSanitiser
-from gatehouse.components.guardrails.settings import grouped, or_default
+from gatehouse.components.setting_groups import or_default, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.validators.verified_reply import Released, VerifiedReply
 
@@ -82,7 +82,7 @@ class OutputGuardrails:
         :raises ValueError: If a PII setting or a pattern is invalid, or a tag is both allowed and dangerous.
         """
         self.pii_backend = pii_backend
-        self.pii = grouped("pii", pii, PII_DEFAULTS)
+        self.pii = setting_group("pii", pii, PII_DEFAULTS)
         self.allow_pii_from_sources = allow_pii_from_sources
         self.sanitize_markup = sanitize_markup
         self.allowed_tags = list(allowed_tags or [])

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gatehouse.components.settings import grouped_settings
+from gatehouse.components.setting_groups import setting_group
 from gatehouse.components.terms import TermNormaliser, singular, tokenize
 
 DEFAULT_FOLLOWUP_PATTERNS = [
@@ -137,7 +137,7 @@ class FollowUpRules:
     ) -> None:
         if max_history_turns < 0:
             raise ValueError("max_history_turns must be >= 0.")
-        settings = grouped_settings("grammar", grammar, DEFAULT_GRAMMAR)
+        settings = setting_group("grammar", grammar, DEFAULT_GRAMMAR)
         given = {key: DEFAULT_GRAMMAR[key] if value is None else value for key, value in settings.items()}
         self.max_history_turns = max_history_turns
         self.use_assistant_turns = use_assistant_turns

@@ -1,11 +1,12 @@
 """The condenser: a conversational follow-up becomes a standalone question, by rules; an LLM tier is optional."""
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_for_query
+from gatehouse.components.setting_groups import MovedSettings
 from gatehouse.components.query.followup_rules import DEFAULT_CONTEXT_TEMPLATE, FollowUpRules
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.terms import same_words
@@ -19,7 +20,7 @@ DEFAULT_CONDENSE_PROMPT = (
 
 
 @component
-class QueryCondenser(ChatGeneratorSerialization):
+class QueryCondenser(MovedSettings, ChatGeneratorSerialization):
     """
     Makes a follow-up question standalone (before routing), using the conversation history.
 
@@ -47,6 +48,10 @@ class QueryCondenser(ChatGeneratorSerialization):
     condenser.run(state=state)["state"]["query"]   # "how do I revoke an API key?"
     ```
     """
+
+    #: Settings that moved into `grammar` (a YAML still naming one is refused with its new place).
+    moved_settings: ClassVar[dict[str, str]] = {name: f"grammar.{name}" for name in (
+        "followup_patterns", "pronouns", "noun_pronouns", "leading_connectives", "ellipsis_patterns", "determiners", "question_determiners", "prepositions", "auxiliary_verbs", "verb_cues", "definite_article", "stopwords", "stemmer_language")}
 
     def __init__(
         self,

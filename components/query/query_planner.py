@@ -3,13 +3,13 @@
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.query.followup_rules import FollowUpRules
-from gatehouse.components.settings import grouped_settings
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.terms import DEFAULT_STOPWORDS, singular, tokenize
 
@@ -74,7 +74,7 @@ class _Grammar:
 
 
 def _compile_grammar(grammar: dict[str, Any] | None) -> _Grammar:
-    settings = grouped_settings("grammar", grammar, DEFAULT_GRAMMAR)
+    settings = setting_group("grammar", grammar, DEFAULT_GRAMMAR)
     question_words = settings["question_words"] or DEFAULT_QUESTION_WORDS
     words = "|".join(re.escape(w) for w in question_words)
     stopwords = settings["stopwords"]
@@ -114,7 +114,7 @@ def _question_parts(questions: list[str]) -> list[dict[str, Any]]:
 
 
 @component
-class QueryPlanner(ChatGeneratorSerialization):
+class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
     """
     Decides whether a question has several parts and, if so, plans one sub-query per part. Without a model, by two
     general rules of English:
@@ -153,6 +153,10 @@ class QueryPlanner(ChatGeneratorSerialization):
     # ["The default ports of the server?", "The default ports of the agent?"]
     ```
     """
+
+    #: Settings that moved into `grammar` (a YAML still naming one is refused with its new place).
+    moved_settings: ClassVar[dict[str, str]] = {name: f"grammar.{name}" for name in (
+        "question_words", "back_references", "comparison_cues", "stopwords")}
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from haystack import Document, component
@@ -15,7 +15,7 @@ from haystack import Document, component
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_for_query
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.kb_profile import KBProfiles
-from gatehouse.components.settings import grouped_settings
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.terms import TermNormaliser, same_words, tokenize
 
@@ -48,14 +48,14 @@ def _expansion_settings(strategies: list[str] | None, expansion: dict[str, Any] 
     unknown = [s for s in (strategies or []) if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"Unknown strategies {unknown}. Use {', '.join(STRATEGIES)}.")
-    settings = grouped_settings("expansion", expansion, DEFAULT_EXPANSION)
+    settings = setting_group("expansion", expansion, DEFAULT_EXPANSION)
     if min(settings["max_expansion_terms"], settings["prf_terms"], settings["prf_top_k"]) < 0:
         raise ValueError("expansion: max_expansion_terms, prf_terms and prf_top_k must be >= 0.")
     return settings
 
 
 @component
-class QueryRewriter(ChatGeneratorSerialization):
+class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
     """
     Rewrites a weak query for the next retrieval attempt (after the quality gate's `retry` route;
     `state["attempt"]` is already the new attempt number).
@@ -81,6 +81,10 @@ class QueryRewriter(ChatGeneratorSerialization):
     rewriter.run(state=state)["state"]["query"]   # the question and the faq keywords closest to it
     ```
     """
+
+    #: Settings that moved into `expansion` (a YAML still naming one is refused with its new place).
+    moved_settings: ClassVar[dict[str, str]] = {name: f"expansion.{name}" for name in (
+        "max_expansion_terms", "min_keyword_similarity", "max_profile_keywords", "prf_terms", "prf_top_k", "prf_min_term_length", "stopwords", "stemmer_language")}
 
     def __init__(
         self,
