@@ -401,10 +401,10 @@ def test_editing_the_yaml_and_redeploying_changes_what_is_served(server, admin):
 
     unanswerable = {"query": "How much does the Platinum plan cost?", "tenant": "initech"}
     assert admin.post("/ask/run", json=unanswerable).json()["result"]["status"] == "fallback"
-    ask_yml = server["tmp"] / "pipelines" / "ask.yml"
-    spec = yaml.safe_load(ask_yml.read_text(encoding="utf-8"))
+    answer_yml = server["tmp"] / "pipelines" / "answer.yml"  # ask.yml's answering, edited in its own file
+    spec = yaml.safe_load(answer_yml.read_text(encoding="utf-8"))
     spec["components"]["answerability"]["init_parameters"]["fallback_message"] = "Initech's documents do not say."
-    ask_yml.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    answer_yml.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     deployed = server["tmp"] / "data" / "serve" / "pipelines" / "ask"
     files = {name: (deployed / name).read_text(encoding="utf-8") for name in ("pipeline_wrapper.py", "gatehouse.yml")}
     redeploy = admin.post("/deploy_files", json={"name": "ask", "files": files, "overwrite": True})

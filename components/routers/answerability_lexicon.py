@@ -9,9 +9,9 @@ Usage:
 from gatehouse.components.routers.answerability_lexicon import Lexicon
 
 lexicon = Lexicon()
-lexicon.expected_type("How many seats does the Team plan include?")        # "number"
-lexicon.answer_span("number", "The Team plan includes 10 seats.", set(lexicon.question_terms("How many seats?")))
-# "10 seats"
+lexicon.expected_type("How many users can a workspace have?")        # "number"
+lexicon.answer_span("number", "A workspace can have 10 users.", set(lexicon.question_terms("How many users?")))
+# "10 users"
 ```
 """
 
