@@ -142,8 +142,8 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
             else []
         fixes += [f"change what its components no longer take: {'; '.join(settings)}"] if settings else []
         raise PipelineYAMLError(
-            f"{origin} was written for an earlier Gatehouse. To load it, {', and '.join(fixes)}. (Or run `gatehouse "
-            "init` into a new folder for the current pipelines and carry your settings across.)"
+            f"{origin} was written for an earlier Gatehouse: run `gatehouse init` into a new folder for the current "
+            f"pipelines and carry your settings across, or, to load this one, {', and '.join(fixes)}."
         )
     try:
         return Pipeline.from_dict(spec, allowed_modules=ALLOWED_MODULES)
