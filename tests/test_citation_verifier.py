@@ -353,7 +353,7 @@ def test_run_after_assembler_and_extractive_answerer(verifier):
     ]
     state = new_state("How do I rotate an API key?", documents=documents)
     state = PassageAssembler().run(state=state)["passages"]
-    state = ExtractiveAnswerer(cache_dir="off").run(state=state)["state"]
+    state = ExtractiveAnswerer(own_ranking={"cache_dir": "off"}).run(state=state)["state"]
     out = verifier.run(state=state)["state"]
     assert out["support"]["supported"] is True
     assert out["citation_coverage"] == 1.0
