@@ -1,22 +1,26 @@
 """
-How a chunk is cut into the sentences that `SentenceEmbedder` (ingest) and `SentenceScorer` (retrieval) embed.
+How a chunk is cut into the sentences that `SentenceEmbedder` (ingest) and `SentenceScorer` (retrieval) embed, and
+how the vectors (or scores) of many chunks' sentences, embedded in one batch, are cut back into each chunk's.
 
 Both components take the same `sentences` settings, so a YAML edit that changes one must change the other: the
 scorer looks the sentence vectors up in the embedding cache by their exact text.
 
 Usage:
 ```python
+import numpy as np
 from haystack import Document
-from gatehouse.components.sentences import sentence_settings, sentence_texts
+from gatehouse.components.sentences import per_chunk, sentence_settings, sentence_texts
 
 settings = sentence_settings({"context_fields": ["title"], "min_words": 3})
 sentence_texts(Document(content="One. Two words here.", meta={"title": "T"}), settings)  # ["T\\nTwo words here."]
+per_chunk(np.arange(3), [["a", "b"], [], ["c"]])   # [array([0, 1]), array([], dtype=int64), array([2])]
 ```
 """
 
 import re
 from typing import Any
 
+import numpy as np
 from haystack import Document
 
 SENTENCE_PATTERN = r"(?<=[.!?])\s+(?=[A-Z0-9(\[])"
@@ -59,3 +63,14 @@ def sentence_texts(document: Document, settings: dict[str, Any]) -> list[str]:
     context = [str(document.meta[field]) for field in settings["context_fields"] if document.meta.get(field)]
     parts = [part.strip() for part in re.split(settings["pattern"], document.content or "")]
     return ["\n".join([*context, part]) for part in parts if part and len(part.split()) >= settings["min_words"]]
+
+
+def per_chunk(rows: np.ndarray, texts: list[list[str]]) -> list[np.ndarray]:
+    """
+    Rows computed for all chunks' texts at once (in order, flattened), cut back into each chunk's.
+
+    :param rows: One row (a vector, a score) per text of `texts`, flattened in order.
+    :param texts: Each chunk's texts.
+    :returns: Each chunk's rows, in the order of `texts` (empty for a chunk without texts).
+    """
+    return np.split(rows, np.cumsum([len(chunk) for chunk in texts])[:-1]) if texts else []

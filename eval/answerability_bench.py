@@ -296,14 +296,14 @@ def run_benchmark(
                           progress, split)
         for split in ("tune", "report")
     }
-    weights = dict(DEFAULT_WEIGHTS if gate.weights is None else gate.weights)
+    weights = dict(DEFAULT_WEIGHTS if gate.model["weights"] is None else gate.model["weights"])
     report: dict[str, Any] = {
         "pipeline": str(pipeline_path(pipeline)),
         "dataset": str(path),
         "sample": sample,
         "seed": seed,
         "top_k": top_k,
-        "configured": {"weights": weights, "bias": gate.bias, "threshold": gate.threshold, "splits": {}},
+        "configured": {"weights": weights, "bias": gate.model["bias"], "threshold": gate.threshold, "splits": {}},
     }
     for split, rows in splits.items():
         _score(rows, gate)
@@ -315,7 +315,7 @@ def run_benchmark(
     if fit_weights:
         fitted, bias = fit(splits["tune"], extra=extra)
         for rows in [*splits.values(), extra]:
-            _score(rows, AnswerabilityGate(weights=fitted, bias=bias))
+            _score(rows, AnswerabilityGate(model={"weights": fitted, "bias": bias}))
         threshold = choose_threshold(splits["tune"] + extra, max_false_abstention)
         report["fitted"] = {
             "weights": fitted,
@@ -352,5 +352,6 @@ def format_table(report: dict[str, Any]) -> str:
                  yaml.safe_dump({"threshold": fitted["threshold"],
                                  **({"success_threshold": fitted["success_threshold"]}
                                     if "success_threshold" in fitted else {}),
-                                 "bias": fitted["bias"], "weights": fitted["weights"]}, sort_keys=False).rstrip()]
+                                 "model": {"bias": fitted["bias"], "weights": fitted["weights"]}},
+                                sort_keys=False).rstrip()]
     return "\n".join(rows)

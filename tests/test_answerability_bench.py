@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gatehouse.components.routers.answerability_gate import AnswerabilityGate
 from gatehouse.eval.answerability_bench import _auc, choose_threshold, format_table, run_benchmark
 from gatehouse.eval.latency_bench import without_answer_checks
 from gatehouse.pipelines import component_spec, load_pipeline, pipeline_path, sub_pipeline_spec
@@ -36,6 +37,10 @@ def test_run_benchmark_tunes_and_reports_on_different_articles():
     assert fitted["tune"]["false_abstention_rate"] <= report["fitted"]["max_false_abstention"]
     table = format_table(report)
     assert "| tune | 4 |" in table and "| report | 2 |" in table and "threshold:" in table
+    # The fit's YAML, pasted under answerability.init_parameters, is the gate's settings.
+    pasted = yaml.safe_load(table.split("paste under answerability.init_parameters:")[1])
+    gate = AnswerabilityGate(**pasted)
+    assert gate.model == {"weights": report["fitted"]["weights"], "bias": report["fitted"]["bias"]}
 
 
 def test_latency_baseline_leaves_out_the_answer_checks_and_still_loads(tmp_path):

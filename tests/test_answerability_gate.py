@@ -48,8 +48,7 @@ def test_init():
     gate = AnswerabilityGate()
     assert gate.threshold == DEFAULT_THRESHOLD
     assert gate.rules["require_entities"] is True
-    assert gate.weights is None
-    assert gate.bias == DEFAULT_BIAS
+    assert gate.model == {"weights": None, "bias": DEFAULT_BIAS}
     assert gate.on_unanswerable == "fallback"
     assert gate.rules["max_candidates"] == 5
     assert gate.chat_generator is None
@@ -61,7 +60,9 @@ def test_init():
 
 def test_init_rejects_bad_parameters():
     with pytest.raises(ValueError, match="Unknown answerability signals"):
-        AnswerabilityGate(weights={"topicality": 1.0})
+        AnswerabilityGate(model={"weights": {"topicality": 1.0}})
+    with pytest.raises(ValueError, match="'model' has no setting 'intercept'"):
+        AnswerabilityGate(model={"intercept": -2.0})
     with pytest.raises(ValueError, match="on_unanswerable"):
         AnswerabilityGate(on_unanswerable="guess")
     with pytest.raises(ValueError, match="threshold"):
@@ -71,13 +72,12 @@ def test_init_rejects_bad_parameters():
 
 
 def test_to_dict():
-    data = AnswerabilityGate(threshold=0.4, weights={"coverage": 3.0}, bias=-2.0, on_unanswerable="partial",
-                             rules={"require_entities": False}).to_dict()
+    data = AnswerabilityGate(threshold=0.4, model={"weights": {"coverage": 3.0}, "bias": -2.0},
+                             on_unanswerable="partial", rules={"require_entities": False}).to_dict()
     assert data["type"] == "gatehouse.components.routers.answerability_gate.AnswerabilityGate"
     params = data["init_parameters"]
     assert params["threshold"] == 0.4
-    assert params["weights"] == {"coverage": 3.0}
-    assert params["bias"] == -2.0
+    assert params["model"] == {"weights": {"coverage": 3.0}, "bias": -2.0}
     assert params["on_unanswerable"] == "partial"
     assert params["rules"]["require_entities"] is False
     assert params["chat_generator"] is None
@@ -88,7 +88,7 @@ def test_to_dict():
 def test_from_dict(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    original = AnswerabilityGate(weights={"cosine": 1.0}, signals={"antonyms": [["hot", "cold"]]},
+    original = AnswerabilityGate(model={"weights": {"cosine": 1.0}}, signals={"antonyms": [["hot", "cold"]]},
                                  chat_generator=generator)
     data = original.to_dict()
     restored = AnswerabilityGate.from_dict(deepcopy(data))
@@ -99,10 +99,12 @@ def test_from_dict(monkeypatch):
 
 def test_from_dict_names_where_a_moved_setting_went(tmp_path):
     data = AnswerabilityGate().to_dict()
-    data["init_parameters"] = {"threshold": 0.2, "require_entities": False, "llm_weight": 1.0}
+    data["init_parameters"] = {"threshold": 0.2, "require_entities": False, "llm_weight": 1.0, "weights": {},
+                               "bias": -2.0}
     with pytest.raises(ValueError) as raised:
         AnswerabilityGate.from_dict(data)
-    for old, new in [("require_entities", "rules.require_entities"), ("llm_weight", "llm.weight")]:
+    for old, new in [("require_entities", "rules.require_entities"), ("llm_weight", "llm.weight"),
+                     ("weights", "model.weights"), ("bias", "model.bias")]:
         assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
     with pytest.raises(ValueError, match=r"'rules'.*'require_entity'"):
         AnswerabilityGate(rules={"require_entity": False})
@@ -118,7 +120,7 @@ def test_from_dict_names_where_a_moved_setting_went(tmp_path):
 
 
 def test_score_is_logistic():
-    gate = AnswerabilityGate(weights={"coverage": 2.0}, bias=-1.0)
+    gate = AnswerabilityGate(model={"weights": {"coverage": 2.0}, "bias": -1.0})
     assert gate.score({"coverage": 0.5}) == pytest.approx(0.5)
     assert gate.score({"coverage": 1.0}) > 0.7 > 0.3 > gate.score({"coverage": 0.0})
     assert set(SIGNALS) >= {"coverage", "type_missing", "negation_mismatch", "antonym"}
@@ -179,7 +181,7 @@ def test_run_number_and_entity_the_passages_never_state(gate):
 
 def test_run_negation_and_antonym_lower_the_score(gate):
     # The SQuAD fit leaves negation almost unweighted (+0.08); a deployment that wants it to count says so in YAML.
-    strict = AnswerabilityGate(weights={**DEFAULT_WEIGHTS, "negation_mismatch": -2.0})
+    strict = AnswerabilityGate(model={"weights": {**DEFAULT_WEIGHTS, "negation_mismatch": -2.0}})
     plain = strict.candidates("When do API keys expire?", PASSAGES)[0]
     negated = strict.candidates("When do API keys not expire?", PASSAGES)[0]
     assert negated.signals["negation_mismatch"] == 1.0 and plain.signals["negation_mismatch"] == 0.0

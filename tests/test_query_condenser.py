@@ -22,14 +22,15 @@ def history(*user_turns, assistant="Open Settings."):
 
 def test_init():
     component = QueryCondenser()
-    assert component.max_history_turns == 2
-    assert component.context_template == "Regarding {topic}, {question}"
+    assert component.rules == {"max_history_turns": 2, "use_assistant_turns": False, "max_condense_words": 12,
+                               "max_reference_content_terms": 3, "context_template": "Regarding {topic}, {question}"}
     assert component.grammar is None
     assert component.chat_generator is None
+    assert component.llm["max_query_chars"] == 500
 
-    condense = QueryCondenser(max_history_turns=1, context_template="{topic}: {question}")
-    assert condense.max_history_turns == 1
-    assert condense.context_template == "{topic}: {question}"
+    condense = QueryCondenser(rules={"max_history_turns": 1, "context_template": "{topic}: {question}"})
+    assert condense.rules["max_history_turns"] == 1 and condense.rules["max_condense_words"] == 12
+    assert condense.rules["context_template"] == "{topic}: {question}"
     assert condense.grammar is None
 
 
@@ -37,7 +38,11 @@ def test_init_rejects_bad_parameters():
     with pytest.raises(TypeError, match="task"):
         QueryCondenser(task="condense")  # one job: no task to choose
     with pytest.raises(ValueError, match="max_history_turns"):
-        QueryCondenser(max_history_turns=-1)
+        QueryCondenser(rules={"max_history_turns": -1})
+    with pytest.raises(ValueError, match="'rules' has no setting 'max_words'"):
+        QueryCondenser(rules={"max_words": 10})
+    with pytest.raises(ValueError, match="'llm' has no setting 'condense_prompt'"):
+        QueryCondenser(llm={"condense_prompt": "{question}"})
     with pytest.raises(ValueError, match="'grammar' has no setting 'pronoun'"):
         QueryCondenser(grammar={"pronoun": ["it"]})
     with pytest.raises(ValueError, match="'grammar' must be a mapping"):
@@ -45,12 +50,13 @@ def test_init_rejects_bad_parameters():
 
 
 def test_to_dict():
-    data = QueryCondenser(max_history_turns=3).to_dict()
+    data = QueryCondenser(rules={"max_history_turns": 3}).to_dict()
     assert data["type"] == "gatehouse.components.query.query_condenser.QueryCondenser"
     params = data["init_parameters"]
     assert "task" not in params
-    assert params["max_history_turns"] == 3
-    assert params["context_template"] == "Regarding {topic}, {question}"
+    assert params["rules"]["max_history_turns"] == 3
+    assert params["rules"]["context_template"] == "Regarding {topic}, {question}"
+    assert params["llm"]["max_query_chars"] == 500
     assert params["grammar"] is None
     assert params["chat_generator"] is None
 
@@ -59,18 +65,32 @@ def test_from_dict(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
     original = QueryCondenser(
-        max_history_turns=3, chat_generator=generator, grammar={"pronouns": ["it"]}, context_template="{question}"
+        rules={"max_history_turns": 3, "context_template": "{question}"}, chat_generator=generator,
+        grammar={"pronouns": ["it"]}
     )
     restored = QueryCondenser.from_dict(original.to_dict())
-    assert restored.max_history_turns == 3
-    assert restored.grammar == {"pronouns": ["it"]} and restored.context_template == "{question}"
+    assert restored.rules["max_history_turns"] == 3
+    assert restored.grammar == {"pronouns": ["it"]} and restored.rules["context_template"] == "{question}"
     assert isinstance(restored.chat_generator, OpenAIChatGenerator)
     assert restored.to_dict() == original.to_dict()
 
     plain = QueryCondenser.from_dict(
-        {"type": "gatehouse.components.query.query_condenser.QueryCondenser", "init_parameters": {"max_condense_words": 25}}
+        {"type": "gatehouse.components.query.query_condenser.QueryCondenser",
+         "init_parameters": {"rules": {"max_condense_words": 25}}}
     )
-    assert plain.max_condense_words == 25 and plain.chat_generator is None
+    assert plain.rules["max_condense_words"] == 25 and plain.chat_generator is None
+
+
+def test_from_dict_names_where_a_moved_setting_went():
+    data = {"type": "gatehouse.components.query.query_condenser.QueryCondenser",
+            "init_parameters": {"max_condense_words": 25, "context_template": "{question}", "max_query_chars": 300,
+                                "condense_prompt": "{question}", "pronouns": ["it"]}}
+    with pytest.raises(ValueError) as raised:
+        QueryCondenser.from_dict(data)
+    for old, new in [("max_condense_words", "rules.max_condense_words"),
+                     ("context_template", "rules.context_template"), ("max_query_chars", "llm.max_query_chars"),
+                     ("condense_prompt", "llm.prompt"), ("pronouns", "grammar.pronouns")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
 
 
 def test_run_condense_with_history(condenser):
@@ -140,7 +160,7 @@ def test_run_condense_without_history_unchanged(condenser):
 
 
 def test_run_condense_uses_most_recent_turns_only():
-    component = QueryCondenser(max_history_turns=1)
+    component = QueryCondenser(rules={"max_history_turns": 1})
     turns = history("How do I rotate an API key?", "How do I configure nightly backups?")
     out = component.run(state=new_state("and how do I delete them?", history=turns))["state"]
     assert out["query"] == "how do I delete nightly backups?"
@@ -159,7 +179,7 @@ def test_run_condense_assistant_turn_optional():
         {"role": "assistant", "content": "There is the Team plan."},
     ]
     without = QueryCondenser().run(state=new_state("how much is it?", history=turns))["state"]
-    with_assistant = QueryCondenser(use_assistant_turns=True).run(
+    with_assistant = QueryCondenser(rules={"use_assistant_turns": True}).run(
         state=new_state("how much is it?", history=turns)
     )["state"]
     assert without["query"] == "how much is the plans?"
@@ -168,7 +188,7 @@ def test_run_condense_assistant_turn_optional():
 
 def test_run_condense_yaml_parameters():
     component = QueryCondenser(
-        context_template="{question} ({topic})",
+        rules={"context_template": "{question} ({topic})"},
         grammar={"leading_connectives": [], "pronouns": ["it"]},
     )
     turns = history("How do I turn on two-factor authentication?")

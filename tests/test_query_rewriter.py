@@ -32,7 +32,7 @@ WEAK = [
 
 @pytest.fixture(scope="module")
 def rewriter():
-    component = QueryRewriter(kb_keywords=KB_KEYWORDS, embedding_cache_dir="off")
+    component = QueryRewriter(kb_keywords=KB_KEYWORDS, expansion={"cache_dir": "off"})
     component.warm_up()
     return component
 
@@ -49,21 +49,23 @@ def retry_state(question=QUESTION, **fields):
 def test_init():
     component = QueryRewriter()
     assert component.kb_keywords is None
-    assert component.strategies is None
-    assert component.expansion is None
+    assert component.expansion == DEFAULT_EXPANSION and component.expansion["strategies"] is None
     assert DEFAULT_EXPANSION["max_expansion_terms"] == 3
     assert DEFAULT_EXPANSION["prf_terms"] == 3
     assert component.chat_generator is None
+    assert component.llm["max_query_chars"] == 500
 
-    tuned = QueryRewriter(strategies=["feedback"], expansion={"prf_terms": 5})
-    assert (tuned.strategies, tuned.expansion) == (["feedback"], {"prf_terms": 5})
+    tuned = QueryRewriter(expansion={"strategies": ["feedback"], "prf_terms": 5})
+    assert tuned.expansion == {**DEFAULT_EXPANSION, "strategies": ["feedback"], "prf_terms": 5}
 
 
 def test_init_rejects_bad_parameters():
     with pytest.raises(TypeError, match="task"):
         QueryRewriter(task="retry")  # one job: no task to choose
-    with pytest.raises(ValueError, match="Unknown strategies"):
-        QueryRewriter(strategies=["keywords", "magic"])
+    with pytest.raises(ValueError, match=r"Unknown expansion\.strategies \['magic'\]"):
+        QueryRewriter(expansion={"strategies": ["keywords", "magic"]})
+    with pytest.raises(ValueError, match="'llm' has no setting 'rewrite_prompt'"):
+        QueryRewriter(llm={"rewrite_prompt": "{question}"})
     with pytest.raises(ValueError, match="prf_terms"):
         QueryRewriter(expansion={"prf_terms": -1})
     with pytest.raises(ValueError, match="'expansion' has no setting 'max_history_turns'"):
@@ -71,22 +73,22 @@ def test_init_rejects_bad_parameters():
 
 
 def test_to_dict():
-    data = QueryRewriter(kb_keywords=KB_KEYWORDS, strategies=["feedback", "keywords"]).to_dict()
+    data = QueryRewriter(kb_keywords=KB_KEYWORDS, expansion={"strategies": ["feedback", "keywords"]}).to_dict()
     assert data["type"] == "gatehouse.components.query.query_rewriter.QueryRewriter"
     params = data["init_parameters"]
     assert "task" not in params
     assert params["kb_keywords"] == KB_KEYWORDS
-    assert params["strategies"] == ["feedback", "keywords"]
-    assert params["expansion"] is None
+    assert params["expansion"] == {**DEFAULT_EXPANSION, "strategies": ["feedback", "keywords"]}
+    assert params["llm"]["max_query_chars"] == 500
     assert params["chat_generator"] is None
 
 
 def test_from_dict(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    original = QueryRewriter(chat_generator=generator, strategies=["feedback"], expansion={"prf_top_k": 2})
+    original = QueryRewriter(chat_generator=generator, expansion={"strategies": ["feedback"], "prf_top_k": 2})
     restored = QueryRewriter.from_dict(original.to_dict())
-    assert restored.strategies == ["feedback"] and restored.expansion == {"prf_top_k": 2}
+    assert restored.expansion == {**DEFAULT_EXPANSION, "strategies": ["feedback"], "prf_top_k": 2}
     assert isinstance(restored.chat_generator, OpenAIChatGenerator)
     assert restored.to_dict() == original.to_dict()
 
@@ -94,6 +96,18 @@ def test_from_dict(monkeypatch):
         {"type": "gatehouse.components.query.query_rewriter.QueryRewriter", "init_parameters": {"kb_keywords": KB_KEYWORDS}}
     )
     assert plain.kb_keywords == KB_KEYWORDS and plain.chat_generator is None
+
+
+def test_from_dict_names_where_a_moved_setting_went():
+    data = {"type": "gatehouse.components.query.query_rewriter.QueryRewriter",
+            "init_parameters": {"strategies": ["feedback"], "embedding_model": None, "embedding_cache_dir": "off",
+                                "rewrite_prompt": "{question}", "max_query_chars": 300, "prf_terms": 4}}
+    with pytest.raises(ValueError) as raised:
+        QueryRewriter.from_dict(data)
+    for old, new in [("strategies", "expansion.strategies"), ("embedding_model", "expansion.embedding_model"),
+                     ("embedding_cache_dir", "expansion.cache_dir"), ("rewrite_prompt", "llm.prompt"),
+                     ("max_query_chars", "llm.max_query_chars"), ("prf_terms", "expansion.prf_terms")]:
+        assert f"'{old}' is now '{new}'" in str(raised.value)
 
 
 def test_run_retry_adds_yaml_keywords(rewriter):
@@ -166,7 +180,7 @@ def test_run_retry_without_keywords_or_documents_still_changes_query():
 def test_run_retry_llm_failure_falls_back(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     generator = OpenAIChatGenerator(api_base_url="http://127.0.0.1:9/v1", model="local", max_retries=0, timeout=2.0)
-    component = QueryRewriter(chat_generator=generator, strategies=["feedback"])
+    component = QueryRewriter(chat_generator=generator, expansion={"strategies": ["feedback"]})
     out = component.run(state=retry_state())["state"]
     record = out["rewrites"][-1]
     assert record["method"] == "deterministic"

@@ -35,7 +35,7 @@ PAUSE_S = 2.0  # the scripted model stops after the first sentence and the next 
 SCRIPTS = {
     # supported, invented, contradicted, supported: 2 of 4 claims hold, the answer keeps the first and the last
     "kept": [SUPPORTED, " Quarterly", PAUSE_S, INVENTED.removeprefix(" Quarterly"), CONTRADICTED, SECOND],
-    # supported, invented, contradicted: 1 of 3 claims holds, below min_supported_ratio, so the answer falls back
+    # supported, invented, contradicted: 1 of 3 claims holds, below support.min_ratio, so the answer falls back
     "fallback": [SUPPORTED, " Quarterly", PAUSE_S, INVENTED.removeprefix(" Quarterly"), CONTRADICTED],
     # a first sentence, then a model that hangs past the time budget
     "hangs": [SUPPORTED, " Quarterly", 30.0, INVENTED.removeprefix(" Quarterly")],

@@ -14,12 +14,16 @@ from gatehouse.components.state import FALLBACK_MESSAGE, State, advance
 from gatehouse.components.terms import content_words, jaccard, overlap, tokens
 from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS, split_units
 
-#: How `compress` reduces a long passage: only passages above `min_tokens` (estimated) are compressed, to their
-#: `max_sentences` sentences or list items scoring best by `embedding_weight` x the query's embedding cosine +
-#: `lexical_weight` x the share of the query's content words they hold (not counting `stopwords`; None: the built-in
-#: English list); `embedding_model` and `cache_dir` (None: the configured defaults, `"off"`: no cache) embed them.
-COMPRESSION: dict[str, Any] = {"min_tokens": 200, "max_sentences": 6, "embedding_weight": 0.6, "lexical_weight": 0.4,
-                               "stopwords": None, "embedding_model": None, "cache_dir": None}
+#: Whether (`enabled`) and how long passages are compressed: only passages above `min_tokens` (estimated) are
+#: compressed, to their `max_sentences` sentences or list items scoring best by `embedding_weight` x the query's
+#: embedding cosine + `lexical_weight` x the share of the query's content words they hold (not counting `stopwords`;
+#: None: the built-in English list); `embedding_model` and `cache_dir` (None: the configured defaults, `"off"`: no
+#: cache) embed them.
+COMPRESSION: dict[str, Any] = {"enabled": False, "min_tokens": 200, "max_sentences": 6, "embedding_weight": 0.6,
+                               "lexical_weight": 0.4, "stopwords": None, "embedding_model": None, "cache_dir": None}
+#: Which documents are duplicates: a content with a token Jaccard similarity of at least `threshold` with one already
+#: kept, and (when `max_per_section` is set) documents beyond that many per `(doc_id, section_id)`.
+DEDUPE: dict[str, Any] = {"threshold": 0.8, "max_per_section": None}
 
 
 def estimate_tokens(text: str, tokens_per_word: float = 1.3) -> int:
@@ -39,7 +43,7 @@ def _check_settings(top_k: int, max_context_tokens: int, max_per_section: int | 
     if max_context_tokens < 1:
         raise ValueError(f"max_context_tokens must be at least 1, got {max_context_tokens}")
     if max_per_section is not None and max_per_section < 1:
-        raise ValueError(f"max_per_section must be at least 1 or None, got {max_per_section}")
+        raise ValueError(f"dedupe.max_per_section must be at least 1 or None, got {max_per_section}")
 
 
 @component
@@ -51,10 +55,10 @@ class PassageAssembler(MovedSettings):
     1. Rank the documents by `Document.score` (missing scores fall back to `meta["dense_score"]`, then 0; ties keep
        the retrieval order).
     2. Drop duplicates: a second document with the same id, a document whose content has a token Jaccard similarity
-       of at least `dedupe_threshold` with one already kept, and (when `max_per_section` is set) documents beyond
-       that many per `(doc_id, section_id)`.
+       of at least `dedupe.threshold` with one already kept, and (when `dedupe.max_per_section` is set) documents
+       beyond that many per `(doc_id, section_id)`.
     3. Keep the best `top_k`.
-    4. Optionally compress long passages to the sentences closest to the query (`compress=True`, `compression`).
+    4. Optionally compress long passages to the sentences closest to the query (`compression.enabled`).
     5. Enforce the token budget `max_context_tokens`: passages are taken in relevance order while they fit; the
        first that does not fit and every less relevant one are dropped. The budget counts whitespace words times
        `tokens_per_word` (1.3 approximates BPE tokenisers on English prose). If even the best passage alone is
@@ -89,6 +93,9 @@ class PassageAssembler(MovedSettings):
         "stopwords": "compression.stopwords",
         "embedding_model": "compression.embedding_model",
         "cache_dir": "compression.cache_dir",
+        "compress": "compression.enabled",
+        "dedupe_threshold": "dedupe.threshold",
+        "max_per_section": "dedupe.max_per_section",
     }
 
     def __init__(
@@ -97,9 +104,7 @@ class PassageAssembler(MovedSettings):
         top_k: int = 5,
         max_context_tokens: int = 2000,
         tokens_per_word: float = 1.3,
-        dedupe_threshold: float = 0.8,
-        max_per_section: int | None = None,
-        compress: bool = False,
+        dedupe: dict[str, Any] | None = None,
         compression: dict[str, Any] | None = None,
         abbreviations: list[str] | None = None,
         fallback_message: str = FALLBACK_MESSAGE,
@@ -108,29 +113,26 @@ class PassageAssembler(MovedSettings):
         :param top_k: Most passages to keep.
         :param max_context_tokens: Token budget of all passages together.
         :param tokens_per_word: Tokens counted per whitespace-separated word for the budget.
-        :param dedupe_threshold: Token Jaccard similarity at or above which two contents count as duplicates.
-        :param max_per_section: Most passages per `(doc_id, section_id)`; None for no limit.
-        :param compress: Reduce long passages to their sentences most related to the query (order kept).
-        :param compression: How passages are compressed (`COMPRESSION`: keys and defaults).
+        :param dedupe: Which documents are duplicates (`DEDUPE`: keys and defaults).
+        :param compression: Whether and how long passages are reduced to their sentences most related to the query,
+            in order (`COMPRESSION`: keys and defaults).
         :param abbreviations: Words whose trailing period does not end a sentence; None uses the built-in list.
         :param fallback_message: The answer given on the `fallback` route.
-        :raises ValueError: If a number is out of range or `compression` has an unknown key.
+        :raises ValueError: If a number is out of range or a group has an unknown key.
         """
-        _check_settings(top_k, max_context_tokens, max_per_section)
         self.top_k = top_k
         self.max_context_tokens = max_context_tokens
         self.tokens_per_word = tokens_per_word
-        self.dedupe_threshold = dedupe_threshold
-        self.max_per_section = max_per_section
-        self.compress = compress
+        self.dedupe = setting_group("dedupe", dedupe, DEDUPE)
         self.compression = setting_group("compression", compression, COMPRESSION)
         self.abbreviations = abbreviations
         self.fallback_message = fallback_message
+        _check_settings(top_k, max_context_tokens, self.dedupe["max_per_section"])
         self._backend: Any = None
 
     def warm_up(self) -> None:
         """Load the embedding model when compression is on."""
-        if self.compress and self._backend is None:
+        if self.compression["enabled"] and self._backend is None:
             from gatehouse.components.embedders.embedding import EmbeddingBackend
 
             self._backend = EmbeddingBackend.get(model=self.compression["embedding_model"],
@@ -157,7 +159,7 @@ class PassageAssembler(MovedSettings):
 
         ranked = sorted(enumerate(documents), key=lambda pair: (-self._score(pair[1]), pair[0]))
         kept = self._dedupe([doc for _, doc in ranked])[: self.top_k]
-        if self.compress:
+        if self.compression["enabled"]:
             kept = self._compress(kept, str(state.get("query") or ""))
         kept = self._budget(kept)
         passages = [
@@ -204,11 +206,11 @@ class PassageAssembler(MovedSettings):
             if doc.id in seen_ids:
                 continue
             words = set(tokens(doc.content or ""))
-            if any(jaccard(words, other) >= self.dedupe_threshold for other in kept_tokens):
+            if any(jaccard(words, other) >= self.dedupe["threshold"] for other in kept_tokens):
                 continue
             section = self._section_key(doc)
-            if self.max_per_section is not None and section is not None:
-                if per_section.get(section, 0) >= self.max_per_section:
+            if self.dedupe["max_per_section"] is not None and section is not None:
+                if per_section.get(section, 0) >= self.dedupe["max_per_section"]:
                     continue
                 per_section[section] = per_section.get(section, 0) + 1
             seen_ids.add(doc.id)

@@ -22,13 +22,11 @@ import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-from haystack import Document, component
-from haystack.dataclasses import ByteStream
+from haystack import component
 
-from gatehouse.components.converters.sources import read_sources
+from gatehouse.components.converters.sources import FileConverter
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +34,13 @@ CHILD = [sys.executable, "-m", "gatehouse.components.converters.pdf_text"]
 
 
 @component
-class PDFToDocument:
-    """Converts PDF files to documents, one child process per file, within a time, character and memory budget."""
+class PDFToDocument(FileConverter):
+    """
+    Converts PDF files to documents, one child process per file, within a time, character and memory budget; `run`
+    (from `FileConverter`) gives one document per readable file, its pages' text separated by form feeds.
+    """
+
+    unnamed = "PDF"
 
     def __init__(self, *, timeout_s: float = 60.0, max_chars: int = 2_000_000, max_memory_mb: int = 1024) -> None:
         """
@@ -75,24 +78,14 @@ class PDFToDocument:
             raise ValueError(f"{name}: text extraction stopped (exit code {done.returncode})")
         return answer
 
-    @component.output_types(documents=list[Document])
-    def run(
-        self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
-    ) -> dict[str, list[Document]]:
+    def text(self, data: bytes, name: str) -> str | None:
         """
-        Convert PDF files to documents.
+        The text of a PDF file: its pages' text separated by form feeds; None for a PDF pypdf cannot read (logged).
 
-        :param sources: File paths or ByteStreams.
-        :param meta: Metadata for all documents (a dict) or per source (a list as long as `sources`); a ByteStream's
-            own `meta` comes first.
-        :returns: `{"documents": [...]}`, one per readable file, its pages' text separated by form feeds.
-        :raises ValueError: When a file goes over `timeout_s`, `max_chars` or `max_memory_mb`.
+        :raises ValueError: When the file goes over `timeout_s`, `max_chars` or `max_memory_mb`.
         """
-        documents = []
-        for data, name, document_meta in read_sources(sources, meta, unnamed="PDF"):
-            answer = self._extract(data, name)
-            if "error" in answer:
-                logger.warning("Could not convert %s, skipping it: %s", name, answer["error"])
-                continue
-            documents.append(Document(content="\f".join(answer["pages"]), meta=document_meta))
-        return {"documents": documents}
+        answer = self._extract(data, name)
+        if "error" in answer:
+            logger.warning("Could not convert %s, skipping it: %s", name, answer["error"])
+            return None
+        return "\f".join(answer["pages"])

@@ -1,6 +1,7 @@
 """
 The files a converter reads: each source as bytes with a display name and the metadata of its document, the way
-Haystack's converters merge it (the source's own meta, then the `meta` argument; `file_path` shortened to its name).
+Haystack's converters merge it (the source's own meta, then the `meta` argument; `file_path` shortened to its name);
+and `FileConverter`, the base class that gives a converter its `run` (one document per readable source).
 
 Usage:
 ```python
@@ -13,10 +14,11 @@ for data, name, meta in read_sources(["notes.txt"], {"kb": "handbook"}, unnamed=
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from haystack import Document, component
 from haystack.components.converters.utils import get_bytestream_from_source, normalize_metadata
 from haystack.dataclasses import ByteStream
 
@@ -45,3 +47,34 @@ def read_sources(
         if file_path := merged.get("file_path"):
             merged["file_path"] = os.path.basename(file_path)
         yield stream.data, name, merged
+
+
+class FileConverter:
+    """
+    The base class of a converter of files to documents, which gives it its `run`. The converter sets `unnamed` (the
+    name of a source without `file_name` or `file_path`) and defines `text(data, name)`: the text of one file, None
+    to skip it (logged), a `ValueError` naming the file when the file fails.
+    """
+
+    unnamed: ClassVar[str]
+    text: Callable[[bytes, str], str | None]
+
+    @component.output_types(documents=list[Document])
+    def run(
+        self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
+    ) -> dict[str, list[Document]]:
+        """
+        Convert files to documents.
+
+        :param sources: File paths or ByteStreams.
+        :param meta: Metadata for all documents (a dict) or per source (a list as long as `sources`); a ByteStream's
+            own `meta` comes first.
+        :returns: `{"documents": [...]}`, one per readable file whose `text` is not None.
+        :raises ValueError: When a file fails (see the converter's `text`).
+        """
+        documents = []
+        for data, name, document_meta in read_sources(sources, meta, unnamed=self.unnamed):
+            text = self.text(data, name)
+            if text is not None:
+                documents.append(Document(content=text, meta=document_meta))
+        return {"documents": documents}

@@ -16,13 +16,10 @@ converter.run(sources=["notes.txt"])["documents"][0].content
 """
 
 import codecs
-from pathlib import Path
-from typing import Any
 
-from haystack import Document, component
-from haystack.dataclasses import ByteStream
+from haystack import component
 
-from gatehouse.components.converters.sources import read_sources
+from gatehouse.components.converters.sources import FileConverter
 
 # UTF-32's marks first: UTF-32-LE's begins with UTF-16-LE's.
 BYTE_ORDER_MARKS = (
@@ -46,8 +43,13 @@ def _candidates(data: bytes, fallback_encodings: list[str]) -> list[str]:
 
 
 @component
-class TextToDocument:
-    """Converts text and markdown files to documents: UTF-8, UTF-16/32 with or without a mark, and 8-bit text."""
+class TextToDocument(FileConverter):
+    """
+    Converts text and markdown files to documents: UTF-8, UTF-16/32 with or without a mark, and 8-bit text; `run`
+    (from `FileConverter`) gives one document per file.
+    """
+
+    unnamed = "text file"
 
     def __init__(self, *, fallback_encodings: list[str] | None = None) -> None:
         """
@@ -62,7 +64,7 @@ class TextToDocument:
             except LookupError as error:
                 raise ValueError(f"TextToDocument: unknown fallback encoding {encoding!r}") from error
 
-    def decode(self, data: bytes, name: str) -> str:
+    def text(self, data: bytes, name: str) -> str:
         """
         The text of a file.
 
@@ -79,20 +81,3 @@ class TextToDocument:
                 continue
         raise ValueError(f"{name}: not text in {', '.join(candidates)} "
                          "(text_converter.fallback_encodings in index.yml)")
-
-    @component.output_types(documents=list[Document])
-    def run(
-        self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
-    ) -> dict[str, list[Document]]:
-        """
-        Convert text files to documents.
-
-        :param sources: File paths or ByteStreams.
-        :param meta: Metadata for all documents (a dict) or per source (a list as long as `sources`); a ByteStream's
-            own `meta` comes first.
-        :returns: `{"documents": [...]}`, one per file.
-        :raises ValueError: When a file cannot be decoded (see `decode`).
-        """
-        documents = [Document(content=self.decode(data, name), meta=document_meta)
-                     for data, name, document_meta in read_sources(sources, meta, unnamed="text file")]
-        return {"documents": documents}

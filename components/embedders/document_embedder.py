@@ -5,7 +5,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.embedders.embedding import EmbeddingModel
 
 
 def embedded_text(document: Document, meta_fields: list[str], separator: str = "\n") -> str:
@@ -15,7 +15,7 @@ def embedded_text(document: Document, meta_fields: list[str], separator: str = "
 
 
 @component
-class DocumentEmbedder:
+class DocumentEmbedder(EmbeddingModel):
     """
     Embeds documents (optionally with metadata fields such as the title prepended), reusing cached vectors.
 
@@ -53,12 +53,6 @@ class DocumentEmbedder:
         self.embedding_separator = embedding_separator
         self.batch_size = batch_size
         self.progress_bar = progress_bar
-        self._backend: EmbeddingBackend | None = None
-
-    def warm_up(self) -> None:
-        """Load the model."""
-        if self._backend is None:
-            self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document]) -> dict[str, Any]:
@@ -73,8 +67,6 @@ class DocumentEmbedder:
             raise TypeError("DocumentEmbedder expects a list of Documents; use TextEmbedder for a query.")
         if not documents:
             return {"documents": []}
-        self.warm_up()
-        assert self._backend is not None
         texts = [embedded_text(doc, self.meta_fields_to_embed, self.embedding_separator) for doc in documents]
-        vectors = self._backend.embed(texts, batch_size=self.batch_size, progress_bar=self.progress_bar)
+        vectors = self.backend().embed(texts, batch_size=self.batch_size, progress_bar=self.progress_bar)
         return {"documents": [replace(doc, embedding=vector.tolist()) for doc, vector in zip(documents, vectors)]}

@@ -14,6 +14,9 @@ from gatehouse.components.embedders.embedding import EmbeddingBackend
 backend = EmbeddingBackend.get(model=None, cache_dir=None)   # defaults from gatehouse.settings
 vectors = backend.embed(["How do I rotate an API key?"])   # numpy array, one L2-normalised row per text
 ```
+
+The embedders take their model and cache as `model` and `cache_dir` settings and get the backend for them through
+`EmbeddingModel` (a base class: `warm_up` and `backend()`).
 """
 
 import hashlib
@@ -176,3 +179,25 @@ class EmbeddingBackend:
                 self.cache.put_many(self.model_name, fresh)
             cached.update(fresh)
         return np.stack([cached[h] for h in hashes]).astype(np.float32)
+
+
+class EmbeddingModel:
+    """
+    The base of a component whose `model` and `cache_dir` settings name its embedding model and cache: `warm_up`
+    loads the process-wide backend for them, `backend()` gives it (loaded on first use).
+    """
+
+    model: str | None
+    cache_dir: str | None
+    _backend: EmbeddingBackend | None = None
+
+    def warm_up(self) -> None:
+        """Load the model."""
+        if self._backend is None:
+            self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
+
+    def backend(self) -> EmbeddingBackend:
+        """The backend of `model` and `cache_dir`, loaded on first use."""
+        self.warm_up()
+        assert self._backend is not None
+        return self._backend

@@ -4,12 +4,12 @@ from typing import Any
 
 from haystack import Document, component
 
-from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.sentences import sentence_settings, sentence_texts
+from gatehouse.components.embedders.embedding import EmbeddingModel
+from gatehouse.components.sentences import per_chunk, sentence_settings, sentence_texts
 
 
 @component
-class SentenceEmbedder:
+class SentenceEmbedder(EmbeddingModel):
     """
     Passes chunks through unchanged and gives the vectors of each one's sentences, which `IndexWriter` stores with
     the chunk: `HybridRetriever` scores a chunk by its best sentence. The vectors also go to the embedding cache
@@ -43,12 +43,6 @@ class SentenceEmbedder:
         self.cache_dir = cache_dir
         self.sentences = sentence_settings(sentences)
         self.batch_size = batch_size
-        self._backend: EmbeddingBackend | None = None
-
-    def warm_up(self) -> None:
-        """Load the model."""
-        if self._backend is None:
-            self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
 
     @component.output_types(documents=list[Document], sentence_embeddings=dict[str, Any])
     def run(self, documents: list[Document]) -> dict[str, Any]:
@@ -59,13 +53,7 @@ class SentenceEmbedder:
         :returns: `documents`, the same chunks, and `sentence_embeddings`: chunk id to a (sentences x dimensions)
             array (chunks without a sentence left out).
         """
-        self.warm_up()
-        assert self._backend is not None
-        per_chunk = [sentence_texts(doc, self.sentences) for doc in documents]
-        vectors = self._backend.embed([text for texts in per_chunk for text in texts], batch_size=self.batch_size)
-        embeddings, start = {}, 0
-        for doc, texts in zip(documents, per_chunk, strict=True):
-            if texts:
-                embeddings[doc.id] = vectors[start : start + len(texts)]
-            start += len(texts)
+        texts = [sentence_texts(doc, self.sentences) for doc in documents]
+        vectors = self.backend().embed([text for chunk in texts for text in chunk], batch_size=self.batch_size)
+        embeddings = {doc.id: rows for doc, rows in zip(documents, per_chunk(vectors, texts), strict=True) if len(rows)}
         return {"documents": documents, "sentence_embeddings": embeddings}

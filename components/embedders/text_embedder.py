@@ -4,12 +4,12 @@ from typing import Any
 
 from haystack import component
 
-from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.embedders.embedding import EmbeddingModel
 from gatehouse.components.embedders.vector import Vector
 
 
 @component
-class TextEmbedder:
+class TextEmbedder(EmbeddingModel):
     """
     Embeds one text (a query) with a SentenceTransformers model, loaded once per process.
 
@@ -31,12 +31,6 @@ class TextEmbedder:
         self.model = model
         self.cache_dir = cache_dir
         self.prefix = prefix
-        self._backend: EmbeddingBackend | None = None
-
-    def warm_up(self) -> None:
-        """Load the model."""
-        if self._backend is None:
-            self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
 
     @component.output_types(embedding=Vector)
     def run(self, text: str) -> dict[str, Any]:
@@ -50,6 +44,4 @@ class TextEmbedder:
         """
         if not isinstance(text, str):
             raise TypeError("TextEmbedder expects a string; use DocumentEmbedder for documents.")
-        self.warm_up()
-        assert self._backend is not None
-        return {"embedding": Vector(self._backend.embed([self.prefix + text])[0])}
+        return {"embedding": Vector(self.backend().embed([self.prefix + text])[0])}

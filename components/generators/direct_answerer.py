@@ -52,6 +52,10 @@ DEFAULT_SYSTEM_PROMPT = (
     "know the answer, say so; never invent facts."
 )
 
+#: `arithmetic`: what an arithmetic question is made of: `operator_words` (words or symbols read as operators: "plus",
+#: "times", "×", "^"), `prefixes` (phrases that may open it: "what is") and `suffixes` (phrases that may close it:
+#: "equals"); None: the built-in lists (`gatehouse.components.generators.arithmetic`).
+DEFAULT_ARITHMETIC: dict[str, Any] = {"operator_words": None, "prefixes": None, "suffixes": None}
 #: `limits`: the bounds of arithmetic (exponent, digits of any result, length of the expression), the significant
 #: digits of a non-integral result, and the longest message taken as a greeting, thanks or farewell.
 DEFAULT_LIMITS: dict[str, int | float] = {
@@ -82,6 +86,9 @@ DEFAULT_MESSAGES: dict[str, str] = {
 }
 #: Where each setting of a YAML written before the groups went.
 MOVED_SETTINGS = {
+    "operator_words": "arithmetic.operator_words",
+    "arithmetic_prefixes": "arithmetic.prefixes",
+    "arithmetic_suffixes": "arithmetic.suffixes",
     **{name: f"limits.{name}" for name in DEFAULT_LIMITS},
     **{f"{kind}_patterns": f"social_patterns.{kind}" for kind in DEFAULT_SOCIAL_PATTERNS},
     **{f"{kind}_message": f"messages.{kind}" for kind in DEFAULT_MESSAGES if kind != "arithmetic"},
@@ -105,15 +112,15 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
     Answers without retrieval, for the intent gate's `direct` route (seed 000's `skip_retrieval`).
 
     In order: a safe arithmetic evaluation when the whole question is arithmetic ("What is 12 * 7?" ->
-    "12 * 7 = 84."; words such as "plus", "times", "divided by" work; only `arithmetic_prefixes` and
-    `arithmetic_suffixes` may surround the expression, so "How would one write T(n) = 7n2 + 15n + 40 in big O
+    "12 * 7 = 84."; words such as "plus", "times", "divided by" work; only `arithmetic.prefixes` and
+    `arithmetic.suffixes` may surround the expression, so "How would one write T(n) = 7n2 + 15n + 40 in big O
     notation?" is not arithmetic); a short polite reply to greetings, thanks and farewells; otherwise the optional
     general `chat_generator`, and with none configured an honest reply that no general model is set up (status
     `"partial"`), never an invented answer. Sets `answer`, `status`, `citations` (`[]`), `generator`
     (`"arithmetic"` | `"greeting"` | `"llm"` | `"none"`) and appends `direct_answer` to the path.
 
-    The groups `limits`, `social_patterns` and `messages` take the keys of `DEFAULT_LIMITS`,
-    `DEFAULT_SOCIAL_PATTERNS` and `DEFAULT_MESSAGES`; a key left out keeps its default.
+    The groups `arithmetic`, `limits`, `social_patterns` and `messages` take the keys of `DEFAULT_ARITHMETIC`,
+    `DEFAULT_LIMITS`, `DEFAULT_SOCIAL_PATTERNS` and `DEFAULT_MESSAGES`; a key left out keeps its default.
 
     Usage:
     ```python
@@ -127,12 +134,10 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
 
     moved_settings = MOVED_SETTINGS
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         *,
-        operator_words: dict[str, str] | None = None,
-        arithmetic_prefixes: list[str] | None = None,
-        arithmetic_suffixes: list[str] | None = None,
+        arithmetic: dict[str, Any] | None = None,
         limits: dict[str, int | float] | None = None,
         social_patterns: dict[str, list[str]] | None = None,
         messages: dict[str, str] | None = None,
@@ -143,9 +148,7 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
         """
         Create the answerer.
 
-        :param operator_words: Words or symbols replaced by operators ("plus", "times", "×", "^"); None: the defaults.
-        :param arithmetic_prefixes: Phrases that may open an arithmetic question ("what is"); None: the defaults.
-        :param arithmetic_suffixes: Phrases that may close it ("equal", "make"); None: the defaults.
+        :param arithmetic: Operator words and the phrases that may surround an expression (`DEFAULT_ARITHMETIC`).
         :param limits: Bounds of arithmetic and of a greeting's length (`DEFAULT_LIMITS`).
         :param social_patterns: Regexes of `greeting`, `thanks` and `farewell` messages (`DEFAULT_SOCIAL_PATTERNS`).
         :param messages: The replies (`DEFAULT_MESSAGES`).
@@ -154,18 +157,15 @@ class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
         :param max_history_turns: Earlier user/assistant pairs passed to the general model.
         :raises ValueError: On an unknown key in a group or a malformed pattern.
         """
-        self.operator_words = operator_words
-        self.arithmetic_prefixes = arithmetic_prefixes
-        self.arithmetic_suffixes = arithmetic_suffixes
+        self.arithmetic = setting_group("arithmetic", arithmetic, DEFAULT_ARITHMETIC)
         self.limits = setting_group("limits", limits, DEFAULT_LIMITS)
         self.social_patterns = setting_group("social_patterns", social_patterns, DEFAULT_SOCIAL_PATTERNS)
         self.messages = setting_group("messages", messages, DEFAULT_MESSAGES)
         self.chat_generator = chat_generator
         self.system_prompt = system_prompt
         self.max_history_turns = max_history_turns
-        self._finder = ExpressionFinder(
-            operator_words, arithmetic_prefixes, arithmetic_suffixes, self.limits["max_expression_chars"]
-        )
+        self._finder = ExpressionFinder(self.arithmetic["operator_words"], self.arithmetic["prefixes"],
+                                        self.arithmetic["suffixes"], self.limits["max_expression_chars"])
         self._social = _social_rules(self.social_patterns)
 
     def warm_up(self) -> None:

@@ -23,16 +23,21 @@ DEFAULT_NO_ANSWER_MESSAGE = (
 #: embedding cosine + `lexical_weight` x the share of the query's content words in the unit, plus `procedure_bonus`
 #: for a list or code block when the question asks how to do something; a unit is picked when it scores at least
 #: `min_score`, and skipped when its content words have a Jaccard similarity of `duplicate_threshold` or more with a
-#: unit already picked.
-OWN_RANKING: dict[str, float] = {"min_score": 0.35, "embedding_weight": 0.6, "lexical_weight": 0.4,
-                                 "duplicate_threshold": 0.8, "procedure_bonus": 0.1}
+#: unit already picked. `embedding_model` and `cache_dir` (None: the configured defaults, `"off"`: no cache) embed
+#: the units.
+OWN_RANKING: dict[str, Any] = {"min_score": 0.35, "embedding_weight": 0.6, "lexical_weight": 0.4,
+                               "duplicate_threshold": 0.8, "procedure_bonus": 0.1, "embedding_model": None,
+                               "cache_dir": None}
+#: How the picked units are laid out: in reading `order` (`passage`) or best first (`score`), a list or key-value
+#: block shown with at most `max_list_items` items.
+LAYOUT: dict[str, Any] = {"order": "passage", "max_list_items": 8}
 
 
 def _check_settings(max_units: int, order: str, style: str) -> None:
     if max_units < 1:
         raise ValueError(f"max_units must be at least 1, got {max_units}")
     if order not in ("passage", "score"):
-        raise ValueError(f"order must be 'passage' or 'score', got '{order}'")
+        raise ValueError(f"layout.order must be 'passage' or 'score', got '{order}'")
     if style not in ("span", "unit"):
         raise ValueError(f"style must be 'span' or 'unit', got '{style}'")
 
@@ -55,7 +60,7 @@ class ExtractiveAnswerer(MovedSettings):
       near-duplicates (content-word Jaccard >= `duplicate_threshold`).
     - `style`: `unit` (the picks), `span` (only the gate's short answer, e.g. a value or a name, with its marker; the
       unit when the gate found none).
-    - The picks appear in reading order (by passage, then position; `order="score"` lists the best first).
+    - The picks appear in reading order (by passage, then position; `layout.order` `score` lists the best first).
     - With no passages or no unit above `own_ranking.min_score`, the answer is `no_answer_message` and the status
       "fallback".
 
@@ -75,46 +80,39 @@ class ExtractiveAnswerer(MovedSettings):
     ```
     """
 
-    moved_settings = {name: f"own_ranking.{name}" for name in OWN_RANKING}
+    moved_settings = {**{name: f"own_ranking.{name}" for name in OWN_RANKING},
+                      **{name: f"layout.{name}" for name in LAYOUT}}
 
     def __init__(
         self,
         *,
         max_units: int = 1,
         min_relative_score: float = 0.6,
-        max_list_items: int = 8,
-        order: str = "passage",
+        layout: dict[str, Any] | None = None,
         style: str = "unit",
         use_answer_candidates: bool = True,
         no_answer_message: str = DEFAULT_NO_ANSWER_MESSAGE,
-        own_ranking: dict[str, float] | None = None,
-        embedding_model: str | None = None,
-        cache_dir: str | None = None,
+        own_ranking: dict[str, Any] | None = None,
     ) -> None:
         """
         :param max_units: Most units in the answer.
         :param min_relative_score: A further unit needs this share of the best unit's score (the gate's or its own).
-        :param max_list_items: Most items shown of a list or key-value block.
-        :param order: "passage" (reading order) or "score" (best pick first).
+        :param layout: How the picks are laid out (`LAYOUT`: keys and defaults).
         :param style: "unit" (the picked units) or "span" (the gate's short answer with its marker).
         :param use_answer_candidates: Take the answerability gate's best candidate as the first pick.
         :param no_answer_message: The answer when no unit qualifies.
-        :param own_ranking: How units are ranked without the gate's ranking (`OWN_RANKING`: keys and defaults).
-        :param embedding_model: Embedding model of that ranking; None uses the configured default.
-        :param cache_dir: Embedding cache directory; None uses the configured default, `"off"` disables it.
-        :raises ValueError: If a setting is out of range or `own_ranking` has an unknown key.
+        :param own_ranking: How units are ranked without the gate's ranking, and the embedding model of that ranking
+            (`OWN_RANKING`: keys and defaults).
+        :raises ValueError: If a setting is out of range or a group has an unknown key.
         """
-        _check_settings(max_units, order, style)
         self.max_units = max_units
         self.min_relative_score = min_relative_score
-        self.max_list_items = max_list_items
-        self.order = order
+        self.layout = setting_group("layout", layout, LAYOUT)
         self.style = style
         self.use_answer_candidates = use_answer_candidates
         self.no_answer_message = no_answer_message
         self.own_ranking = setting_group("own_ranking", own_ranking, OWN_RANKING)
-        self.embedding_model = embedding_model
-        self.cache_dir = cache_dir
+        _check_settings(max_units, self.layout["order"], style)
         self._backend: Any = None
 
     def warm_up(self) -> None:
@@ -122,7 +120,8 @@ class ExtractiveAnswerer(MovedSettings):
         if self._backend is None:
             from gatehouse.components.embedders.embedding import EmbeddingBackend
 
-            self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.cache_dir)
+            self._backend = EmbeddingBackend.get(model=self.own_ranking["embedding_model"],
+                                                 cache_dir=self.own_ranking["cache_dir"])
 
     @component.output_types(state=State)
     def run(self, state: State) -> dict[str, dict[str, Any]]:
@@ -159,7 +158,8 @@ class ExtractiveAnswerer(MovedSettings):
         :param candidates: The answerability gate's ranked candidates (`passage`, `first`, `last`, `score`, `span`).
         """
         candidates = candidates or []
-        units = answer_units(passages, abbreviations=DEFAULT_ABBREVIATIONS, max_list_items=self.max_list_items)
+        units = answer_units(passages, abbreviations=DEFAULT_ABBREVIATIONS,
+                             max_list_items=self.layout["max_list_items"])
         if not units:
             return None
         source = [str((p.meta or {}).get("source_id") or f"S{i + 1}") for i, p in enumerate(passages)]
@@ -179,7 +179,7 @@ class ExtractiveAnswerer(MovedSettings):
             picks = self._more(query, units, picks)
         if not picks:
             return None
-        if self.order == "passage":
+        if self.layout["order"] == "passage":
             picks = sorted(picks, key=lambda u: u.key)
         return "\n\n".join(render(u, source[u.passage]) for u in picks)
 

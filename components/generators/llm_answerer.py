@@ -10,6 +10,7 @@ from typing import Any
 from gatehouse.components.chat import ChatGeneratorSerialization, with_deadline
 from gatehouse.components.generators.extractive_answerer import ExtractiveAnswerer
 from gatehouse.components.generators.reply_stream import ReplyStream
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage, StreamingCallbackT, StreamingChunk
@@ -53,6 +54,11 @@ DEFAULT_USER_PROMPT = (
     "Answer in one to three sentences, each ending with the [S#] marker of the source that says it."
 )
 DEFAULT_PASSAGE_TEMPLATE = "[{source_id}] {heading}\n{content}"
+#: What the model is sent and the reply that means "no passage answers": the `system` message, the `user` message
+#: (`{passages}` and `{question}` filled in), a `passage` as sent (`{source_id}`, `{heading}`, `{title}`, `{section}`,
+#: `{content}`) and the `not_found_reply` the system prompt asks for.
+DEFAULT_PROMPT: dict[str, str] = {"system": DEFAULT_SYSTEM_PROMPT, "user": DEFAULT_USER_PROMPT,
+                                  "passage": DEFAULT_PASSAGE_TEMPLATE, "not_found_reply": "NOT_FOUND"}
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 # Marker spellings small models use instead of `[S2]`: `[2]`, `[S 2]`, `[Source 2]`, `(S2)`, `(S1, S2)`.
@@ -64,7 +70,7 @@ _ANSWER_PREFIX = re.compile(r"^\s*answer\s*:\s*", re.IGNORECASE)
 
 
 @component
-class LLMAnswerer(ChatGeneratorSerialization):
+class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
     """
     Generates a cited answer with a chat model (llama.cpp's server from `gatehouse llm serve`, vLLM, Ollama, OpenAI,
     ...), given as any Haystack chat generator in `chat_generator`.
@@ -73,7 +79,7 @@ class LLMAnswerer(ChatGeneratorSerialization):
     passages (`max_passages` of them, best first) and the question: the condensed standalone question for a
     follow-up, else the user's question. Marker spellings small models use (`[2]`, `(S2)`, `[Source 2]`) are
     rewritten to `[S2]`; the citation verifier then removes every sentence its passage does not support. A reply of
-    exactly `not_found_reply` is the fallback message with status `fallback`.
+    exactly `prompt.not_found_reply` is the fallback message with status `fallback`.
 
     The server's token counts (the reply's `meta["usage"]`) are added to the state's `usage`
     (`prompt_tokens`, `completion_tokens`, `total_tokens`), which the response reports in `metadata.usage`.
@@ -97,43 +103,37 @@ class LLMAnswerer(ChatGeneratorSerialization):
     ```
     """
 
+    moved_settings = {"system_prompt": "prompt.system", "user_prompt": "prompt.user",
+                      "passage_template": "prompt.passage", "not_found_reply": "prompt.not_found_reply"}
+
     def __init__(
         self,
         *,
         chat_generator: Any,
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        user_prompt: str = DEFAULT_USER_PROMPT,
-        passage_template: str = DEFAULT_PASSAGE_TEMPLATE,
+        prompt: dict[str, str] | None = None,
         max_passages: int | None = None,
         max_units: int | None = None,
         max_unit_words: int = 80,
-        not_found_reply: str = "NOT_FOUND",
         fallback_message: str = FALLBACK_MESSAGE,
         fallback_to_extractive: bool = True,
     ) -> None:
         """
         :param chat_generator: A Haystack chat generator component.
-        :param system_prompt: The system message.
-        :param user_prompt: The user message; `{passages}` and `{question}` are filled in.
-        :param passage_template: A passage as sent (`{source_id}`, `{heading}`, `{title}`, `{section}`, `{content}`).
+        :param prompt: The messages and passages as sent, and the not-found reply (`DEFAULT_PROMPT`: keys, defaults).
         :param max_passages: Only the first (best) passages are sent; None sends all of them.
         :param max_units: Send at most this many of the answerability gate's best answering units (a sentence, a list,
             a code block with its lead-in) under their passages' markers; None, or no candidates: whole passages.
         :param max_unit_words: A unit sent is cut after this many words (a long list or code block keeps its head).
-        :param not_found_reply: The reply that means no passage answers (the system prompt asks for it).
-        :param fallback_message: The answer when the model replies `not_found_reply`.
+        :param fallback_message: The answer when the model replies `prompt.not_found_reply`.
         :param fallback_to_extractive: Answer extractively when the model fails (else the status is `error`).
         """
         if max_passages is not None and max_passages < 1:
             raise ValueError(f"max_passages must be at least 1 or None, got {max_passages}")
         self.chat_generator = chat_generator
-        self.system_prompt = system_prompt
-        self.user_prompt = user_prompt
-        self.passage_template = passage_template
+        self.prompt = setting_group("prompt", prompt, DEFAULT_PROMPT)
         self.max_passages = max_passages
         self.max_units = max_units
         self.max_unit_words = max_unit_words
-        self.not_found_reply = not_found_reply
         self.fallback_message = fallback_message
         self.fallback_to_extractive = fallback_to_extractive
         self._extractive = ExtractiveAnswerer() if fallback_to_extractive else None
@@ -153,8 +153,8 @@ class LLMAnswerer(ChatGeneratorSerialization):
         numbered = self._units(state) or "\n\n".join(
             self._passage(doc) for doc in list(state.get("passages") or [])[: self.max_passages])
         question = state.get("condensed_query") or state.get("original_query") or state["query"]
-        user = self.user_prompt.replace("{passages}", numbered).replace("{question}", question)
-        return [ChatMessage.from_system(self.system_prompt), ChatMessage.from_user(user)]
+        user = self.prompt["user"].replace("{passages}", numbered).replace("{question}", question)
+        return [ChatMessage.from_system(self.prompt["system"]), ChatMessage.from_user(user)]
 
     def _units(self, state: State) -> str:
         """The best answering units under their passages' headings, passage by passage ("" when not configured)."""
@@ -182,7 +182,7 @@ class LLMAnswerer(ChatGeneratorSerialization):
         section = str(doc.meta.get("section") or "")
         heading = " › ".join(part for part in (title, section if section != title else "") if part)
         return (
-            self.passage_template.replace("{source_id}", str(doc.meta.get("source_id", "")))
+            self.prompt["passage"].replace("{source_id}", str(doc.meta.get("source_id", "")))
             .replace("{heading}", heading)
             .replace("{title}", title)
             .replace("{section}", section)
@@ -199,7 +199,7 @@ class LLMAnswerer(ChatGeneratorSerialization):
 
     def _is_not_found(self, reply: str) -> bool:
         bare = re.sub(r"\[[^\]]*\]", "", reply)
-        return re.sub(r"[\W_]+", "", bare).lower() == re.sub(r"[\W_]+", "", self.not_found_reply).lower()
+        return re.sub(r"[\W_]+", "", bare).lower() == re.sub(r"[\W_]+", "", self.prompt["not_found_reply"]).lower()
 
     @component.output_types(state=State)
     def run(self, state: State, deadline: float | None = None,

@@ -28,7 +28,7 @@ from gatehouse.components.guardrails.injection import (
     capability_settings,
 )
 from gatehouse.components.guardrails.pii import PII_DEFAULTS, PIIDetectors
-from gatehouse.components.setting_groups import or_default, setting_group
+from gatehouse.components.setting_groups import MovedSettings, or_default, setting_group
 from gatehouse.components.state import State, advance, with_validation
 
 #: The `cleaning` setting: the Unicode normalisation form applied before anything else, and the Unicode categories
@@ -76,14 +76,14 @@ def clean(text: str, cleaning: dict[str, Any], *, keep_newlines: bool) -> str:
 
 
 @component
-class InputGuardrails:
+class InputGuardrails(MovedSettings):
     """
     Input guardrails for the ask pipeline, working on the request state.
 
     Normalises and redacts the query, the history and the context, then blocks prompt injection, disallowed
     capabilities and out-of-scope topics. PII is found by regular expressions (secrets, e-mail addresses, IBANs,
-    Luhn-checked cards, national ids, phone numbers); `pii_backend="presidio"` adds Presidio's named entities (names,
-    places, ...) on top of them.
+    Luhn-checked cards, national ids, phone numbers); `pii={"backend": "presidio"}` adds Presidio's named entities
+    (names, places, ...) on top of them.
 
     Usage example:
     ```python
@@ -98,12 +98,13 @@ class InputGuardrails:
     ```
     """
 
+    moved_settings = {"pii_backend": "pii.backend"}
+
     def __init__(
         self,
         *,
         corpus_name: str = "the documentation",
         max_query_chars: int = 2000,
-        pii_backend: str = "regex",
         pii: dict[str, Any] | None = None,
         cleaning: dict[str, Any] | None = None,
         injection: dict[str, Any] | None = None,
@@ -115,8 +116,8 @@ class InputGuardrails:
         """
         :param corpus_name: What the assistant answers about; fills `{corpus_name}` in the messages.
         :param max_query_chars: Longest accepted query, in characters after cleaning.
-        :param pii_backend: `"regex"` (the PII detectors) or `"presidio"` (them, then Presidio's named entities).
-        :param pii: The PII rules; missing keys take `pii.PII_DEFAULTS` (`detectors`, `placeholders`, ...).
+        :param pii: The PII rules; missing keys take `pii.PII_DEFAULTS` (`backend`: `"regex"`, the PII detectors, or
+            `"presidio"`, them and then Presidio's named entities; `detectors`, `placeholders`, ...).
         :param cleaning: `unicode_form` and `strip_categories`; missing keys take `CLEANING_DEFAULTS`.
         :param injection: `patterns` (phrases) and `scope` (any of `query`, `history`, `context`; default `query`).
         :param capabilities: Name -> `patterns` of requests refused, `exemptions`, `message` (`capability_settings`).
@@ -127,7 +128,6 @@ class InputGuardrails:
         """
         self.corpus_name = corpus_name
         self.max_query_chars = max_query_chars
-        self.pii_backend = pii_backend
         self.pii = setting_group("pii", pii, PII_DEFAULTS)
         self.cleaning = setting_group("cleaning", cleaning, CLEANING_DEFAULTS)
         self.injection = setting_group("injection", injection, INJECTION_DEFAULTS)
@@ -135,13 +135,13 @@ class InputGuardrails:
         self.out_of_scope_topics = or_default(out_of_scope_topics, DEFAULT_OUT_OF_SCOPE_TOPICS)
         self.violation_actions = dict(violation_actions or {})
         self.messages = setting_group("messages", messages, MESSAGE_DEFAULTS)
-        self._detectors = PIIDetectors(backend=pii_backend, settings=self.pii)
+        self._detectors = PIIDetectors(self.pii)
         self._rules = BoundaryRules(injection=self.injection, capabilities=self.capabilities,
                                     topics=self.out_of_scope_topics, actions=self.violation_actions)
 
     def warm_up(self) -> None:
         """
-        Load Presidio and its spaCy model when `pii_backend` is `"presidio"` (shared by all guardrails of the process).
+        Load Presidio and its spaCy model when `pii.backend` is `"presidio"` (shared by all guardrails of the process).
 
         :raises ImportError: If presidio-analyzer or the spaCy model is not installed, naming the pip extra.
         """

@@ -23,7 +23,7 @@ from gatehouse.components.guardrails.document_screen import drop_foreign_images
 from gatehouse.components.guardrails.injection import compile_phrase
 from gatehouse.components.guardrails.pii import PII_DEFAULTS, PIIDetectors
 from gatehouse.components.guardrails.sanitising import DEFAULT_DANGEROUS_ELEMENTS, MarkupSanitiser
-from gatehouse.components.setting_groups import or_default, setting_group
+from gatehouse.components.setting_groups import MovedSettings, or_default, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
 from gatehouse.components.validators.verified_reply import Released, VerifiedReply
 
@@ -34,7 +34,7 @@ NO_SOURCES_STATUSES = ("fallback", "refused", "error")
 
 
 @component
-class OutputGuardrails:
+class OutputGuardrails(MovedSettings):
     """
     Output guardrails for the ask pipeline, working on the request state.
 
@@ -54,10 +54,11 @@ class OutputGuardrails:
     ```
     """
 
+    moved_settings = {"pii_backend": "pii.backend"}
+
     def __init__(
         self,
         *,
-        pii_backend: str = "regex",
         pii: dict[str, Any] | None = None,
         allow_pii_from_sources: bool = True,
         sanitize_markup: bool = True,
@@ -69,8 +70,8 @@ class OutputGuardrails:
         fallback_message: str = FALLBACK_MESSAGE,
     ) -> None:
         """
-        :param pii_backend: `"regex"` (the PII detectors) or `"presidio"` (them, then Presidio's named entities).
-        :param pii: The PII rules; missing keys take `pii.PII_DEFAULTS` (`detectors`, `placeholders`, ...).
+        :param pii: The PII rules; missing keys take `pii.PII_DEFAULTS` (`backend`: `"regex"`, the PII detectors, or
+            `"presidio"`, them and then Presidio's named entities; `detectors`, `placeholders`, ...).
         :param allow_pii_from_sources: Keep PII quoted verbatim in a passage the answer cites (a support address).
         :param sanitize_markup: Sanitise the answer's HTML with nh3, keeping its markdown, code, links and markers.
         :param allowed_tags: HTML tags kept (inline only: `b`, `i`, `sub`, `sup`, `kbd`, `br`); none by default.
@@ -81,7 +82,6 @@ class OutputGuardrails:
         :param fallback_message: Answer that replaces an answer the citation verifier found unsupported.
         :raises ValueError: If a PII setting or a pattern is invalid, or a tag is both allowed and dangerous.
         """
-        self.pii_backend = pii_backend
         self.pii = setting_group("pii", pii, PII_DEFAULTS)
         self.allow_pii_from_sources = allow_pii_from_sources
         self.sanitize_markup = sanitize_markup
@@ -91,13 +91,13 @@ class OutputGuardrails:
         self.hedge_phrases = or_default(hedge_phrases, DEFAULT_HEDGE_PHRASES)
         self.warn_without_sources = warn_without_sources
         self.fallback_message = fallback_message
-        self._detectors = PIIDetectors(backend=pii_backend, settings=self.pii)
+        self._detectors = PIIDetectors(self.pii)
         self._sanitiser = MarkupSanitiser(allowed_tags=self.allowed_tags, dangerous_elements=self.dangerous_elements)
         self._hedges = [(phrase, compile_phrase(phrase)) for phrase in self.hedge_phrases]
 
     def warm_up(self) -> None:
         """
-        Load Presidio and its spaCy model when `pii_backend` is `"presidio"` (shared by all guardrails of the process).
+        Load Presidio and its spaCy model when `pii.backend` is `"presidio"` (shared by all guardrails of the process).
 
         :raises ImportError: If presidio-analyzer or the spaCy model is not installed, naming the pip extra.
         """

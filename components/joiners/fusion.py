@@ -12,6 +12,7 @@ fusion.rank({"dense": [("c1", "d1", 0.8), ("c2", "d2", 0.7)], "lexical": [("c2",
 ```
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 METHODS = ("rrf", "weighted_sum")
@@ -20,6 +21,7 @@ NORMALIZATIONS = ("minmax", "max", "zscore")
 Hit = tuple[str, Any, float]  # (chunk key, group key or None, score), best first within a list
 
 
+@dataclass(frozen=True, kw_only=True)
 class Fusion:
     """
     Reciprocal-rank fusion or a weighted sum of normalised scores, per chunk or per group (a chunk's document).
@@ -31,22 +33,23 @@ class Fusion:
     best first by their own fused score, at most `chunks_per_group` of them.
     """
 
-    def __init__(self, *, method: str, weights: dict[str, float], rrf_k: int = 60, normalization: str = "minmax",
-                 group: bool = False, chunks_per_group: int | None = None) -> None:
-        if method not in METHODS:
-            raise ValueError(f"Unknown fusion method '{method}'. Use one of: {', '.join(METHODS)}.")
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"Unknown normalization '{normalization}'. Use one of: {', '.join(NORMALIZATIONS)}.")
-        if not weights:
+    method: str
+    weights: dict[str, float]
+    rrf_k: int = 60
+    normalization: str = "minmax"
+    group: bool = False
+    chunks_per_group: int | None = None
+
+    def __post_init__(self) -> None:
+        """Check the settings."""
+        if self.method not in METHODS:
+            raise ValueError(f"Unknown fusion method '{self.method}'. Use one of: {', '.join(METHODS)}.")
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"Unknown normalization '{self.normalization}'. Use one of: {', '.join(NORMALIZATIONS)}.")
+        if not self.weights:
             raise ValueError("weights must name at least one list to fuse.")
-        if chunks_per_group is not None and chunks_per_group < 1:
+        if self.chunks_per_group is not None and self.chunks_per_group < 1:
             raise ValueError("chunks_per_group must be at least 1 (or null for all chunks).")
-        self.method = method
-        self.weights = weights
-        self.rrf_k = rrf_k
-        self.normalization = normalization
-        self.group = group
-        self.chunks_per_group = chunks_per_group
 
     def rank(self, lists: dict[str, list[Hit]], top_k: int) -> list[tuple[str, float]]:
         """

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 from haystack import component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_for_query
-from gatehouse.components.setting_groups import MovedSettings
+from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.query.followup_rules import DEFAULT_CONTEXT_TEMPLATE, FollowUpRules
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.terms import same_words
@@ -17,6 +17,16 @@ DEFAULT_CONDENSE_PROMPT = (
     "Conversation:\n{history}\n"
     "Follow-up question: {question}"
 )
+#: The rules' settings (`FollowUpRules`): the most recent user turns looked at (`max_history_turns`; earlier
+#: follow-ups among them are resolved first), the topic taken from the last assistant turn first
+#: (`use_assistant_turns`), the longest question that may be a follow-up (`max_condense_words`), the most content
+#: terms of a question with a pronoun that is one (`max_reference_content_terms`) and the standalone form of a
+#: follow-up with no pronoun or new entity (`context_template`: `{topic}`, `{question}`).
+RULES: dict[str, Any] = {"max_history_turns": 2, "use_assistant_turns": False, "max_condense_words": 12,
+                         "max_reference_content_terms": 3, "context_template": DEFAULT_CONTEXT_TEMPLATE}
+#: The optional LLM tier: its `prompt` (`{history}` and `{question}` replaced) and the longest reply it may give
+#: (`max_query_chars`; a longer one is rejected and the rules' question used).
+LLM: dict[str, Any] = {"prompt": DEFAULT_CONDENSE_PROMPT, "max_query_chars": 500}
 
 
 @component
@@ -31,11 +41,11 @@ class QueryCondenser(MovedSettings, ChatGeneratorSerialization):
     *the basic tier* cost?"); a leading "and"/"so" is dropped, then a new entity ("what about X", "and for X", "and
     the X?") takes the place of the matching phrase of the previous question ("How much does the premium tier
     cost?"); else the first pronoun (it, this, that, they, them, one) becomes the topic ("how do I revoke an API
-    key?"); else the question is put in context with `context_template` ("Regarding two-factor authentication, what
-    if I lose my phone?"). Earlier follow-ups in the history are resolved the same way first. Standalone questions
-    are left unchanged. With a `chat_generator`, its rewrite replaces the rules' one (the rules remain the
-    fallback). Path `condense_query` only when the query changed; `state["condensed_query"]` holds the standalone
-    question.
+    key?"); else the question is put in context with `rules.context_template` ("Regarding two-factor
+    authentication, what if I lose my phone?"). Earlier follow-ups in the history are resolved the same way first.
+    Standalone questions are left unchanged. With a `chat_generator`, its rewrite replaces the rules' one (the rules
+    remain the fallback). Path `condense_query` only when the query changed; `state["condensed_query"]` holds the
+    standalone question.
 
     Usage:
     ```python
@@ -49,48 +59,37 @@ class QueryCondenser(MovedSettings, ChatGeneratorSerialization):
     ```
     """
 
-    #: Settings that moved into `grammar` (a YAML still naming one is refused with its new place).
-    moved_settings: ClassVar[dict[str, str]] = {name: f"grammar.{name}" for name in (
-        "followup_patterns", "pronouns", "noun_pronouns", "leading_connectives", "ellipsis_patterns", "determiners", "question_determiners", "prepositions", "auxiliary_verbs", "verb_cues", "definite_article", "stopwords", "stemmer_language")}
+    #: Settings that moved into `grammar`, `rules` and `llm` (a YAML still naming one is refused with its new place).
+    moved_settings: ClassVar[dict[str, str]] = {
+        **{name: f"grammar.{name}" for name in (
+            "followup_patterns", "pronouns", "noun_pronouns", "leading_connectives", "ellipsis_patterns", "determiners",
+            "question_determiners", "prepositions", "auxiliary_verbs", "verb_cues", "definite_article", "stopwords",
+            "stemmer_language")},
+        **{name: f"rules.{name}" for name in RULES},
+        "condense_prompt": "llm.prompt",
+        "max_query_chars": "llm.max_query_chars",
+    }
 
     def __init__(
         self,
         *,
-        max_history_turns: int = 2,
-        use_assistant_turns: bool = False,
-        max_condense_words: int = 12,
-        max_reference_content_terms: int = 3,
-        context_template: str = DEFAULT_CONTEXT_TEMPLATE,
+        rules: dict[str, Any] | None = None,
         grammar: dict[str, Any] | None = None,
         chat_generator: Any = None,
-        condense_prompt: str = DEFAULT_CONDENSE_PROMPT,
-        max_query_chars: int = 500,
+        llm: dict[str, Any] | None = None,
     ) -> None:
         """
-        :param max_history_turns: Most recent user turns looked at (earlier follow-ups among them resolved first).
-        :param use_assistant_turns: Take the topic from the last assistant turn first, then from the user turns.
-        :param max_condense_words: Questions longer than this are never treated as follow-ups.
-        :param max_reference_content_terms: A question with a pronoun and at most this many content terms is one.
-        :param context_template: Standalone form of a follow-up with no pronoun or new entity (`{topic}`, `{question}`).
+        :param rules: How the rules find and rewrite a follow-up (`RULES`: keys and defaults).
         :param grammar: The rules' word lists, patterns, stopwords and stemmer (see `FollowUpRules`); None: English.
         :param chat_generator: Optional Haystack chat generator for an LLM condense tier; None disables it.
-        :param condense_prompt: LLM condense prompt; `{history}` and `{question}` are replaced.
-        :param max_query_chars: An LLM reply longer than this is rejected (the rules' question is used).
-        :raises ValueError: On an unknown `grammar` key or a negative `max_history_turns`.
+        :param llm: The LLM tier's `prompt` and `max_query_chars` (`LLM`: keys and defaults).
+        :raises ValueError: On an unknown key of a group or a negative `rules.max_history_turns`.
         """
-        self.max_history_turns = max_history_turns
-        self.use_assistant_turns = use_assistant_turns
-        self.max_condense_words = max_condense_words
-        self.max_reference_content_terms = max_reference_content_terms
-        self.context_template = context_template
+        self.rules = setting_group("rules", rules, RULES)
         self.grammar = grammar
         self.chat_generator = chat_generator
-        self.condense_prompt = condense_prompt
-        self.max_query_chars = max_query_chars
-        self._rules = FollowUpRules(grammar=grammar, max_history_turns=max_history_turns,
-                                    use_assistant_turns=use_assistant_turns, max_condense_words=max_condense_words,
-                                    max_reference_content_terms=max_reference_content_terms,
-                                    context_template=context_template)
+        self.llm = setting_group("llm", llm, LLM)
+        self._followup = FollowUpRules(grammar=grammar, **self.rules)
 
     def warm_up(self) -> None:
         """Warm up the optional chat generator."""
@@ -109,17 +108,17 @@ class QueryCondenser(MovedSettings, ChatGeneratorSerialization):
         started = time.perf_counter()
         question = str(state.get("query") or "")
         history = [t for t in (state.get("history") or []) if isinstance(t, dict)]
-        if not history or not question.strip() or not self._rules.is_followup(question):
+        if not history or not question.strip() or not self._followup.is_followup(question):
             return {"state": advance(state, stage="query_condenser", started=started, condensed_query=question)}
 
-        condensed = self._rules.condense(question, history)
+        condensed = self._followup.condense(question, history)
         warning = None
         if self.chat_generator is not None:
-            turns = history[-2 * self.max_history_turns :] if self.max_history_turns else []
+            turns = history[-2 * self.rules["max_history_turns"] :] if self.rules["max_history_turns"] else []
             transcript = "\n".join(f"{t.get('role')}: {t.get('content')}" for t in turns)
-            prompt = self.condense_prompt.replace("{history}", transcript).replace("{question}", question)
+            prompt = self.llm["prompt"].replace("{history}", transcript).replace("{question}", question)
             try:
-                condensed = ask_for_query(self.chat_generator, prompt, max_chars=self.max_query_chars,
+                condensed = ask_for_query(self.chat_generator, prompt, max_chars=self.llm["max_query_chars"],
                                           deadline=deadline)
             except Exception as error:  # noqa: BLE001 - any LLM failure falls back to the rules
                 warning = f"query_condenser: LLM condense failed ({type(error).__name__}: {error}); rules used"

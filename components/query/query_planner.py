@@ -44,6 +44,10 @@ DEFAULT_LLM_PROMPT = (
     "1. Why does my upload fail with error 413 and how do I fix the upload?\n\n"
     "Message: {question}"
 )
+#: The optional LLM tier: its `prompt` (`{question}` filled in), the `cues` (case-insensitive regexes) of which one
+#: must match before it is asked (None: `DEFAULT_LLM_CUES`) and `min_grounding`, the share of a listed question's
+#: content words (in the singular) that must be the user's.
+LLM: dict[str, Any] = {"prompt": DEFAULT_LLM_PROMPT, "cues": None, "min_grounding": 1.0}
 _LLM_LINE_MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)]|q\d+[:.)])\s*", re.IGNORECASE)
 _TRAILING = re.compile(r"[\s?!.;:]+$")
 _SENTENCES = re.compile(r"(?<=[?!.;])\s+")
@@ -87,13 +91,13 @@ def _compile_grammar(grammar: dict[str, Any] | None) -> _Grammar:
     )
 
 
-def _check_settings(max_subqueries: int, min_part_terms: int, llm_min_grounding: float) -> None:
+def _check_settings(max_subqueries: int, min_part_terms: int, min_grounding: float) -> None:
     if max_subqueries < 2:
         raise ValueError("max_subqueries must be at least 2.")
     if min_part_terms < 1:
         raise ValueError("min_part_terms must be at least 1.")
-    if not 0.0 <= llm_min_grounding <= 1.0:
-        raise ValueError("llm_min_grounding must be between 0 and 1.")
+    if not 0.0 <= min_grounding <= 1.0:
+        raise ValueError("llm.min_grounding must be between 0 and 1.")
 
 
 def _shared_tail(items: list[str]) -> list[str]:
@@ -130,10 +134,10 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
       words ("the default ports of A", "the default ports of B"). Two items joined by "and" without such a cue
       stay one question ("read and write timeouts").
 
-    **LLM tier** (optional, `chat_generator`): when the rules find no plan but the question carries one of `llm_cues`
+    **LLM tier** (optional, `chat_generator`): when the rules find no plan but the question carries one of `llm.cues`
     (a joining word, a comparison word, a comma, two question marks) and no back-reference, the model is asked to list
-    the separate questions (`llm_prompt`, one per line). Its list becomes a plan (strategy `llm`) only when every line
-    is grounded in the question: at least `llm_min_grounding` of its content words occur in the question and it
+    the separate questions (`llm.prompt`, one per line). Its list becomes a plan (strategy `llm`) only when every line
+    is grounded in the question: at least `llm.min_grounding` of its content words occur in the question and it
     states no number the question does not, with `min_part_terms` content words, two to `max_subqueries` lines, none
     asking what another asks. Anything else (one line, an ungrounded line, a failed call: a warning says so) leaves
     the question single.
@@ -154,9 +158,11 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
     ```
     """
 
-    #: Settings that moved into `grammar` (a YAML still naming one is refused with its new place).
-    moved_settings: ClassVar[dict[str, str]] = {name: f"grammar.{name}" for name in (
-        "question_words", "back_references", "comparison_cues", "stopwords")}
+    #: Settings that moved into `grammar` and `llm` (a YAML still naming one is refused with its new place).
+    moved_settings: ClassVar[dict[str, str]] = {
+        **{name: f"grammar.{name}" for name in ("question_words", "back_references", "comparison_cues", "stopwords")},
+        **{f"llm_{name}": f"llm.{name}" for name in LLM},
+    }
 
     def __init__(
         self,
@@ -166,9 +172,7 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
         min_part_terms: int = 2,
         grammar: dict[str, Any] | None = None,
         chat_generator: Any | None = None,
-        llm_prompt: str = DEFAULT_LLM_PROMPT,
-        llm_cues: list[str] | None = None,
-        llm_min_grounding: float = 1.0,
+        llm: dict[str, Any] | None = None,
     ) -> None:
         """
         :param enabled: False leaves every question single.
@@ -176,22 +180,19 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
         :param min_part_terms: Fewest content words a split-off question needs to stand alone.
         :param grammar: The rules' words, keys of `DEFAULT_GRAMMAR` (a key left out keeps its default).
         :param chat_generator: A Haystack chat generator for the optional LLM tier; None: rules only.
-        :param llm_prompt: The LLM tier's prompt; `{question}` is filled in.
-        :param llm_cues: Regexes (case-insensitive) of which one must match before the LLM is asked; None: the defaults.
-        :param llm_min_grounding: Share of a listed question's content words (in the singular) that must be the user's.
-        :raises ValueError: On limits out of range or an unknown `grammar` key.
+        :param llm: The LLM tier's `prompt`, `cues` and `min_grounding` (`LLM`: keys and defaults).
+        :raises ValueError: On limits out of range or an unknown key of a group.
         """
-        _check_settings(max_subqueries, min_part_terms, llm_min_grounding)
         self.enabled = enabled
         self.max_subqueries = max_subqueries
         self.min_part_terms = min_part_terms
         self.grammar = grammar
         self.chat_generator = chat_generator
-        self.llm_prompt = llm_prompt
-        self.llm_cues = llm_cues
-        self.llm_min_grounding = llm_min_grounding
+        self.llm = setting_group("llm", llm, LLM)
+        _check_settings(max_subqueries, min_part_terms, self.llm["min_grounding"])
         self._grammar = _compile_grammar(grammar)
-        self._llm_cues = [re.compile(p, re.IGNORECASE) for p in (DEFAULT_LLM_CUES if llm_cues is None else llm_cues)]
+        cues = DEFAULT_LLM_CUES if self.llm["cues"] is None else self.llm["cues"]
+        self._llm_cues = [re.compile(p, re.IGNORECASE) for p in cues]
         self._resolver = FollowUpRules(grammar={"pronouns": sorted(self._grammar.back_references), "noun_pronouns": []},
                                        max_condense_words=40, max_reference_content_terms=40)
 
@@ -313,7 +314,7 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
             if not text or text.upper() == "SINGLE":
                 continue
             terms = {singular(t) for t in self._content_terms(text)}
-            if len(terms) < self.min_part_terms or len(terms & asked) < self.llm_min_grounding * len(terms):
+            if len(terms) < self.min_part_terms or len(terms & asked) < self.llm["min_grounding"] * len(terms):
                 return None
             if any(any(ch.isdigit() for ch in term) for term in terms - asked):  # a figure the user did not write
                 return None
@@ -332,7 +333,7 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
         if set(tokenize(question)) & self._grammar.back_references:  # "... and how do I fix it?" is one question
             return None, None
         try:
-            reply = ask_chat_generator(self.chat_generator, self.llm_prompt.replace("{question}", question),
+            reply = ask_chat_generator(self.chat_generator, self.llm["prompt"].replace("{question}", question),
                                        deadline=deadline)
         except Exception as error:  # noqa: BLE001 - any generator failure leaves the question single
             return None, f"planner: LLM tier failed ({type(error).__name__}); the question was answered as one"

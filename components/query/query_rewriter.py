@@ -22,6 +22,7 @@ from gatehouse.components.terms import TermNormaliser, same_words, tokenize
 STRATEGIES = ("keywords", "feedback")
 #: How expansion terms are chosen: every key of `QueryRewriter`'s `expansion`, with its default.
 DEFAULT_EXPANSION: dict[str, Any] = {
+    "strategies": None,  # the order in which strategies are added, cumulatively; None: `STRATEGIES`
     "max_expansion_terms": 3,  # KB keywords added per attempt
     "min_keyword_similarity": 0.15,  # least cosine similarity between the question and a keyword to add it
     "max_profile_keywords": 400,  # most titles and headings of one KB taken as keywords
@@ -30,6 +31,8 @@ DEFAULT_EXPANSION: dict[str, Any] = {
     "prf_min_term_length": 3,  # shorter feedback terms are ignored
     "stopwords": None,  # words never used as terms; None: Gatehouse's list
     "stemmer_language": "english",  # Snowball stemmer language for term matching; None: exact tokens
+    "embedding_model": None,  # the model that ranks keywords by similarity; None: the configured default
+    "cache_dir": None,  # its embedding cache; None: the configured default, "off": no cache
 }
 
 DEFAULT_REWRITE_PROMPT = (
@@ -41,14 +44,17 @@ DEFAULT_REWRITE_PROMPT = (
     "Terms from the weak results: {feedback_terms}\n"
     "Output ONLY the rewritten query."
 )
+#: The optional LLM tier: its `prompt` (`{question}`, `{previous_queries}`, `{keywords}`, `{feedback_terms}` filled
+#: in) and the longest reply it may give (`max_query_chars`; a longer one is rejected, the deterministic rewrite used).
+LLM: dict[str, Any] = {"prompt": DEFAULT_REWRITE_PROMPT, "max_query_chars": 500}
 
 
-def _expansion_settings(strategies: list[str] | None, expansion: dict[str, Any] | None) -> dict[str, Any]:
-    """`expansion` with its defaults, once it and `strategies` are checked."""
-    unknown = [s for s in (strategies or []) if s not in STRATEGIES]
-    if unknown:
-        raise ValueError(f"Unknown strategies {unknown}. Use {', '.join(STRATEGIES)}.")
+def _expansion_settings(expansion: dict[str, Any] | None) -> dict[str, Any]:
+    """`expansion` with its defaults, checked."""
     settings = setting_group("expansion", expansion, DEFAULT_EXPANSION)
+    unknown = [s for s in (settings["strategies"] or []) if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"Unknown expansion.strategies {unknown}. Use {', '.join(STRATEGIES)}.")
     if min(settings["max_expansion_terms"], settings["prf_terms"], settings["prf_top_k"]) < 0:
         raise ValueError("expansion: max_expansion_terms, prf_terms and prf_top_k must be >= 0.")
     return settings
@@ -62,11 +68,11 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
 
     The new query is always the original question (`condensed_query` when the condenser made it standalone, else
     `original_query`) plus expansion terms, never a rewrite of a rewrite, and `original_query` is never changed.
-    Strategies are cumulative, in the order of `strategies`: attempt 1 adds the KB keywords (`kb_keywords` and the
-    profiles of `state["kbs"]`, most similar to the question by embedding, at most `max_expansion_terms`, at least
-    `min_keyword_similarity`); attempt 2 adds pseudo-relevance-feedback terms as well (tf-idf over the `prf_top_k`
-    weak documents of the last attempt, without stopwords and question terms, at most `prf_terms`); later attempts
-    take one more term of each (the limits are keys of `expansion`). If a query would repeat an earlier attempt,
+    Strategies are cumulative, in the order of `expansion.strategies`: attempt 1 adds the KB keywords (`kb_keywords`
+    and the profiles of `state["kbs"]`, most similar to the question by embedding, at most `max_expansion_terms`, at
+    least `min_keyword_similarity`); attempt 2 adds pseudo-relevance-feedback terms as well (tf-idf over the
+    `prf_top_k` weak documents of the last attempt, without stopwords and question terms, at most `prf_terms`); later
+    attempts take one more term of each (the limits are keys of `expansion`). If a query would repeat an earlier attempt,
     more terms are taken (then the remaining strategies, then the question's content terms only) until it differs.
     With a `chat_generator`, its rewrite is used unless it fails or repeats an earlier query. Path
     `rewrite_and_retry`; `state["rewrites"]` records each rewrite.
@@ -82,46 +88,40 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
     ```
     """
 
-    #: Settings that moved into `expansion` (a YAML still naming one is refused with its new place).
-    moved_settings: ClassVar[dict[str, str]] = {name: f"expansion.{name}" for name in (
-        "max_expansion_terms", "min_keyword_similarity", "max_profile_keywords", "prf_terms", "prf_top_k", "prf_min_term_length", "stopwords", "stemmer_language")}
+    #: Settings that moved into `expansion` and `llm` (a YAML still naming one is refused with its new place).
+    moved_settings: ClassVar[dict[str, str]] = {
+        **{name: f"expansion.{name}" for name in (
+            "strategies", "max_expansion_terms", "min_keyword_similarity", "max_profile_keywords", "prf_terms",
+            "prf_top_k", "prf_min_term_length", "stopwords", "stemmer_language", "embedding_model")},
+        "embedding_cache_dir": "expansion.cache_dir",
+        "rewrite_prompt": "llm.prompt",
+        "max_query_chars": "llm.max_query_chars",
+    }
 
     def __init__(
         self,
         *,
         kb_keywords: dict[str, list[str]] | None = None,
         profile_store: Any = None,
-        strategies: list[str] | None = None,
         expansion: dict[str, Any] | None = None,
-        embedding_model: str | None = None,
-        embedding_cache_dir: str | None = None,
         chat_generator: Any = None,
-        rewrite_prompt: str = DEFAULT_REWRITE_PROMPT,
-        max_query_chars: int = 500,
+        llm: dict[str, Any] | None = None,
     ) -> None:
         """
         :param kb_keywords: Knowledge base name -> domain keywords (from the KB YAML); `_` reads as a space.
         :param profile_store: Lexical store whose KB profiles give the routed KBs' keywords, abbreviations, headings.
-        :param strategies: Order in which retry strategies are added, cumulatively; None: `[keywords, feedback]`.
-        :param expansion: How terms are chosen, keys of `DEFAULT_EXPANSION` (a key left out keeps its default).
-        :param embedding_model: Embedding model for keyword ranking; None uses the configured default.
-        :param embedding_cache_dir: Embedding cache directory; None uses the default, `"off"` disables it.
+        :param expansion: The strategies and how their terms are chosen, keys of `DEFAULT_EXPANSION` (a key left out
+            keeps its default).
         :param chat_generator: Optional Haystack chat generator for an LLM rewrite tier; None disables it.
-        :param rewrite_prompt: LLM prompt; `{question}`, `{previous_queries}`, `{keywords}`, `{feedback_terms}` filled.
-        :param max_query_chars: An LLM reply longer than this is rejected (the deterministic rewrite is used).
-        :raises ValueError: On an unknown strategy or `expansion` key, or term limits below 0.
+        :param llm: The LLM tier's `prompt` and `max_query_chars` (`LLM`: keys and defaults).
+        :raises ValueError: On an unknown strategy or key of a group, or term limits below 0.
         """
-        self._expansion = _expansion_settings(strategies, expansion)
         self.kb_keywords = kb_keywords
         self.profile_store = profile_store
-        self.strategies = strategies
-        self.expansion = expansion
-        self.embedding_model = embedding_model
-        self.embedding_cache_dir = embedding_cache_dir
+        self.expansion = _expansion_settings(expansion)
         self.chat_generator = chat_generator
-        self.rewrite_prompt = rewrite_prompt
-        self.max_query_chars = max_query_chars
-        self._terms = TermNormaliser(self._expansion["stopwords"], self._expansion["stemmer_language"], 2)
+        self.llm = setting_group("llm", llm, LLM)
+        self._terms = TermNormaliser(self.expansion["stopwords"], self.expansion["stemmer_language"], 2)
         self._profiles = KBProfiles(profile_store) if profile_store is not None else None
         self._backend: EmbeddingBackend | None = None
         self._keyword_vectors: dict[str, np.ndarray] = {}
@@ -129,7 +129,8 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
     def warm_up(self) -> None:
         """Load the embedding backend (with KB keywords or profiles) and warm up the optional chat generator."""
         if (self.kb_keywords or self._profiles) and self._backend is None:
-            self._backend = EmbeddingBackend.get(model=self.embedding_model, cache_dir=self.embedding_cache_dir)
+            self._backend = EmbeddingBackend.get(model=self.expansion["embedding_model"],
+                                                 cache_dir=self.expansion["cache_dir"])
         if self.chat_generator is not None and hasattr(self.chat_generator, "warm_up"):
             self.chat_generator.warm_up()
 
@@ -148,7 +149,7 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
                 elif long.casefold() in asked:
                     found.append(short)
             found += list((profile.entry or {}).get("keywords") or [])
-            found += [*profile.titles, *profile.headings][: self._expansion["max_profile_keywords"]]
+            found += [*profile.titles, *profile.headings][: self.expansion["max_profile_keywords"]]
         return [k.rstrip("*") for k in found]
 
     def _expansion_keywords(self, question: str, kbs: list[str], tenant: str | None = None) -> list[str]:
@@ -176,7 +177,7 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
         query_vector = self._backend.embed([question])[0]
         scored = [(float(np.dot(self._keyword_vectors[k], query_vector)), k) for k in keywords]
         ranked = sorted(scored, key=lambda pair: (-pair[0], pair[1]))
-        return [k for similarity, k in ranked if similarity >= self._expansion["min_keyword_similarity"]]
+        return [k for similarity, k in ranked if similarity >= self.expansion["min_keyword_similarity"]]
 
     def _feedback_terms(self, question: str, documents: list[Document], exclude: set[str]) -> list[str]:
         """Pseudo-relevance-feedback terms: rank-weighted tf of the top weak documents times idf over all of them."""
@@ -188,7 +189,7 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
             tokens = [
                 (self._terms.stem(t), t)
                 for t in tokenize(document.content or "")
-                if self._terms.is_content(t) and len(t) >= self._expansion["prf_min_term_length"] and not t.isdigit()
+                if self._terms.is_content(t) and len(t) >= self.expansion["prf_min_term_length"] and not t.isdigit()
             ]
             doc_terms.append(tokens)
         total = len(doc_terms)
@@ -197,7 +198,7 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
             df.update({stem for stem, _ in tokens})
         weights: dict[str, float] = defaultdict(float)
         surfaces: dict[str, Counter[str]] = defaultdict(Counter)
-        for rank, tokens in enumerate(doc_terms[: self._expansion["prf_top_k"]]):
+        for rank, tokens in enumerate(doc_terms[: self.expansion["prf_top_k"]]):
             if not tokens:
                 continue
             counts = Counter(stem for stem, _ in tokens)
@@ -219,9 +220,9 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
         self, question: str, pools: dict[str, list[str]], attempt: int
     ) -> list[tuple[list[str], list[str], str]]:
         """Ordered `(strategies, terms, query)` candidates for an attempt, the planned one first."""
-        limits = {"keywords": self._expansion["max_expansion_terms"], "feedback": self._expansion["prf_terms"]}
+        limits = {"keywords": self.expansion["max_expansion_terms"], "feedback": self.expansion["prf_terms"]}
         level = max(1, attempt)
-        order = list(STRATEGIES if self.strategies is None else self.strategies)
+        order = list(STRATEGIES if self.expansion["strategies"] is None else self.expansion["strategies"])
         active = order[:level]
         extra = max(0, level - len(order))
         longest = max([len(pool) for pool in pools.values()] + [0])
@@ -276,13 +277,14 @@ class QueryRewriter(MovedSettings, ChatGeneratorSerialization):
         warnings = [] if fresh else ["query_rewriter: no new expansion terms; the query repeats an earlier attempt"]
         if self.chat_generator is not None:
             prompt = (
-                self.rewrite_prompt.replace("{question}", question)
+                self.llm["prompt"].replace("{question}", question)
                 .replace("{previous_queries}", "; ".join(dict.fromkeys(p for p in previous if p)))
                 .replace("{keywords}", ", ".join(keywords))
                 .replace("{feedback_terms}", ", ".join(feedback))
             )
             try:
-                reply = ask_for_query(self.chat_generator, prompt, max_chars=self.max_query_chars, deadline=deadline)
+                reply = ask_for_query(self.chat_generator, prompt, max_chars=self.llm["max_query_chars"],
+                                      deadline=deadline)
                 if any(same_words(reply, p) for p in previous):
                     raise ValueError("reply repeats an earlier query")
                 new_query, record["method"], warnings = reply, "llm", []

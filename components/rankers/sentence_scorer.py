@@ -8,13 +8,13 @@ from haystack import Document, component
 from haystack.core.component.types import Variadic
 
 from gatehouse.components.embedders.document_embedder import embedded_text
-from gatehouse.components.embedders.embedding import EmbeddingBackend
+from gatehouse.components.embedders.embedding import EmbeddingModel
 from gatehouse.components.embedders.vector import Vector
-from gatehouse.components.sentences import sentence_settings, sentence_texts
+from gatehouse.components.sentences import per_chunk, sentence_settings, sentence_texts
 
 
 @component
-class SentenceScorer:
+class SentenceScorer(EmbeddingModel):
     """
     Scores each candidate chunk by the cosine similarity of the query to its best sentence, and to the whole chunk
     (`include_chunk`), whichever is higher.
@@ -61,12 +61,6 @@ class SentenceScorer:
         self.include_chunk = include_chunk
         self.chunk_fields = ["title", "section"] if chunk_fields is None else chunk_fields
         self.batch_size = batch_size
-        self._backend: EmbeddingBackend | None = None
-
-    def warm_up(self) -> None:
-        """Load the model."""
-        if self._backend is None:
-            self._backend = EmbeddingBackend.get(model=self.model, cache_dir=self.cache_dir)
 
     def _units(self, document: Document) -> list[str]:
         units = sentence_texts(document, self.sentences)
@@ -93,19 +87,14 @@ class SentenceScorer:
                 metas[doc.id] = dict(doc.meta)
         if not union:
             return {"documents": []}
-        self.warm_up()
-        assert self._backend is not None
         units = [self._units(doc) for doc in union.values()]
         flat = [text for texts in units for text in texts]
         if not flat:
             return {"documents": []}
-        similarities = self._backend.embed(flat, batch_size=self.batch_size) @ np.asarray(query_embedding, np.float32)
+        similarities = self.backend().embed(flat, batch_size=self.batch_size) @ np.asarray(query_embedding, np.float32)
         scored = []
-        start = 0
-        for doc, texts in zip(union.values(), units):
-            part = similarities[start : start + len(texts)]
-            start += len(texts)
-            if not texts:
+        for doc, part in zip(union.values(), per_chunk(similarities, units)):
+            if not len(part):
                 continue
             sentence_part = part[:-1] if self.include_chunk else part
             meta = metas[doc.id]

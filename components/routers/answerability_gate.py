@@ -11,8 +11,8 @@ A question that states a name or number no passage contains at all is not answer
 (`rules.require_entities`); with `rules.require_type`, the units of the expected type rank first, and a typed question
 no unit answers in its type is not answered either.
 
-A logistic model (`gatehouse.components.routers.answerability_model`) turns the signals into a score in 0..1 (`bias`
-+ `weights`, fitted by `gatehouse bench answerability --fit` on data that is not the report data). The best
+A logistic model (`gatehouse.components.routers.answerability_model`) turns the signals into a score in 0..1 (`model`:
+its `bias` and `weights`, fitted by `gatehouse bench answerability --fit` on data that is not the report data). The best
 candidate decides: at or above `threshold` the state goes on `answerable`, with the ranked candidates in
 `state["answer_candidates"]` for the answerer (status `partial` with a warning below `success_threshold`); below it
 the state goes on `unanswerable` with the fallback message and the reason (which terms were not found), or, with
@@ -41,10 +41,11 @@ from haystack import Document, component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.routers.answerability_lexicon import TYPED_ANSWERS, Lexicon
-from gatehouse.components.routers.answerability_model import DEFAULT_BIAS, DEFAULT_THRESHOLD, logistic_score
+from gatehouse.components.routers.answerability_model import DEFAULT_THRESHOLD, logistic_score
 from gatehouse.components.routers.answerability_settings import (
     LEXICON_SETTINGS,
     LLM_SETTINGS,
+    MODEL,
     MOVED_SETTINGS,
     RULES,
     SIGNAL_SETTINGS,
@@ -68,13 +69,12 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
 
     moved_settings = MOVED_SETTINGS
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         *,
         threshold: float = DEFAULT_THRESHOLD,
         success_threshold: float | None = None,
-        weights: dict[str, float] | None = None,
-        bias: float = DEFAULT_BIAS,
+        model: dict[str, Any] | None = None,
         on_unanswerable: str = "fallback",
         fallback_message: str = FALLBACK_MESSAGE,
         rules: dict[str, Any] | None = None,
@@ -85,8 +85,7 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         """
         :param threshold: Lowest score (0..1) of the best candidate for the question to count as answered.
         :param success_threshold: Lowest best score for status `success` (below it: `partial`); None: no such limit.
-        :param weights: Weight of each signal (`SIGNALS`); None: the built-in fit; a signal left out weighs 0.
-        :param bias: The logistic model's intercept.
+        :param model: The logistic model's signal `weights` and `bias` (see `MODEL`).
         :param on_unanswerable: `fallback` (the fallback message) or `partial` (answer anyway, with a warning).
         :param fallback_message: The answer when the question is not answered and `on_unanswerable` is `fallback`.
         :param rules: `require_entities`, `require_type`, `max_candidates`, `skip_statuses` (see `RULES`).
@@ -97,8 +96,7 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         """
         self.threshold = threshold
         self.success_threshold = success_threshold
-        self.weights = weights
-        self.bias = bias
+        self.model = setting_group("model", model, MODEL)
         self.on_unanswerable = on_unanswerable
         self.fallback_message = fallback_message
         self.rules = setting_group("rules", rules, RULES)
@@ -156,7 +154,7 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         :param signals: Signal values by name.
         :returns: A score in 0..1.
         """
-        return logistic_score(signals, self.weights, self.bias)
+        return logistic_score(signals, self.model["weights"], self.model["bias"])
 
     def _llm_verdict(self, question: str, passage: Document) -> tuple[float | None, str | None]:
         prompt = self.llm["prompt"].replace("{question}", question).replace("{passage}", passage.content or "")

@@ -1,5 +1,5 @@
 """
-The answerability gate's grouped settings (`rules`, `signals`, `llm`) with their defaults, where its former flat
+The answerability gate's grouped settings (`model`, `rules`, `signals`, `llm`) with their defaults, where its former flat
 settings went, and the check of all its settings.
 
 Usage:
@@ -13,7 +13,12 @@ setting_group("rules", {"max_candidates": 3}, RULES)   # every rule, max_candida
 
 from typing import Any
 
-from gatehouse.components.routers.answerability_model import check_weights
+from gatehouse.components.routers.answerability_model import DEFAULT_BIAS, check_weights
+
+#: The logistic model that turns a candidate's signals into its score (`answerability_model`), fitted as a whole by
+#: `gatehouse bench answerability --fit`: the `weights` of the signals (`SIGNALS`; None: the built-in fit; a signal
+#: left out weighs 0) and the `bias` (the intercept).
+MODEL: dict[str, Any] = {"weights": None, "bias": DEFAULT_BIAS}
 
 #: The gate's rules beside the score: `require_entities` (a question stating a name or number no passage contains
 #: is not answered), `require_type` (units of the expected answer type rank first; a typed question none answers in
@@ -44,6 +49,7 @@ LLM_SETTINGS: dict[str, Any] = {"weight": 0.5, "prompt": DEFAULT_LLM_PROMPT, "ca
 
 #: The gate's former flat settings and where each one is now.
 MOVED_SETTINGS: dict[str, str] = {
+    **{name: f"model.{name}" for name in MODEL},
     **{name: f"rules.{name}" for name in RULES},
     **{name: f"signals.{name}" for name in SIGNAL_SETTINGS},
     **{f"llm_{name}": f"llm.{name}" for name in LLM_SETTINGS},
@@ -57,7 +63,7 @@ def check_settings(gate: Any) -> None:
     :param gate: The gate.
     :raises ValueError: On an unknown signal or mode, or a value out of range.
     """
-    check_weights(gate.weights)
+    check_weights(gate.model["weights"])
     if gate.on_unanswerable not in ("fallback", "partial"):
         raise ValueError(f"on_unanswerable must be 'fallback' or 'partial', got '{gate.on_unanswerable}'.")
     if not 0.0 <= gate.threshold <= 1.0:

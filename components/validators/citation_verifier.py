@@ -32,6 +32,10 @@ from gatehouse.components.validators.claim_alignment import SCORING_DEFAULTS, Cl
 from gatehouse.components.validators.contradiction import CONTRADICTION_DEFAULTS
 from gatehouse.components.validators.verified_reply import VerifiedReply
 
+#: What counts as supported (the `support` settings and their defaults): a sentence whose support score is at least
+#: `threshold` (and that is not contradicted), and an answer whose share of supported claims is at least `min_ratio`.
+SUPPORT_DEFAULTS: dict[str, Any] = {"threshold": 0.55, "min_ratio": 0.5}
+
 #: The `reading` settings and their defaults: the regex of a citation marker (group 1 holds the ids), the words whose
 #: trailing period ends no sentence and the stopwords (None: the built-in lists), and the most words of connective
 #: text.
@@ -41,6 +45,8 @@ READING_DEFAULTS: dict[str, Any] = {
 
 #: Where the settings that moved into a group went (old name -> new place).
 MOVED_SETTINGS: dict[str, str] = {
+    "support_threshold": "support.threshold",
+    "min_supported_ratio": "support.min_ratio",
     **{name: f"scoring.{name}" for name in SCORING_DEFAULTS},
     "detect_contradictions": "contradictions.enabled",
     **{name: f"contradictions.{name}" for name in CONTRADICTION_DEFAULTS if name != "enabled"},
@@ -64,7 +70,7 @@ class CitationVerifier(MovedSettings):
       similarity and word containment, `scoring.embedding_weight` and `scoring.lexical_weight`, times
       `scoring.unmatched_number_penalty` for a number or `code name` the passages never give). A sentence copied
       verbatim scores 1.0; a sentence citing an unrelated passage scores near 0. A sentence is supported when its
-      score is at least `support_threshold` and it is not contradicted.
+      score is at least `support.threshold` and it is not contradicted.
     - Detects contradiction (`contradictions.enabled`; the `contradiction` module), which similarity alone cannot see
       ("Keys do not expire" is as close to "Keys expire" as a paraphrase): the claim is aligned with its
       `contradictions.alignment_top_k` best-matching evidence sentences and contradicts one of them when the
@@ -90,7 +96,7 @@ class CitationVerifier(MovedSettings):
     - Reports `validation.unsupported_sentences`, `citation_coverage` (share of the answer's sentences that carry a
       valid, supporting citation), and `support = {"supported", "supported_ratio", "scores"}` where
       `supported_ratio` is the share of claims (non-connective sentences) that are supported, and `supported` is
-      False below `min_supported_ratio`; the output guardrails use it to block the answer. Each entry of `scores`
+      False below `support.min_ratio`; the output guardrails use it to block the answer. Each entry of `scores`
       says whether the sentence was `contradicted` and by which `cues` (`negation`, `antonym:<word>`,
       `number:<n> <unit>`). Coverage and ratio describe the answer as written, before any removal.
     - Builds `citations` (`citation_list`): one entry per passage the answer cites, in order of first use, with
@@ -130,8 +136,7 @@ class CitationVerifier(MovedSettings):
     def __init__(
         self,
         *,
-        support_threshold: float = 0.55,
-        min_supported_ratio: float = 0.5,
+        support: dict[str, Any] | None = None,
         remove_unsupported: bool = True,
         reattribute: bool = False,
         fallback_message: str = FALLBACK_MESSAGE,
@@ -142,8 +147,8 @@ class CitationVerifier(MovedSettings):
         reading: dict[str, Any] | None = None,
     ) -> None:
         """
-        :param support_threshold: Lowest support score (0..1) of a supported sentence.
-        :param min_supported_ratio: Share of supported claims below which `support.supported` is False.
+        :param support: What counts as supported: a sentence's lowest support score (0..1) and an answer's lowest
+            share of supported claims (keys and defaults: `SUPPORT_DEFAULTS`).
         :param remove_unsupported: Remove unsupported and contradicted sentences (with their citations) from the answer.
         :param reattribute: Point an unsupported or unmarked claim at another passage that supports it instead.
         :param fallback_message: The answer when every claim was removed.
@@ -154,8 +159,7 @@ class CitationVerifier(MovedSettings):
         :param reading: How answers and passages are read (keys and defaults: `READING_DEFAULTS`).
         :raises ValueError: On a setting a group does not have, or `contradictions.antonyms` that are not pairs.
         """
-        self.support_threshold = support_threshold
-        self.min_supported_ratio = min_supported_ratio
+        self.support = setting_group("support", support, SUPPORT_DEFAULTS)
         self.remove_unsupported = remove_unsupported
         self.reattribute = reattribute
         self.fallback_message = fallback_message
@@ -213,7 +217,7 @@ class CitationVerifier(MovedSettings):
         coverage = supported_count / len(sentences) if sentences else 0.0
         ratio = supported_count / len(claims) if claims else 0.0
         support = {
-            "supported": bool(claims) and ratio >= self.min_supported_ratio,
+            "supported": bool(claims) and ratio >= self.support["min_ratio"],
             "supported_ratio": round(ratio, 3),
             "scores": [
                 {
@@ -376,5 +380,5 @@ class CitationVerifier(MovedSettings):
         """Score the claims (`ClaimAligner`): each gets its `score`, `cues` and whether it is `supported`."""
         self._aligner.score(claims, by_id, premise)
         for claim in claims:
-            claim["supported"] = claim["score"] >= self.support_threshold and not claim["cues"]
+            claim["supported"] = claim["score"] >= self.support["threshold"] and not claim["cues"]
 

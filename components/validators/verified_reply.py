@@ -41,7 +41,7 @@ class VerifiedReply:
     the decision the verifier makes for the whole answer (`sentence_verdicts` / `keeps`, invalid markers removed). A
     sentence that fails is never released. Sentences the whole answer keeps only when some claim is supported
     (connective text, headings), and claims while the share of supported claims so far is below the verifier's
-    `min_supported_ratio` (the answer would fall back), wait until that holds. Following returns the state the
+    `support.min_ratio` (the answer would fall back), wait until that holds. Following returns the state the
     verifier gives the complete answer, as it would have without streaming.
 
     Usage:
@@ -136,7 +136,8 @@ class VerifiedReply:
         separator = _closed_up([*self._gaps, gap]) if self._gaps else gap
         self._gaps = []
         self._pending.append((separator, cleaned, citations))
-        if not self._verify or (self._supported and self._supported / self._claims >= self.verifier.min_supported_ratio):
+        if not self._verify or (self._supported
+                                and self._supported / self._claims >= self.verifier.support["min_ratio"]):
             self._release()
         return True
 
