@@ -131,8 +131,10 @@ class ContradictionDetector:
         for start in range(len(tokens)):
             for cue in self._negations:
                 end = start + len(cue)
+                if tuple(tokens[start:end]) != cue:
+                    continue
                 window = self._content(tokens[end : end + self.cue_window])
-                if tuple(tokens[start:end]) == cue and window & shared and not (premise and window & premise):
+                if window & shared and not (premise and window & premise):
                     found.append(" ".join(cue))
         return found
 
