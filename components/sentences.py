@@ -1,9 +1,6 @@
 """
-How a chunk is cut into the sentences that `SentenceEmbedder` (ingest) and `SentenceScorer` (retrieval) embed, and
-how the vectors (or scores) of many chunks' sentences, embedded in one batch, are cut back into each chunk's.
-
-Both components take the same `sentences` settings, so a YAML edit that changes one must change the other: the
-scorer looks the sentence vectors up in the embedding cache by their exact text.
+How a chunk is cut into the sentences that `SentenceEmbedder` embeds at ingest, and how the vectors of many chunks'
+sentences, embedded in one batch, are cut back into each chunk's.
 
 Usage:
 ```python

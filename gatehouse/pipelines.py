@@ -57,6 +57,10 @@ RETIRED_CLASSES = {
         "gatehouse.components.pipelines.search_pipeline.SearchPipeline, which searches a plan's parts",
     "gatehouse.components.routers.plan_step.PlanStep":
         "gatehouse.components.pipelines.answer_pipeline.AnswerPipeline, which answers a plan's parts",
+    "gatehouse.components.joiners.hybrid_fusion.HybridFusion":
+        "no component: HybridRetriever (retrieve.yml's `search`) fuses the dense and BM25 lists itself (`fusion`)",
+    "gatehouse.components.rankers.sentence_scorer.SentenceScorer":
+        "no component: HybridRetriever (retrieve.yml's `search`) scores each chunk by its best sentence (`sentences`)",
     "gatehouse.components.guardrails.guardrails.Guardrails":
         "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
         "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage` "

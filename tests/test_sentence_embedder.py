@@ -3,7 +3,6 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend, EmbeddingCache
 from gatehouse.components.embedders.sentence_embedder import SentenceEmbedder
-from gatehouse.components.rankers.sentence_scorer import SentenceScorer
 from gatehouse.components.sentences import SENTENCE_PATTERN, sentence_settings, sentence_texts
 
 
@@ -44,7 +43,7 @@ def test_run_gives_each_chunks_sentence_vectors():
     assert abs(out["sentence_embeddings"]["k"] - expected).max() < 1e-6
 
 
-def test_run_fills_the_cache_the_scorer_reads(tmp_path):
+def test_run_fills_the_cache_so_a_reingest_encodes_nothing_again(tmp_path):
     cache = str(tmp_path / "cache")
     out = SentenceEmbedder(cache_dir=cache).run(documents=[chunk()])["documents"]
     assert out == [chunk()]
@@ -52,7 +51,6 @@ def test_run_fills_the_cache_the_scorer_reads(tmp_path):
     hashes = [EmbeddingCache.key(text) for text in sentence_texts(chunk(), sentence_settings(None))]
     assert len(hashes) == 2 and set(backend.cache.get_many(backend.model_name, hashes)) == set(hashes)
     before = backend.encoded_count
-    query = EmbeddingBackend.get(cache_dir="off").embed(["how often to rotate keys"])[0].tolist()
-    scorer = SentenceScorer(cache_dir=cache, include_chunk=False)
-    assert scorer.run(query_embedding=query, candidates=[[chunk()]])["documents"][0].id == "k"
+    again = SentenceEmbedder(cache_dir=cache).run(documents=[chunk()])
     assert backend.encoded_count == before  # every sentence vector came from the cache
+    assert [len(rows) for rows in again["sentence_embeddings"].values()] == [2]

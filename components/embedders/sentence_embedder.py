@@ -13,7 +13,7 @@ class SentenceEmbedder(EmbeddingModel):
     """
     Passes chunks through unchanged and gives the vectors of each one's sentences, which `IndexWriter` stores with
     the chunk: `HybridRetriever` scores a chunk by its best sentence. The vectors also go to the embedding cache
-    (unless it is off), where `SentenceScorer` reads them.
+    (unless it is off), so a re-ingest encodes none of them again.
 
     Usage:
     ```python

@@ -1,6 +1,6 @@
 """
-Score fusion of ranked lists, on plain `(chunk, group, score)` triples: what `HybridFusion` does to documents and
-`HybridRetriever` to engine ids before it reads the chunks it keeps.
+Score fusion of ranked lists, on plain `(chunk, group, score)` triples: what `HybridRetriever` does to the engine's
+ids before it reads the chunks it keeps.
 
 Usage:
 ```python
