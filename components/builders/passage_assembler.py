@@ -165,14 +165,8 @@ class PassageAssembler(MovedSettings):
         passages = [
             replace(doc, meta={**doc.meta, "source_id": f"S{i}"}) for i, doc in enumerate(kept, start=1)
         ]
-        new_state = advance(
-            state,
-            stage="assemble_context",
-            started=started,
-            steps=["assemble_context"],
-            passages=passages,
-            chunks_used=len(passages),
-        )
+        new_state = advance(state, stage="assemble_context", started=started, steps=["assemble_context"],
+                            passages=passages, chunks_used=len(passages))
         return {"passages": new_state}
 
     def _fallback(self, state: dict[str, Any], started: float, *, reason: str) -> dict[str, Any]:
