@@ -36,10 +36,11 @@ def test_yaml_round_trip(name):
 
 
 def test_reingest_skips_unchanged_files(ingested):
-    assert ingested.documents_written >= 45
+    total = ingested.documents_written + len(ingested.skipped)  # written here, or by an earlier module's ingest
+    assert total >= 45
     again = ingest(sample_groups(), progress=False)
     assert again.documents_written == 0
-    assert len(again.skipped) == ingested.documents_written
+    assert len(again.skipped) == total
 
 
 def test_rotate_api_key_is_answered_from_the_faq_section(ingested):
