@@ -106,7 +106,8 @@ class State(MutableMapping[str, Any]):
     # unsupported_sentences
 
     def __init__(self, data: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
-        self._data: dict[str, Any] = {**(data or {}), **fields}
+        given = data._data if isinstance(data, State) else (data or {})  # a State's own dict: no key-by-key read
+        self._data: dict[str, Any] = {**given, **fields}
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
