@@ -466,8 +466,8 @@ class IndexWrapper(GatehouseWrapper):
         unusable = [repr(upload.filename or "") for upload, name in zip(files, names) if not name]
         if unusable:
             raise HTTPException(status_code=422, detail=f"files: no usable file name in {', '.join(unusable)} (control "
-                                                        "characters, bidirectional controls and folders are removed "
-                                                        "from file names); rename the file")
+                                                        "characters, bidirectional controls, zero-width characters "
+                                                        "and folders are removed from file names); rename the file")
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise HTTPException(status_code=422, detail=f"files: duplicate file names in one upload: "
