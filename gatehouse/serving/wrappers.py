@@ -11,6 +11,11 @@ per-component outputs. These wrappers give each kind of pipeline a typed request
 - index: `POST /{name}/run` takes a multipart upload of files into a knowledge base and queues it as an ingest
   job (202; `wait=true` answers with the report when it is done).
 
+What leaves the server as text passes through `printable_data` on its way out: the ask's response contract (REST,
+chat, the streamed chat's final chunk, the MCP tool), each streamed sentence (`streaming.py`) and the retrieved
+documents. Escape sequences, control characters and invisible format characters from documents never reach a
+client.
+
 One generic `pipeline_wrapper.py` (in this package) picks the class from the `gatehouse.yml` deployed beside
 it, which `gatehouse serve` writes from `hayhooks.yml`.
 
@@ -53,6 +58,7 @@ from typing_extensions import TypedDict
 from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
 from gatehouse.components.writers.ingest_planner import upload_name
 from gatehouse.components.builders.response_builder import ResponseBuilder
+from gatehouse.components.printable import printable_data
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
@@ -244,6 +250,7 @@ class AskWrapper(GatehouseWrapper):
         except TimeoutError:
             run.cancel()
             response = _out_of_time(budget, started, kb=kb, tenant=tenant, mode=mode)
+        response = printable_data(response)
         record_ask(response, query=query, log_queries=self.manifest.logging.log_queries, pipeline=self.pipeline)
         if response["status"] == "error":
             llm_failed = "generate_llm_failed" in response["path"]
@@ -408,11 +415,11 @@ class RetrieveWrapper(GatehouseWrapper):
         tenant_name = self._tenant(tenant, headers)
         with data_dir_unavailable():
             documents = self.retrieval.run(query=text, tenant=tenant_name, kbs=kbs or None, top_k=top_k)["documents"]
-        return {
+        return printable_data({
             "documents": [{"id": d.id, "content": d.content or "", "score": d.score, "meta": d.meta} for d in documents],
             "tenant": tenant_name,
             "kbs": kbs or None,
-        }
+        })
 
 
 class IndexWrapper(GatehouseWrapper):
