@@ -1,7 +1,8 @@
 """
 What leaves `gatehouse serve` as text, end to end: a real keyed server on loopback (with MCP, and an ask deployment
 whose LLM is a scripted server on loopback) holds hostile documents; answers over REST, chat, streamed chat and MCP
-carry none of their escape sequences, control, bidirectional or zero-width characters.
+carry none of their escape sequences, control, bidirectional or zero-width characters; retrieved passages are screened
+as an ask's are.
 """
 
 import asyncio
@@ -178,3 +179,30 @@ def test_a_streamed_llm_answer_sends_no_escape_sequences(admin):
     assert _text(events).startswith("Lockers are on level one near the lifts of the west wing [S")
     assert invisible(events) == []
     assert stream["answer_differs"] is False  # the sentence sent is the final answer, cleaned alike
+
+
+def test_retrieve_screens_passages_as_ask_does(server, admin):
+    body = {"query": "badge policy visitors lost badges", "kbs": [PRIVATE_KBS[1]], "tenant": "initech"}
+    rest = admin.post("/retrieve/run", json=body).json()["result"]
+
+    async def action(mcp):
+        return await mcp.call_tool("retrieve", body)
+
+    tool = _mcp(server, action)
+    assert not tool.isError
+    for result in (rest, json.loads(tool.content[0].text)):
+        text = json.dumps(result)
+        assert "javascript:" not in text and "tracker.evil.example/p.gif" not in text
+        assert "ignore previous instructions" not in text and "badges@evil.example" not in text
+        [badges] = result["documents"]
+        assert badges["meta"]["source"] == "badges.md" and "url" not in badges["meta"]
+        assert "Badges are issued at the front desk on weekdays between nine and five." in badges["content"]
+        assert "Visitors wear a red badge at all times." in badges["content"]
+        assert set(badges["screened"]) == {"document_instruction", "document_unsafe_link", "removed_unsafe_url",
+                                           "removed_external_image:tracker.evil.example"}
+        [notice] = result["withheld"]  # nothing was left of it
+        assert notice["screened"] == ["document_instruction"]
+    clean = admin.post("/retrieve/run", json={"query": "lockers cleaned", "kbs": [PRIVATE_KBS[0]],
+                                              "tenant": "initech"}).json()["result"]
+    assert clean["withheld"] == [] and [d["screened"] for d in clean["documents"]] == [[]]
+    assert invisible(clean) == [] and "every Friday by the cleaning crew tonight" in clean["documents"][0]["content"]
