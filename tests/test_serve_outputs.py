@@ -2,7 +2,7 @@
 What leaves `gatehouse serve` as text, end to end: a real keyed server on loopback (with MCP, and an ask deployment
 whose LLM is a scripted server on loopback) holds hostile documents; answers over REST, chat, streamed chat and MCP
 carry none of their escape sequences, control, bidirectional or zero-width characters; retrieved passages are screened
-as an ask's are.
+as an ask's are; MCP calls only its listed tools and names bad arguments; malformed MCP bodies are 4xx.
 """
 
 import asyncio
@@ -16,6 +16,7 @@ import pytest
 import yaml
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
 from scripted_llm import ScriptedLLM, llm_pipeline
 from server_process import running_server
 
@@ -206,3 +207,52 @@ def test_retrieve_screens_passages_as_ask_does(server, admin):
                                               "tenant": "initech"}).json()["result"]
     assert clean["withheld"] == [] and [d["screened"] for d in clean["documents"]] == [[]]
     assert invisible(clean) == [] and "every Friday by the cleaning crew tonight" in clean["documents"][0]["content"]
+
+
+def test_mcp_calls_only_the_listed_tools(server, admin):
+    async def action(mcp):
+        listed = await mcp.list_tools()
+        with pytest.raises(McpError) as refused:
+            await mcp.call_tool("index", {"kb": "smuggled", "files": []})
+        return listed, refused.value
+
+    listed, refused = _mcp(server, action)
+    assert {tool.name for tool in listed.tools} == {"ask", "escapes", "retrieve"}  # the ask deployments, retrieve
+    assert str(refused) == "unknown tool 'index'; the tools are ask, escapes, retrieve"
+    assert "smuggled" not in json.dumps(admin.get("/index/jobs").json())
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"query": "badges", "kbs": [PRIVATE_KBS[1]], "tenant": "initech", "files": []},
+     "unknown argument 'files' for tool 'retrieve'; it takes query, kbs, tenant, top_k"),
+    ({"query": "badges", "headers": {"authorization": "Bearer x"}}, "unknown argument 'headers'"),
+    ({"kbs": ["faq"]}, "invalid arguments for tool 'retrieve': missing argument 'query'"),
+    ({"query": "badges", "top_k": "5"}, "argument 'top_k': Input should be a valid integer"),
+    ({"query": "badges", "top_k": 500}, "HTTP 422: top_k is 500; use 1 to 100"),
+])
+def test_mcp_errors_name_the_argument_not_python(server, arguments, message):
+    async def action(mcp):
+        return await mcp.call_tool("retrieve", arguments)
+
+    result = _mcp(server, action)
+    text = result.content[0].text
+    assert result.isError and message in text, text
+    assert not any(internal in text for internal in ("run_api", "Wrapper", "positional", "keyword", "Traceback"))
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask", "arguments": {"query": NaN}}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "retrieve", "arguments": '
+    b'{"query": "x", "top_k": 1e400}}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call"',
+    b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]',
+    b"\xff\xfe\xfd",
+], ids=["nested", "nan", "infinite", "truncated", "batch", "not-utf8"])
+def test_malformed_mcp_bodies_are_400_json_rpc_errors(server, body):
+    headers = {**_auth(ADMIN_KEY), "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    response = httpx.post(f"{server['url']}/mcp", content=body, headers=headers, timeout=60)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] in (-32700, -32600) and "pydantic" not in error["message"]
+    assert httpx.get(f"{server['url']}/status", timeout=10).status_code == 200
