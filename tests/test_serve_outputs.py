@@ -2,7 +2,8 @@
 What leaves `gatehouse serve` as text, end to end: a real keyed server on loopback (with MCP, and an ask deployment
 whose LLM is a scripted server on loopback) holds hostile documents; answers over REST, chat, streamed chat and MCP
 carry none of their escape sequences, control, bidirectional or zero-width characters; retrieved passages are screened
-as an ask's are; MCP calls only its listed tools and names bad arguments; malformed MCP bodies are 4xx.
+as an ask's are; MCP calls only its listed tools and names bad arguments; malformed MCP bodies are 4xx; `/metrics`
+names no knowledge base.
 """
 
 import asyncio
@@ -17,6 +18,7 @@ import yaml
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
+from prometheus_client.parser import text_string_to_metric_families
 from scripted_llm import ScriptedLLM, llm_pipeline
 from server_process import running_server
 
@@ -256,3 +258,18 @@ def test_malformed_mcp_bodies_are_400_json_rpc_errors(server, body):
     error = response.json()["error"]
     assert error["code"] in (-32700, -32600) and "pydantic" not in error["message"]
     assert httpx.get(f"{server['url']}/status", timeout=10).status_code == 200
+
+
+def test_metrics_name_no_knowledge_base(server, admin):
+    routed = admin.post("/ask/run", json={"query": "Who cleans the lockers?", "tenant": "initech"}).json()["result"]
+    assert any(step.startswith("route_to_") for step in routed["path"]), routed["path"]
+    named = admin.post("/ask/run", json={"query": "On which level are the lockers?", "kb": PRIVATE_KBS[0],
+                                         "tenant": "initech"}).json()["result"]
+    assert f"route_to_{PRIVATE_KBS[0]}" in named["path"]  # the caller's own response still names its KB
+    text = httpx.get(f"{server['url']}/metrics", headers=_auth(ACME_KEY)).text  # read with another tenant's key
+    assert not [kb for kb in PRIVATE_KBS if kb in text]
+    steps = {sample.labels["step"]: sample.value for family in text_string_to_metric_families(text)
+             for sample in family.samples if sample.name == "gatehouse_ask_gate_decisions_total"}
+    routes = {step for step in steps if "route_to_" in step}
+    assert routes <= {"route_to_one_kb", "route_to_several_kbs", "route_to_all_kbs", "route_to_requested_kb"}
+    assert steps["route_to_requested_kb"] >= 1 and routes - {"route_to_requested_kb"}

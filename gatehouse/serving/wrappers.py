@@ -265,7 +265,8 @@ class AskWrapper(GatehouseWrapper):
             run.cancel()
             response = _out_of_time(budget, started, kb=kb, tenant=tenant, mode=mode)
         response = printable_data(response)
-        record_ask(response, query=query, log_queries=self.manifest.logging.log_queries, pipeline=self.pipeline)
+        record_ask(response, query=query, log_queries=self.manifest.logging.log_queries, pipeline=self.pipeline,
+                   requested_kb=kb is not None)
         if response["status"] == "error":
             llm_failed = "generate_llm_failed" in response["path"]
             raise HTTPException(status_code=502 if llm_failed else 422, detail=response["error_message"])
