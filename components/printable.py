@@ -39,8 +39,8 @@ _ASCII_REMOVED = {code: None for code in (*range(0x20), 0x7F) if chr(code) not i
 
 @functools.cache
 def _removed() -> re.Pattern[str]:
-    """Runs of the characters removed, as one character class of ranges (built on first use from the Unicode
-    database, in about 0.2 s)."""
+    """Runs of the characters removed, as one character class of ranges (built from the Unicode database on first
+    use: reading it takes a moment)."""
     ranges: list[list[int]] = []
     for code in range(sys.maxunicode + 1):
         if unicodedata.category(chr(code)) not in REMOVED_CATEGORIES or chr(code) in KEPT_CONTROLS:
