@@ -98,13 +98,13 @@ def test_printed_text_carries_no_terminal_escapes(tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
     hostile = tmp_path / "hostile.md"
     hostile.write_text("---\ntitle: \"Lockers\\e]0;pwned\\a\"\n---\n\n# Lockers\n\n"
-                       "Lockers are on level one of the garage.\x1b[2J\x1b[31m\u202e\n")
+                       "Lockers are on level\u200b one of the\u2066 garage\ufeff.\x1b[2J\x1b[31m\u202e\n")
     assert main(["ingest", str(hostile), "--kb", "hostile", "--tenant", "acme"]) == 0
     capsys.readouterr()
     assert main(["ask", "--kb", "hostile", "--tenant", "acme", "Where are the lockers?"]) == 0
     out = capsys.readouterr().out
     assert "level one" in out, out
-    assert not any(char in out for char in "\x1b\x07\x9b\u202e"), repr(out)
+    assert not any(char in out for char in "\x1b\x07\x9b\u202e\u200b\u2066\ufeff"), repr(out)
 
 def test_help_loads_neither_haystack_nor_a_model():
     probe = ("import sys\nfrom gatehouse.cli import build_parser\nbuild_parser().format_help()\n"

@@ -246,3 +246,14 @@ def test_logged_questions_are_redacted():
     redacted = redact_query("my card is 4111 1111 1111 1111 and my mail jane.doe@example.com")
     assert "4111" not in redacted and "jane.doe" not in redacted
     assert "[CARD]" in redacted and "[EMAIL]" in redacted
+
+
+def test_gate_decisions_label_a_route_by_its_kind_never_by_kb_names():
+    path = ["start", "intent_procedural_retrieve", "route_to_merger-plans", "attempt_0_score_0.41",
+            "plan_2_subqueries", "part_0_route_to_hr+merger-plans", "part_1_route_to_all", "part_1_attempt_0_score_0.9",
+            "answerable_0.66", "unknown_kb"]
+    assert gate_decisions(path) == [
+        "start", "intent_procedural_retrieve", "route_to_one_kb", "attempt_score", "plan_subqueries",
+        "part_route_to_several_kbs", "part_route_to_all_kbs", "part_attempt_score", "answerable", "unknown_kb"]
+    assert gate_decisions(["route_to_merger-plans", "part_0_route_to_hr"], requested_kb=True) == [
+        "route_to_requested_kb", "part_route_to_requested_kb"]

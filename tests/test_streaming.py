@@ -12,16 +12,15 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 from openai import OpenAI
+from scripted_llm import ScriptedLLM, llm_pipeline
 from server_process import free_port, running_server, serving
 
-from gatehouse.pipelines import component_spec
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()
@@ -43,95 +42,6 @@ SCRIPTS = {
 BUDGET_S = 6.0
 
 
-class ScriptedLLM(ThreadingHTTPServer):
-    """
-    An OpenAI-compatible chat server on loopback that streams a scripted reply word by word as server-sent events.
-
-    The script is chosen by the first path segment (`/kept/v1/chat/completions`); `<<phrase>>` becomes the `[S#]`
-    marker of the prompt's passage that contains the phrase, so the reply cites whatever the retrieval numbered.
-    """
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
-        self.requests: list[dict] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _ScriptedHandler(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(body)
-        script = SCRIPTS[self.path.strip("/").split("/")[0]]
-        prompt = body["messages"][-1]["content"]
-        passages = dict(re.findall(r"^\[(S\d+)\] [^\n]*\n(.*?)(?=\n\n\[S\d+\] |\n\nQuestion: )", prompt, re.DOTALL | re.MULTILINE))
-
-        def marker(match: re.Match) -> str:
-            return next(f"[{sid}]" for sid, text in passages.items() if match.group(1) in text)
-
-        replies = [step if isinstance(step, float) else re.sub(r"\s*<<(.+?)>>", lambda m: " " + marker(m), step)
-                   for step in script]
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 40, "total_tokens": len(prompt.split()) + 40}
-        if not body.get("stream"):
-            reply = "".join(step for step in replies if isinstance(step, str))
-            self._send(200, "application/json", json.dumps({
-                "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()), "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-                "usage": usage}).encode())
-            return
-        self._send(200, "text/event-stream")
-        for step in replies:
-            if isinstance(step, float):
-                time.sleep(step)
-                continue
-            for word in re.findall(r"\s*\S+", step):
-                self._event({"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]})
-                time.sleep(0.01)
-        self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            self._event({"choices": [], "usage": usage})
-        self.wfile.write(b"data: [DONE]\n\n")
-
-    def _send(self, status: int, content_type: str, body: bytes | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        if body is not None:
-            self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body is not None:
-            self.wfile.write(body)
-
-    def _event(self, data: dict) -> None:
-        chunk = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": int(time.time()),
-                 "model": "scripted", **data}
-        try:
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
-        except OSError:  # the client gave up (the time budget test)
-            pass
-
-
-def _llm_pipeline(folder: Path, name: str, base_url: str, *, timeout: float = 60.0) -> Path:
-    spec = yaml.safe_load((PROJECT_ROOT / "pipelines" / "ask.yml").read_text(encoding="utf-8"))
-    profile = yaml.safe_load((PROJECT_ROOT / "pipelines" / "generators" / "llm.yml").read_text(encoding="utf-8"))
-    generator = profile["init_parameters"]["chat_generator"]["init_parameters"]
-    generator.update(api_base_url=base_url, model=name, timeout=timeout)
-    profile["init_parameters"]["max_units"] = None  # whole passages: the script cites a phrase of the passage
-    target = component_spec(spec, "generator")
-    target.clear()
-    target.update(profile)
-    path = folder / f"{name}.yml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    return path
-
-
 def _manifest(folder: Path, name: str, pipelines: dict[str, Path], **options) -> Path:
     kinds = {"index": "index"}
     manifest = {"pipelines": {n: {"pipeline": str(p), "kind": kinds.get(n, "ask")} for n, p in pipelines.items()},
@@ -143,7 +53,7 @@ def _manifest(folder: Path, name: str, pipelines: dict[str, Path], **options) ->
 
 @pytest.fixture(scope="module")
 def llm():
-    server = ScriptedLLM()
+    server = ScriptedLLM(SCRIPTS)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
@@ -154,7 +64,7 @@ def server(tmp_path_factory, llm):
     """A server with the extractive `ask` and two scripted LLM deployments, the faq KB uploaded over HTTP."""
     tmp = tmp_path_factory.mktemp("stream")
     pipelines = {"ask": PROJECT_ROOT / "pipelines" / "ask.yml", "index": PROJECT_ROOT / "pipelines" / "index.yml",
-                 **{name: _llm_pipeline(tmp, name, f"{llm.url}/{name}/v1") for name in ("kept", "fallback")}}
+                 **{name: llm_pipeline(tmp, name, f"{llm.url}/{name}/v1") for name in ("kept", "fallback")}}
     manifest = _manifest(tmp, "hayhooks.yml", pipelines)
     env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp / "data")}
     with running_server(manifest, env=env, workdir=tmp, pipelines=len(pipelines)) as url:
@@ -269,7 +179,7 @@ def test_the_extractive_answer_streams_when_complete(server):
 
 
 def test_the_time_budget_still_bounds_a_stream(server, llm):
-    _deploy(server, "hangs", _llm_pipeline(server["tmp"], "hangs", f"{llm.url}/hangs/v1"), budget=BUDGET_S)
+    _deploy(server, "hangs", llm_pipeline(server["tmp"], "hangs", f"{llm.url}/hangs/v1"), budget=BUDGET_S)
     events, _ = _sse(server["url"], "hangs")
     final = events[-1][1]
     assert events[-1][0] < BUDGET_S + 5  # the model still hangs; the request is answered when the budget runs out
@@ -338,7 +248,7 @@ def test_a_real_model_streams_only_verified_text(server, tmp_path):
                                    env=env, stdout=output, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}/v1"
         with serving(process, lambda: httpx.get(f"{url}/models", timeout=2).status_code == 200, seconds=120, log=log):
-            _deploy(server, "smollm2", _llm_pipeline(server["tmp"], "smollm2", url, timeout=240), budget=280)
+            _deploy(server, "smollm2", llm_pipeline(server["tmp"], "smollm2", url, timeout=240), budget=280)
             events, _ = _sse(server["url"], "smollm2")
     final = events[-1][1]
     gatehouse = final["gatehouse"]

@@ -8,6 +8,25 @@ from gatehouse.components.guardrails.document_screen import DocumentScreen
 from gatehouse.components.state import State, advance, with_validation
 
 
+def screen_passage(screen: DocumentScreen, passage: Document) -> tuple[Document | None, list[tuple[str, str]]]:
+    """
+    One passage as the screen leaves it: what `PassageScreen` does to each passage of an ask, and the retrieve
+    endpoint to each document it returns.
+
+    :param screen: The screening rules.
+    :param passage: A passage or a retrieved chunk.
+    :returns: The passage (itself when nothing was found, else a copy with the screened text; None when nothing is
+        left of it) and what was found, `(kind, detail)` per removal (see `DocumentScreen.screen`).
+    """
+    screened = screen.screen(passage.content or "")
+    if not screened.found:
+        return passage, []
+    if not screened.text.strip():
+        return None, screened.found
+    kept = Document(id=passage.id, content=screened.text, meta=dict(passage.meta or {}), score=passage.score)
+    return kept, screened.found
+
+
 @component
 class PassageScreen:
     """
@@ -72,18 +91,15 @@ class PassageScreen:
         violations: list[str] = []
         actions: list[str] = []
         for index, passage in enumerate(state.get("passages") or []):
-            screened = self._screen.screen(passage.content or "")
+            kept, found = screen_passage(self._screen, passage)
             source_id = (passage.meta or {}).get("source_id") or f"#{index + 1}"
-            for kind, detail in dict.fromkeys(screened.found):
+            for kind, detail in dict.fromkeys(found):
                 if kind == "beacon":
                     actions.append(f"removed_external_image:{source_id}:{detail}")
                 elif f"document_{kind}:{source_id}" not in violations:
                     violations.append(f"document_{kind}:{source_id}")
-            if not screened.found:
-                passages.append(passage)
-            elif screened.text.strip():
-                passages.append(Document(id=passage.id, content=screened.text, meta=dict(passage.meta or {}),
-                                         score=passage.score))
+            if kept is not None:
+                passages.append(kept)
         new = advance(state, stage="passage_screen", started=started, passages=passages,
                       steps=["screened_passages"] if violations else [])
         if violations:

@@ -70,7 +70,7 @@ HTTP_SECONDS = Histogram("gatehouse_http_request_duration_seconds",
                          ["method", "route", "status"], buckets=SECONDS)
 ASK_ANSWERS = Counter("gatehouse_ask_answers", "Answered asks by response status.", ["status"])
 ASK_DECISIONS = Counter("gatehouse_ask_gate_decisions",
-                        "Steps of the ask path (numbers removed; a route to several KBs counts once per KB).",
+                        "Steps of the ask path (numbers removed; a route by its kind, never by KB names).",
                         ["step"])
 ASK_ATTEMPTS = Histogram("gatehouse_ask_retrieval_attempts", "Retrieval attempts per ask.",
                          buckets=(0, 1, 2, 3, 4, 5, 8))
@@ -113,22 +113,37 @@ def metrics_router() -> APIRouter:
     return router
 
 
-def gate_decisions(path: list[str]) -> list[str]:
+def gate_decisions(path: list[str], *, requested_kb: bool = False) -> list[str]:
     """
-    The bounded metric labels of an ask's path: numbers removed (`attempt_0_score_0.41` -> `attempt_score`), a route
-    to several knowledge bases split per KB (`route_to_faq+ops` -> `route_to_faq`, `route_to_ops`).
+    The bounded metric labels of an ask's path, with nothing of a caller's or a document's in them: numbers removed
+    (`attempt_0_score_0.41` -> `attempt_score`), and a route (`route_to_<kbs>`, also a part's `part_0_route_to_<kbs>`)
+    labelled by its kind, since `/metrics` is read with any key and KB names are a tenant's own: `route_to_one_kb`,
+    `route_to_several_kbs`, `route_to_all_kbs` (none chosen: every KB searched) or `route_to_requested_kb` (the
+    request named the KB).
+
+    :param path: The response's `path`.
+    :param requested_kb: Whether the request named the knowledge base (`kb`).
+    :returns: One label per step.
     """
     decisions = []
     for step in path:
-        if step.startswith("route_to_"):
-            decisions.extend(f"route_to_{kb}" for kb in step.removeprefix("route_to_").split("+"))
-        else:
-            decisions.append(NUMBER_IN_STEP.sub("", step))
+        before, route, kbs = step.partition("route_to_")
+        label = step if not route or before[-1:] not in ("", "_") else before + _route_kind(kbs, requested_kb)
+        decisions.append(NUMBER_IN_STEP.sub("", label))
     return decisions
 
 
+def _route_kind(kbs: str, requested_kb: bool) -> str:
+    """The label of a route to `kbs` (`faq`, `faq+ops`, `all`) by its kind."""
+    if requested_kb:
+        return "route_to_requested_kb"
+    if kbs == "all":
+        return "route_to_all_kbs"
+    return "route_to_several_kbs" if "+" in kbs else "route_to_one_kb"
+
+
 def record_ask(response: Mapping[str, Any], *, query: str, log_queries: bool,
-               pipeline: Pipeline | None = None) -> None:
+               pipeline: Pipeline | None = None, requested_kb: bool = False) -> None:
     """
     Count one ask's outcome from its response contract and log a one-line summary of it.
 
@@ -136,12 +151,13 @@ def record_ask(response: Mapping[str, Any], *, query: str, log_queries: bool,
     :param query: The question as the caller sent it; logged only when `log_queries`, redacted.
     :param log_queries: `logging.log_queries` of the manifest.
     :param pipeline: The ask pipeline, whose input guardrails redact a logged question (default guardrails without).
+    :param requested_kb: Whether the request named the knowledge base (see `gate_decisions`).
     """
     status = str(response.get("status"))
     path = list(response.get("path") or [])
     metadata = response.get("metadata") or {}
     ASK_ANSWERS.labels(status=status).inc()
-    for decision in gate_decisions(path):
+    for decision in gate_decisions(path, requested_kb=requested_kb):
         ASK_DECISIONS.labels(step=decision).inc()
     ASK_ATTEMPTS.observe(int(metadata.get("attempts") or 0))
     latency = metadata.get("latency_ms") or {}

@@ -129,47 +129,6 @@ def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: i
     settings.cors_allow_headers = ["Authorization", "Content-Type"]
 
 
-class _ASGIEndpoint:
-    """Lets a raw ASGI callable serve one exact path (a class instance is routed as an ASGI app)."""
-
-    def __init__(self, handler: Any) -> None:
-        self.handler = handler
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await self.handler(scope, receive, send)
-
-
-def _mount_mcp(app: Any) -> None:
-    """Serve the deployed pipelines that allow it (ask, retrieve) as MCP tools over streamable HTTP at `/mcp`."""
-    from hayhooks.server.pipelines.registry import registry
-    from hayhooks.server.utils.mcp_utils import list_pipelines_as_tools, run_pipeline_as_tool
-    from mcp.server.lowlevel import Server
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-    from starlette.routing import Route
-
-    server: Server = Server("gatehouse")
-
-    @server.list_tools()
-    async def list_tools() -> list:
-        return await list_pipelines_as_tools(registry)
-
-    @server.call_tool()
-    async def call_tool(name: str, arguments: dict[str, Any]) -> list:
-        return await run_pipeline_as_tool(registry, name, arguments)
-
-    sessions = StreamableHTTPSessionManager(app=server, event_store=None, json_response=False, stateless=True)
-    app.router.routes.append(Route("/mcp", endpoint=_ASGIEndpoint(sessions.handle_request),
-                                   methods=["GET", "POST", "DELETE"]))
-    hayhooks_lifespan = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(application: Any) -> AsyncIterator[None]:
-        async with hayhooks_lifespan(application), sessions.run():
-            yield
-
-    app.router.lifespan_context = lifespan
-
-
 def _require_deployed(app: Any, manifest: Manifest) -> None:
     """Fail the start-up when a pipeline of the manifest did not deploy (Hayhooks only logs a warning)."""
     from hayhooks.server.pipelines.registry import registry
@@ -314,6 +273,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
 
     from gatehouse.serving.jobs import ingest_job_routes
     from gatehouse.serving.knowledge_bases import knowledge_base_routes
+    from gatehouse.serving.mcp import mount_mcp
     from gatehouse.serving.observability import (
         ObservabilityError,
         ObservabilityMiddleware,
@@ -337,7 +297,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     ingest_job_routes(app, keyring=keyring, index_pipelines=index_pipelines)
     _document_error_answers(app, manifest, keyring)
     if manifest.mcp:
-        _mount_mcp(app)
+        mount_mcp(app)
     app.include_router(metrics_router())
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
                        limiter=rate_limiter(manifest))

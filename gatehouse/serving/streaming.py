@@ -41,6 +41,7 @@ from hayhooks.open_webui import OpenWebUIEvent, create_source_event
 from haystack.dataclasses import StreamingCallbackT, StreamingChunk
 
 from gatehouse.components.citation_markers import rewrite_markers
+from gatehouse.components.printable import printable, printable_data
 
 #: Word-sized pieces of an answer streamed at once.
 STREAM_PIECE = re.compile(r"\S+\s*|\s+")
@@ -72,7 +73,8 @@ class Failed:
 class StreamedSentences:
     """
     The request's streaming callback: each verified, screened sentence the pipeline sends goes on `events` as
-    `Released`; it counts what was sent and, from the last chunk, what the verifier dropped.
+    `Released`, made printable (`printable_data`, as the ask's response is); it counts what was sent and, from the
+    last chunk, what the verifier dropped.
     """
 
     def __init__(self, events: queue.SimpleQueue, started: float) -> None:
@@ -95,7 +97,8 @@ class StreamedSentences:
         if self.first_sentence_ms is None:
             self.first_sentence_ms = (time.perf_counter() - self.started) * 1000
             self.first_sentence_at = time.time()
-        self.events.put(Released(text=chunk.content, citations=list(chunk.meta.get("citations") or [])))
+        self.events.put(Released(text=printable(chunk.content),
+                                 citations=printable_data(list(chunk.meta.get("citations") or []))))
         self.sent += 1
 
 

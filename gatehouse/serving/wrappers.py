@@ -7,9 +7,16 @@ per-component outputs. These wrappers give each kind of pipeline a typed request
 - ask: `POST /{name}/run` returns the Gatehouse response contract; `/v1/chat/completions` (model `{name}`)
   answers OpenAI clients, streaming or not, with a final chunk that carries the structured citations; an LLM answer
   streams sentence by sentence, each sent once verified (see `streaming.py`).
-- retrieve: `POST /{name}/run` returns the hybrid search's documents with scores and metadata.
+- retrieve: `POST /{name}/run` returns the hybrid search's documents with scores and metadata, screened as an ask
+  screens its passages (`PassageScreen`'s rules): hostile blocks removed, documents left empty withheld, unsafe URLs
+  dropped.
 - index: `POST /{name}/run` takes a multipart upload of files into a knowledge base and queues it as an ingest
   job (202; `wait=true` answers with the report when it is done).
+
+What leaves the server as text passes through `printable_data` on its way out: the ask's response contract (REST,
+chat, the streamed chat's final chunk, the MCP tool), each streamed sentence (`streaming.py`) and the retrieved
+documents. Escape sequences, control characters and invisible format characters from documents never reach a
+client.
 
 One generic `pipeline_wrapper.py` (in this package) picks the class from the `gatehouse.yml` deployed beside
 it, which `gatehouse serve` writes from `hayhooks.yml`.
@@ -43,7 +50,7 @@ from fastapi.responses import JSONResponse
 from fastapi_openai_compat import ChatCompletion
 from fastapi_openai_compat.chat_completions.models import Choice, Message
 from hayhooks import BasePipelineWrapper
-from haystack import Pipeline
+from haystack import Document, Pipeline
 from haystack.core.serialization import allow_deserialization_module
 from haystack.dataclasses import ByteStream, StreamingCallbackT
 from pydantic import WithJsonSchema
@@ -53,6 +60,10 @@ from typing_extensions import TypedDict
 from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_PATTERN
 from gatehouse.components.writers.ingest_planner import upload_name
 from gatehouse.components.builders.response_builder import ResponseBuilder
+from gatehouse.components.guardrails.document_screen import DocumentScreen
+from gatehouse.components.guardrails.passage_screen import screen_passage
+from gatehouse.components.guardrails.sanitising import citation_url
+from gatehouse.components.printable import printable_data
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
@@ -120,12 +131,20 @@ class AskResponse(TypedDict):
 
 
 class RetrievedDocument(TypedDict):
-    """A retrieved chunk."""
+    """A retrieved chunk, screened: `screened` names what the screen removed from it (empty: nothing)."""
 
     id: str
     content: str
     score: float | None
     meta: dict[str, Any]
+    screened: list[str]
+
+
+class WithheldDocument(TypedDict):
+    """A retrieved chunk the screen left empty, so not returned, and what it removed."""
+
+    id: str
+    screened: list[str]
 
 
 class RetrieveResponse(TypedDict):
@@ -134,6 +153,7 @@ class RetrieveResponse(TypedDict):
     documents: list[RetrievedDocument]
     tenant: str
     kbs: list[str] | None
+    withheld: list[WithheldDocument]
 
 
 def check_name(value: Any, *, field: str, kind: str) -> None:
@@ -244,7 +264,9 @@ class AskWrapper(GatehouseWrapper):
         except TimeoutError:
             run.cancel()
             response = _out_of_time(budget, started, kb=kb, tenant=tenant, mode=mode)
-        record_ask(response, query=query, log_queries=self.manifest.logging.log_queries, pipeline=self.pipeline)
+        response = printable_data(response)
+        record_ask(response, query=query, log_queries=self.manifest.logging.log_queries, pipeline=self.pipeline,
+                   requested_kb=kb is not None)
         if response["status"] == "error":
             llm_failed = "generate_llm_failed" in response["path"]
             raise HTTPException(status_code=502 if llm_failed else 422, detail=response["error_message"])
@@ -379,8 +401,10 @@ class RetrieveWrapper(GatehouseWrapper):
     """Serves `retrieve.yml`: hybrid search only, as REST and as an MCP tool."""
 
     def load(self) -> Pipeline:
-        """The retrieval pipeline, also wrapped as one component (query, tenant, kbs, top_k in; documents out)."""
+        """The retrieval pipeline, also wrapped as one component (query, tenant, kbs, top_k in; documents out), and
+        the passage screen's rules (its defaults) for what it returns."""
         self.retrieval = RetrievalPipeline(pipeline_file=str(self.pipeline_file))
+        self.screen = DocumentScreen()
         return self.retrieval.pipeline
 
     def run_api(
@@ -398,7 +422,8 @@ class RetrieveWrapper(GatehouseWrapper):
         :param kbs: Restrict the search to these knowledge bases; default all of the tenant's.
         :param tenant: Act for this tenant (only one the API key holds); default the key's first tenant.
         :param top_k: How many passages to return (1-100).
-        :returns: The documents, best first, and the tenant and KBs searched.
+        :returns: The documents, best first, screened as an ask screens its passages (`screened` names what was
+            removed from each; a document left empty is `withheld`), and the tenant and KBs searched.
         """
         text = self._query(query)
         if not 1 <= top_k <= 100:
@@ -408,11 +433,37 @@ class RetrieveWrapper(GatehouseWrapper):
         tenant_name = self._tenant(tenant, headers)
         with data_dir_unavailable():
             documents = self.retrieval.run(query=text, tenant=tenant_name, kbs=kbs or None, top_k=top_k)["documents"]
-        return {
-            "documents": [{"id": d.id, "content": d.content or "", "score": d.score, "meta": d.meta} for d in documents],
-            "tenant": tenant_name,
-            "kbs": kbs or None,
-        }
+        screened, withheld = _screened(documents, self.screen)
+        return printable_data({"documents": screened, "tenant": tenant_name, "kbs": kbs or None, "withheld": withheld})
+
+
+def _screened(documents: list[Document], screen: DocumentScreen
+              ) -> tuple[list[RetrievedDocument], list[WithheldDocument]]:
+    """
+    Retrieved documents screened with the passage screen's rules (`screen_passage`), as an ask's passages are: blocks
+    addressed to the assistant, phishing and spoofed links removed (`document_<kind>`), foreign images removed
+    (`removed_external_image:<host>`), unsafe link targets cut (`document_unsafe_link`); a `meta.url` that is not a
+    safe link (`javascript:`, `data:`, ...) is dropped (`removed_unsafe_url`).
+
+    :returns: The documents returned, each with what was removed from it, and those left empty, withheld.
+    """
+    returned: list[RetrievedDocument] = []
+    withheld: list[WithheldDocument] = []
+    for document in documents:
+        kept, found = screen_passage(screen, document)
+        removed = [f"removed_external_image:{detail}" if kind == "beacon" else f"document_{kind}"
+                   for kind, detail in found]
+        meta = dict(document.meta or {})
+        if meta.get("url") is not None and citation_url(str(meta["url"])) is None:
+            del meta["url"]
+            removed.append("removed_unsafe_url")
+        removed = list(dict.fromkeys(removed))
+        if kept is None:
+            withheld.append({"id": document.id, "screened": removed})
+        else:
+            returned.append({"id": document.id, "content": kept.content or "", "score": document.score, "meta": meta,
+                             "screened": removed})
+    return returned, withheld
 
 
 class IndexWrapper(GatehouseWrapper):
@@ -466,8 +517,8 @@ class IndexWrapper(GatehouseWrapper):
         unusable = [repr(upload.filename or "") for upload, name in zip(files, names) if not name]
         if unusable:
             raise HTTPException(status_code=422, detail=f"files: no usable file name in {', '.join(unusable)} (control "
-                                                        "characters, bidirectional controls and folders are removed "
-                                                        "from file names); rename the file")
+                                                        "characters, bidirectional controls, zero-width characters "
+                                                        "and folders are removed from file names); rename the file")
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise HTTPException(status_code=422, detail=f"files: duplicate file names in one upload: "
