@@ -11,7 +11,9 @@ manifest.pipelines["ask"].kind        # "ask"
 """
 
 import inspect
+import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ KINDS = ("ask", "retrieve", "index")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*")
 
 
 class ManifestError(ValueError):
@@ -71,6 +74,7 @@ class Manifest:
     allowed_modules: tuple[str, ...] = ()  # besides Gatehouse's own (gatehouse.pipelines.ALLOWED_MODULES)
     keys: tuple[KeySpec, ...] = ()
     allow_remote_without_keys: bool = False
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback ones (lower case, no port)
     mcp: bool = True
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 10 * 1024 * 1024
@@ -170,6 +174,22 @@ def _flag(raw: dict[str, Any], key: str, path: Path) -> bool:
     return value
 
 
+def _allowed_hosts(raw: Any, path: Path) -> tuple[str, ...]:
+    """Host names and IP addresses, lower case, without brackets (an IPv6 address may be written `[::1]`)."""
+    _require(isinstance(raw, list), path, "`allowed_hosts` must be a list of host names.")
+    hosts = []
+    for index, entry in enumerate(raw):
+        host = str(entry).strip().lower().removeprefix("[").removesuffix("]").removesuffix(".")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            _require(isinstance(entry, str) and len(host) <= 253 and HOST_NAME.fullmatch(host) is not None, path,
+                     f"allowed_hosts[{index}] is {entry!r}: write a host name or IP address alone, without scheme, "
+                     "port, path or wildcard (e.g. gatehouse.internal).")
+        hosts.append(host)
+    return tuple(hosts)
+
+
 def _log_settings(raw: Any, path: Path) -> LogSettings:
     _require(isinstance(raw, dict), path, "`logging` must be a mapping {format, log_queries}.")
     log_format = str(raw.get("format", "json")).lower()
@@ -215,6 +235,7 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         allowed_modules=tuple(modules),
         keys=_keys(auth.get("keys") or [], path),
         allow_remote_without_keys=bool(auth.get("allow_remote_without_keys", False)),
+        allowed_hosts=_allowed_hosts(raw.get("allowed_hosts") or [], path),
         mcp=bool(raw.get("mcp", True)),
         cors_allow_origins=tuple(cors.get("allow_origins") or ()),
         max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),

@@ -27,7 +27,8 @@ from typing import Any
 import yaml
 
 from gatehouse.settings import data_dir
-from gatehouse.serving.auth import OPEN_PATHS, GuardMiddleware, KeyRing, rate_limiter
+from gatehouse.serving.auth import ADMIN_PATHS, OPEN_PATHS, GuardMiddleware, KeyRing, rate_limiter
+from gatehouse.serving.edge import SAFE_METHODS, EdgeMiddleware
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 
 GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
@@ -114,10 +115,12 @@ def check_bind(manifest: Manifest, host: str, *, allow_remote_without_keys: bool
     )
 
 
-def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: int) -> None:
+def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: int, *, keyed: bool) -> None:
     from hayhooks.settings import StartupDeployStrategy, settings
 
     settings.pipelines_dir = str(deploy_dir)
+    settings.tracing_enabled = keyed  # `/traces` shows every tenant's requests: an admin key's, absent without keys
+    settings.monitoring_enabled = False  # durable executions only (Gatehouse has none)
     settings.host = host
     settings.port = port
     settings.show_tracebacks = False
@@ -258,11 +261,35 @@ def _restrict_hayhooks_routes(app: Any) -> None:
     app.add_exception_handler(StarletteHTTPException, unknown_model)
 
 
+def _restrict_admin_routes(app: Any, keyring: KeyRing) -> None:
+    """
+    Hayhooks' deployment routes (`ADMIN_PATHS`: `/deploy_files`, `/deploy-yaml`, `/undeploy/{name}`) and its trace
+    buffer (`/traces`) are an admin key's (`GuardMiddleware` refuses other keys with 403); the admin key replaces
+    Hayhooks' own trace credential, so that is not asked for. Without keys `GuardMiddleware` answers them 404 (nobody
+    could be told apart from a web page's request) and they are not in the OpenAPI document.
+    """
+    from hayhooks.dashboard_auth import require_tracing_access
+
+    if keyring.enabled:
+        app.dependency_overrides[require_tracing_access] = lambda: None
+        return
+    previous_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = previous_openapi()
+        for path in ADMIN_PATHS:
+            schema["paths"].pop(path, None)
+        return schema
+
+    app.openapi = openapi
+
+
 def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> None:
     """
     State in the OpenAPI document the answers the routes give beyond what FastAPI and Hayhooks derive.
 
-    The guard's 401 (with keys, every route but `/status`) and 413 (a route with a body), 400 for a body that cannot be
+    The edge's 400 (a duplicate header, a `Host` not answered) and 403 (without keys, a write from another origin), the
+    guard's 401 (with keys, every route but `/status`) and 413 (a route with a body), 400 for a body that cannot be
     parsed, each pipeline's own (`PIPELINE_ANSWERS`, `CHAT_ANSWERS`), and the body of every error answer:
     `{"detail": <message>}`, for a 422 also FastAPI's list of validation errors.
     """
@@ -284,12 +311,17 @@ def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> N
                     answers.setdefault(status, {"description": description})
                 if keyring.enabled and (method.upper(), path) not in OPEN_PATHS:
                     answers.setdefault("401", {"description": "Missing or invalid API key"})
+                unread = "Authorization or Host sent twice, or a Host this server does not answer (allowed_hosts)"
+                answers.setdefault("400", {"description": unread + ("; or the body cannot be parsed"
+                                                                    if "requestBody" in operation else "")})
+                if not keyring.enabled and method.upper() not in SAFE_METHODS:
+                    answers.setdefault("403", {"description": "A write from a page of another origin "
+                                                              "(cors.allow_origins)"})
                 if (method.upper(), path) not in OPEN_PATHS:
                     answers.setdefault("429", {"description": "Over the caller's limits.requests_per_minute or "
                                                               "limits.max_concurrent_requests; see Retry-After",
                                                "headers": RETRY_AFTER})
                 if "requestBody" in operation:
-                    answers.setdefault("400", {"description": "The body cannot be parsed"})
                     answers.setdefault("413", {"description": "The body exceeds limits.max_body_bytes"})
                 for status, answer in answers.items():
                     documented = answer.get("content", {}).get("application/json", {}).get("schema")
@@ -322,13 +354,15 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     )
 
     keyring = KeyRing.from_manifest(manifest)
-    _configure_hayhooks(manifest, deploy_dir, host or manifest.host, port or manifest.port)
+    host = host or manifest.host
+    _configure_hayhooks(manifest, deploy_dir, host, port or manifest.port, keyed=keyring.enabled)
     try:
         configure_tracing()  # before Hayhooks' own set-up, which keeps a tracer that is already enabled
     except ObservabilityError as error:
         raise ServeError(str(error)) from error
     app = create_app()
     _restrict_hayhooks_routes(app)
+    _restrict_admin_routes(app, keyring)
     _require_deployed(app, manifest)
     index_pipeline = next((name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"), None)
     if index_pipeline is not None:
@@ -341,6 +375,8 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     app.include_router(metrics_router())
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
                        limiter=rate_limiter(manifest))
+    app.add_middleware(EdgeMiddleware, keyed=keyring.enabled, allowed_hosts=manifest.allowed_hosts,
+                       remote=not is_loopback(host), allowed_origins=manifest.cors_allow_origins)
     app.add_middleware(ObservabilityMiddleware)  # outermost: request ids and metrics for refused requests too
     return app
 
