@@ -9,7 +9,7 @@ import yaml
 
 from gatehouse.settings import bundled_dir
 from gatehouse.serving.auth import AccessDenied, GuardMiddleware, KeyRing, Principal, current_principal, rate_limiter
-from gatehouse.serving.edge import EdgeMiddleware
+from gatehouse.serving.edge import EdgeMiddleware, non_finite_number
 from gatehouse.serving.manifest import ManifestError, load_manifest
 from gatehouse.serving.server import ServeError, check_bind, is_loopback, prepare_deployments
 from gatehouse.serving.wrappers import AskWrapper, IndexWrapper, RetrieveWrapper, wrapper_class
@@ -145,6 +145,25 @@ def test_without_keys_the_guard_serves_no_deployment_or_traces():
     for path in ("/deploy_files", "/deploy-yaml", "/undeploy/ask", "/traces"):
         assert _call(guard, "POST", path)[:2] == (404, b'{"detail": "Not Found"}')
     assert _call(guard, "POST", "/deployments/run")[0] == 200  # a pipeline may be named so
+
+
+def test_the_guard_refuses_non_finite_numbers_in_json_bodies():
+    guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=1000)
+    json_body = [("content-type", "application/json; charset=utf-8")]
+    status, body, _ = _call(guard, "POST", "/retrieve/run", json_body, b'{"query": "x", "top_k": 1e400}')
+    assert status == 422 and json.loads(body)["detail"].startswith("top_k: 1e400 is not a finite number")
+    assert _call(guard, "POST", "/mcp", [("content-type", "application/vnd.x+json")], b"[NaN]")[0] == 422
+    assert _call(guard, "POST", "/ask/run", json_body, b'{"query": "NaN", "top_k": 1e300}')[0] == 200
+    assert _call(guard, "POST", "/index/run", [("content-type", "multipart/form-data")], b"NaN")[0] == 200
+    assert _call(guard, "POST", "/ask/run", json_body, b"{not json")[0] == 200  # the route says what is wrong
+
+
+def test_non_finite_numbers_are_named_by_their_field():
+    assert non_finite_number(b'{"messages": [{"role": "user", "content": -Infinity}]}').startswith(
+        "messages[0].content: -Infinity is not a finite number")
+    assert non_finite_number(b"NaN").startswith("the body: NaN")
+    assert non_finite_number(b"[" * 100_000 + b"]" * 100_000) is None  # too deep for the JSON reader: its route says
+    assert non_finite_number(b'{"big": 123456789012345678901234567890, "small": 1e-400}') is None
 
 
 def _edge(middleware, method="GET", headers=(), server=("127.0.0.1", 1416)):

@@ -5,7 +5,8 @@ Keys are named in the manifest by the environment variable that holds each secre
 `GuardMiddleware` runs in front of every Hayhooks route: it answers 413 for oversized bodies, 401 without a
 valid key (except `GET /status`), 403 for deploy/undeploy and traces without an admin key (404 on a server without
 keys, where they are not served), and leaves the caller's `Principal` in a context variable for the pipeline
-wrappers, which enforce tenants (403).
+wrappers, which enforce tenants (403). A JSON body holding a number that is not finite (`NaN`, `Infinity`, `1e400`)
+gets 422 before anything parses it.
 
 Usage:
 ```python
@@ -28,7 +29,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from gatehouse.components.state import PUBLIC_TENANT
-from gatehouse.serving.edge import error_answer, send_answer
+from gatehouse.serving.edge import error_answer, non_finite_number, send_answer
 from gatehouse.serving.manifest import Manifest, ManifestError
 from gatehouse.serving.rate_limits import CallerLimits, RateLimiter
 
@@ -172,6 +173,13 @@ def is_admin_path(path: str) -> bool:
     return path in ("/deploy_files", "/deploy-yaml", "/traces") or path.startswith(("/undeploy/", "/traces/"))
 
 
+def _json_body(scope: dict[str, Any]) -> bool:
+    """Whether the request says its body is JSON (`application/json`, `application/*+json`)."""
+    content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+    media_type = content_type.partition(";")[0].strip().lower()
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
+
+
 def rate_limiter(manifest: Manifest) -> RateLimiter:
     """The manifest's per-caller limits: `limits.requests_per_minute` and `limits.max_concurrent_requests`, and a
     key's own where `auth.keys` gives it."""
@@ -186,7 +194,7 @@ def rate_limiter(manifest: Manifest) -> RateLimiter:
 class GuardMiddleware:
     """
     ASGI middleware: bearer authentication, admin-only deployment routes, per-caller request limits (429 with
-    `Retry-After`), body-size limit.
+    `Retry-After`), body-size limit, finite numbers in JSON bodies.
     """
 
     def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int, limiter: RateLimiter | None = None) -> None:
@@ -262,6 +270,10 @@ class GuardMiddleware:
         if too_large:
             await send_answer(send, error_answer(413, f"request body exceeds the limit of {self.max_body_bytes} bytes "
                                                       "(limits.max_body_bytes in hayhooks.yml)"))
+            return
+        problem = non_finite_number(b"".join(m.get("body", b"") for m in messages)) if _json_body(scope) else None
+        if problem is not None:
+            await send_answer(send, error_answer(422, problem))
             return
 
         async def replay() -> dict[str, Any]:

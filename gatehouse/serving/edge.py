@@ -13,11 +13,14 @@ The HTTP edge of `gatehouse serve`: requests refused before anything reads them.
   into the server (a browser sends such a form without asking first). Clients that send no `Origin` (curl, SDKs) are
   not affected.
 
+`non_finite_number` finds a number a JSON body cannot hold (`NaN`, `Infinity`, `1e400`); the guard answers it with 422.
+
 Usage:
 ```python
-from gatehouse.serving.edge import EdgeMiddleware
+from gatehouse.serving.edge import EdgeMiddleware, non_finite_number
 
 app = EdgeMiddleware(app, keyed=False, allowed_hosts=("gatehouse.internal",), remote=False, allowed_origins=())
+non_finite_number(b'{"top_k": 1e400}')     # "top_k: 1e400 is not a finite number ..."
 ```
 """
 
@@ -161,3 +164,54 @@ class EdgeMiddleware:
         own_port = str(server[1]) if server and server[1] else ""
         return scheme.lower() in ("http", "https") and is_loopback_name(name) and bool(own_port) and port == own_port
 
+
+class _NonFinite:
+    """Stands for a number a JSON body cannot hold while `non_finite_number` looks for where it was."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _where(value: Any, path: str) -> tuple[str, str] | None:
+    if isinstance(value, _NonFinite):
+        return path or "the body", value.text
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _where(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def non_finite_number(body: bytes) -> str | None:
+    """
+    What is wrong with a JSON body holding a number that is not finite: `NaN`, `Infinity`, `-Infinity` (which Python's
+    JSON reader accepts) or a number beyond the range of a float (`1e400`).
+
+    :param body: The request body.
+    :returns: A message naming the field and the number, or None (also for a body that is not JSON at all: whoever
+        reads it refuses that).
+    """
+    found = False
+
+    def constant(text: str) -> _NonFinite:
+        nonlocal found
+        found = True
+        return _NonFinite(text)
+
+    def number(text: str) -> float | _NonFinite:
+        value = float(text)
+        return value if value - value == 0 else constant(text)
+
+    try:
+        parsed = json.loads(body, parse_constant=constant, parse_float=number)
+    except (ValueError, RecursionError):
+        return None
+    if not found:
+        return None
+    try:
+        field, text = _where(parsed, "") or ("the body", "?")
+    except RecursionError:  # nested about as deep as the JSON reader allows: the field is not named
+        field, text = "the body", "a number"
+    return (f"{field}: {text} is not a finite number; JSON numbers must be finite (NaN, Infinity and numbers beyond "
+            "1.8e308 are refused)")

@@ -290,8 +290,9 @@ def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> N
 
     The edge's 400 (a duplicate header, a `Host` not answered) and 403 (without keys, a write from another origin), the
     guard's 401 (with keys, every route but `/status`) and 413 (a route with a body), 400 for a body that cannot be
-    parsed, each pipeline's own (`PIPELINE_ANSWERS`, `CHAT_ANSWERS`), and the body of every error answer:
-    `{"detail": <message>}`, for a 422 also FastAPI's list of validation errors.
+    parsed, 422 for a body holding a number that is not finite, each pipeline's own (`PIPELINE_ANSWERS`,
+    `CHAT_ANSWERS`), and the body of every error answer: `{"detail": <message>}`, for a 422 also FastAPI's list of
+    validation errors.
     """
     previous_openapi = app.openapi
     by_path = {f"/{name}/run": PIPELINE_ANSWERS[deployed.kind] for name, deployed in manifest.pipelines.items()}
@@ -323,6 +324,7 @@ def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> N
                                                "headers": RETRY_AFTER})
                 if "requestBody" in operation:
                     answers.setdefault("413", {"description": "The body exceeds limits.max_body_bytes"})
+                    answers.setdefault("422", {"description": "A field is invalid, or a number is not finite"})
                 for status, answer in answers.items():
                     documented = answer.get("content", {}).get("application/json", {}).get("schema")
                     if status == "422":
