@@ -36,11 +36,14 @@ def test_the_project_manifest_loads():
     assert (manifest.requests_per_minute, manifest.max_concurrent_requests) == (600, 2)
     assert manifest.max_queued_jobs_per_tenant == 5
     assert manifest.allowed_hosts == ()
+    assert (manifest.max_header_bytes, manifest.max_headers, manifest.header_timeout_s) == (65536, 100, 10.0)
 
 
 def test_edge_settings_are_read_and_normalised(tmp_path):
-    manifest = load_manifest(_write(tmp_path, allowed_hosts=["Gatehouse.Internal", "[fd00::5]", "10.1.2.3"]))
+    manifest = load_manifest(_write(tmp_path, allowed_hosts=["Gatehouse.Internal", "[fd00::5]", "10.1.2.3"],
+                                    limits={"max_header_bytes": 8192, "max_headers": 40, "header_timeout_s": 2.5}))
     assert manifest.allowed_hosts == ("gatehouse.internal", "fd00::5", "10.1.2.3")
+    assert (manifest.max_header_bytes, manifest.max_headers, manifest.header_timeout_s) == (8192, 40, 2.5)
 
 
 @pytest.mark.parametrize(
@@ -62,6 +65,9 @@ def test_edge_settings_are_read_and_normalised(tmp_path):
                                                              "write a host name or IP address alone"),
         ({"allowed_hosts": ["ok.example", "*.example"]}, "allowed_hosts[1] is '*.example'"),
         ({"allowed_hosts": ["gatehouse.internal:8080"]}, "without scheme, port, path or wildcard"),
+        ({"limits": {"max_header_bytes": 100}}, "limits.max_header_bytes must be a whole number, at least 1024"),
+        ({"limits": {"max_headers": 0}}, "limits.max_headers must be a whole number, at least 8"),
+        ({"limits": {"header_timeout_s": "soon"}}, "limits.header_timeout_s must be a number, at least 0.1"),
     ],
 )
 def test_a_bad_manifest_names_the_field(tmp_path, overrides, message):

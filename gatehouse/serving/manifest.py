@@ -78,6 +78,9 @@ class Manifest:
     mcp: bool = True
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 10 * 1024 * 1024
+    max_header_bytes: int = 65536  # the request line and headers of one request
+    max_headers: int = 100  # header lines in one request
+    header_timeout_s: float = 10.0  # a connection's next request headers must be complete this soon
     max_query_chars: int = 2000  # the ask pipeline's input guardrail's max_query_chars (see `question_limit`)
     request_timeout_s: float = 300.0  # an ask's whole time budget, LLM calls and retries included
     requests_per_minute: int = 600  # per caller (API key, or client address without keys); 0 = no limit
@@ -190,6 +193,14 @@ def _allowed_hosts(raw: Any, path: Path) -> tuple[str, ...]:
     return tuple(hosts)
 
 
+def _at_least(value: Any, minimum: float, path: Path, where: str, *, whole: bool = True) -> Any:
+    """A limit that cannot be switched off: a number (whole, unless `whole` is false), at least `minimum`."""
+    kinds = int if whole else (int, float)
+    _require(isinstance(value, kinds) and not isinstance(value, bool) and value >= minimum, path,
+             f"{where} must be a {'whole ' if whole else ''}number, at least {minimum}, not {value!r}.")
+    return value
+
+
 def _log_settings(raw: Any, path: Path) -> LogSettings:
     _require(isinstance(raw, dict), path, "`logging` must be a mapping {format, log_queries}.")
     log_format = str(raw.get("format", "json")).lower()
@@ -239,6 +250,10 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         mcp=bool(raw.get("mcp", True)),
         cors_allow_origins=tuple(cors.get("allow_origins") or ()),
         max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),
+        max_header_bytes=_at_least(limits.get("max_header_bytes", 65536), 1024, path, "limits.max_header_bytes"),
+        max_headers=_at_least(limits.get("max_headers", 100), 8, path, "limits.max_headers"),
+        header_timeout_s=float(_at_least(limits.get("header_timeout_s", 10.0), 0.1, path, "limits.header_timeout_s",
+                                         whole=False)),
         max_query_chars=question_limit(pipelines, path),
         request_timeout_s=float(limits.get("request_timeout_s", 300.0)),
         requests_per_minute=_count(limits.get("requests_per_minute", 600), path, "limits.requests_per_minute"),

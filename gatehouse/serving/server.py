@@ -390,9 +390,13 @@ def hayhooks_command(deploy_dir: Path, host: str, port: int) -> str:
 
 def serve(manifest: Manifest, *, host: str | None = None, port: int | None = None,
           allow_remote_without_keys: bool = False) -> None:
-    """Check the bind address, write the deployments and run the server until interrupted."""
+    """
+    Check the bind address, write the deployments and run the server until interrupted: uvicorn with the manifest's
+    header bounds.
+    """
     import uvicorn
 
+    from gatehouse.serving.http_limits import bounded_http_protocol
     from gatehouse.serving.observability import configure_logging
 
     host = host or manifest.host
@@ -401,4 +405,7 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
     configure_logging(log_format=manifest.logging.format, level=manifest.log_level)
     app = build_app(manifest, prepare_deployments(manifest), host=host, port=port)
     # uvicorn's own records go to that handler unformatted by it; ObservabilityMiddleware writes the access records
-    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level, log_config=None, access_log=False)
+    protocol = bounded_http_protocol(max_header_bytes=manifest.max_header_bytes, max_headers=manifest.max_headers,
+                                     header_timeout_s=manifest.header_timeout_s)
+    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level, log_config=None, access_log=False,
+                http=protocol)
