@@ -35,14 +35,16 @@ def test_the_project_manifest_loads():
     assert (manifest.max_body_bytes, manifest.max_query_chars, manifest.request_timeout_s) == (10485760, 4000, 300)
     assert (manifest.requests_per_minute, manifest.max_concurrent_requests) == (600, 2)
     assert manifest.max_queued_jobs_per_tenant == 5
-    assert manifest.allowed_hosts == ()
+    assert (manifest.allowed_hosts, manifest.trusted_proxies) == ((), ())
     assert (manifest.max_header_bytes, manifest.max_headers, manifest.header_timeout_s) == (65536, 100, 10.0)
 
 
 def test_edge_settings_are_read_and_normalised(tmp_path):
     manifest = load_manifest(_write(tmp_path, allowed_hosts=["Gatehouse.Internal", "[fd00::5]", "10.1.2.3"],
+                                    trusted_proxies=["10.0.0.0/8", "::1"],
                                     limits={"max_header_bytes": 8192, "max_headers": 40, "header_timeout_s": 2.5}))
     assert manifest.allowed_hosts == ("gatehouse.internal", "fd00::5", "10.1.2.3")
+    assert manifest.trusted_proxies == ("10.0.0.0/8", "::1")
     assert (manifest.max_header_bytes, manifest.max_headers, manifest.header_timeout_s) == (8192, 40, 2.5)
 
 
@@ -65,6 +67,7 @@ def test_edge_settings_are_read_and_normalised(tmp_path):
                                                              "write a host name or IP address alone"),
         ({"allowed_hosts": ["ok.example", "*.example"]}, "allowed_hosts[1] is '*.example'"),
         ({"allowed_hosts": ["gatehouse.internal:8080"]}, "without scheme, port, path or wildcard"),
+        ({"trusted_proxies": ["proxy.internal"]}, "trusted_proxies[0] is 'proxy.internal': write an IP address"),
         ({"limits": {"max_header_bytes": 100}}, "limits.max_header_bytes must be a whole number, at least 1024"),
         ({"limits": {"max_headers": 0}}, "limits.max_headers must be a whole number, at least 8"),
         ({"limits": {"header_timeout_s": "soon"}}, "limits.header_timeout_s must be a number, at least 0.1"),

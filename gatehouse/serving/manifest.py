@@ -75,6 +75,7 @@ class Manifest:
     keys: tuple[KeySpec, ...] = ()
     allow_remote_without_keys: bool = False
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback ones (lower case, no port)
+    trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose X-Forwarded-For/-Proto are believed
     mcp: bool = True
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 10 * 1024 * 1024
@@ -193,6 +194,18 @@ def _allowed_hosts(raw: Any, path: Path) -> tuple[str, ...]:
     return tuple(hosts)
 
 
+def _trusted_proxies(raw: Any, path: Path) -> tuple[str, ...]:
+    """IP addresses or networks (`10.0.0.0/8`)."""
+    _require(isinstance(raw, list), path, "`trusted_proxies` must be a list of IP addresses or networks.")
+    for index, entry in enumerate(raw):
+        try:
+            ipaddress.ip_network(str(entry), strict=False)
+        except ValueError:
+            raise ManifestError(f"{path}: trusted_proxies[{index}] is {entry!r}: write an IP address (10.0.0.5) or "
+                                "network (10.0.0.0/8) of a reverse proxy in front of the server.") from None
+    return tuple(str(entry) for entry in raw)
+
+
 def _at_least(value: Any, minimum: float, path: Path, where: str, *, whole: bool = True) -> Any:
     """A limit that cannot be switched off: a number (whole, unless `whole` is false), at least `minimum`."""
     kinds = int if whole else (int, float)
@@ -247,6 +260,7 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         keys=_keys(auth.get("keys") or [], path),
         allow_remote_without_keys=bool(auth.get("allow_remote_without_keys", False)),
         allowed_hosts=_allowed_hosts(raw.get("allowed_hosts") or [], path),
+        trusted_proxies=_trusted_proxies(raw.get("trusted_proxies") or [], path),
         mcp=bool(raw.get("mcp", True)),
         cors_allow_origins=tuple(cors.get("allow_origins") or ()),
         max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),

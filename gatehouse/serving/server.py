@@ -392,7 +392,8 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
           allow_remote_without_keys: bool = False) -> None:
     """
     Check the bind address, write the deployments and run the server until interrupted: uvicorn with the manifest's
-    header bounds.
+    header bounds, believing `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default
+    believes them from any local process, which could then choose its rate-limit bucket).
     """
     import uvicorn
 
@@ -408,4 +409,5 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
     protocol = bounded_http_protocol(max_header_bytes=manifest.max_header_bytes, max_headers=manifest.max_headers,
                                      header_timeout_s=manifest.header_timeout_s)
     uvicorn.run(app, host=host, port=port, log_level=manifest.log_level, log_config=None, access_log=False,
-                http=protocol)
+                http=protocol, proxy_headers=bool(manifest.trusted_proxies),
+                forwarded_allow_ips=list(manifest.trusted_proxies))
