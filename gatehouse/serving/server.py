@@ -2,10 +2,12 @@
 `gatehouse serve`: Hayhooks with Gatehouse's pipelines, configured by the serving manifest (`hayhooks.yml`).
 
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
-and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `GuardMiddleware` (auth, tenants, body limit)
-in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing), adds the
-knowledge-base routes (`/kbs`) over the index pipeline's stores and the ingest-job routes (`/index/jobs`), mounts
-MCP at `/mcp` when enabled and runs it with uvicorn.
+and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `EdgeMiddleware` (duplicate headers, `Host`,
+cross-origin writes) and `GuardMiddleware` (auth, tenants, body limit) in front, narrows Hayhooks' generic routes
+(only chat pipelines in `/v1/models`, no drawing, deployment and traces for admin keys only), serves the docs pages
+from local files, adds the knowledge-base routes (`/kbs`) over the index pipeline's stores and the ingest-job routes
+(`/index/jobs`), mounts MCP at `/mcp` when enabled and runs it with uvicorn, with bounds on request headers
+(`gatehouse.serving.http_limits`) and forwarded headers believed only from `trusted_proxies`.
 
 Usage:
 ```python
@@ -56,6 +58,12 @@ CHAT_MESSAGE = {"type": "object", "required": ["role", "content"], "properties":
         "type": "object", "required": ["type", "text"],
         "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}
 RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
+# The docs pages (`/docs`, `/redoc`) load Swagger UI and ReDoc from the fastapi-offline package's copies under this
+# path, and their Content-Security-Policy lets them load nothing from another host (ReDoc shows a logo from its CDN).
+DOCS_ASSETS = "/docs/static"
+DOCS_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+               "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; "
+               "frame-ancestors 'self'")
 ERROR_DETAIL = {"title": "ErrorDetail", "type": "object", "properties": {"detail": {"type": "string"}},
                 "required": ["detail"]}
 
@@ -284,6 +292,45 @@ def _restrict_admin_routes(app: Any, keyring: KeyRing) -> None:
     app.openapi = openapi
 
 
+def _offline_docs(app: Any) -> None:
+    """
+    Serve `/docs` (Swagger UI) and `/redoc` (ReDoc) with the scripts, styles and icon of the fastapi-offline package
+    under `DOCS_ASSETS` instead of public CDNs and Google Fonts, Swagger UI's online validator off, and `DOCS_POLICY`
+    as their Content-Security-Policy, so that viewing them reaches no other host.
+    """
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from starlette.routing import Mount, Route
+
+    def swagger_ui(request: Any) -> Any:
+        root = request.scope.get("root_path", "").rstrip("/")
+        assets = f"{root}{DOCS_ASSETS}"
+        page = get_swagger_ui_html(
+            openapi_url=root + app.openapi_url, title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=root + app.swagger_ui_oauth2_redirect_url,
+            swagger_js_url=f"{assets}/swagger-ui-bundle.js", swagger_css_url=f"{assets}/swagger-ui.css",
+            swagger_favicon_url=f"{assets}/favicon.png",
+            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None})
+        page.headers["Content-Security-Policy"] = DOCS_POLICY
+        return page
+
+    def redoc(request: Any) -> Any:
+        root = request.scope.get("root_path", "").rstrip("/")
+        page = get_redoc_html(openapi_url=root + app.openapi_url, title=f"{app.title} - ReDoc",
+                              redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+                              redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png", with_google_fonts=False)
+        page.headers["Content-Security-Policy"] = DOCS_POLICY
+        return page
+
+    pages = {app.docs_url: swagger_ui, app.redoc_url: redoc}
+    app.router.routes[:] = [Route(route.path, pages[route.path], include_in_schema=False)
+                            if getattr(route, "path", None) in pages else route for route in app.router.routes]
+    assets = StaticFiles(directory=str(files("fastapi_offline") / "static"))
+    app.router.routes.insert(0, Mount(DOCS_ASSETS, app=assets, name="docs-assets"))
+
+
 def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> None:
     """
     State in the OpenAPI document the answers the routes give beyond what FastAPI and Hayhooks derive.
@@ -365,6 +412,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     app = create_app()
     _restrict_hayhooks_routes(app)
     _restrict_admin_routes(app, keyring)
+    _offline_docs(app)
     _require_deployed(app, manifest)
     index_pipeline = next((name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"), None)
     if index_pipeline is not None:
