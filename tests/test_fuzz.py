@@ -4,10 +4,13 @@ of a small FastAPI app with known faults, which shows the fuzzer reports what it
 """
 
 import contextlib
+import math
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +18,7 @@ import uvicorn
 import yaml
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from server_process import free_port, running_server
 
 from gatehouse.serving.fuzz import FUZZED_OPERATIONS, fuzz, report
@@ -55,6 +59,8 @@ def test_fuzzing_the_server_finds_no_server_error_and_no_undocumented_status(ser
     assert all(result.cases > 0 for result in results.values()), "\n".join(lines)
     assert [label for label, result in results.items() if result.failed] == [], "\n".join(lines)
     assert sum(result.statuses[200] for result in results.values()) > 0  # the fuzzer got past the checks too
+    non_finite = sum((result.non_finite for result in results.values()), Counter())
+    assert set(non_finite) == {422}, "\n".join(lines)  # NaN, Infinity, 1e400 in a body: refused, naming the field
 
 
 def test_the_openapi_document_states_the_error_answers(server):
@@ -77,9 +83,21 @@ def test_chat_with_an_unknown_model_names_the_models_route_not_hayhooks_internal
     assert response.json() == {"detail": "no such model: GET /v1/models lists the models"}
 
 
+class Reading(BaseModel):
+    value: float
+
+
 def faulty_app() -> FastAPI:
     """A server with one fault per kind the fuzzer must report, and one route without any."""
     app = FastAPI()
+
+    @app.post("/echo")
+    def echo(item: dict[str, Any]) -> dict:
+        return item  # a NaN in the body cannot be written back as JSON: 500
+
+    @app.post("/reading")
+    def reading(item: Reading) -> dict:
+        return {"finite": math.isfinite(item.value)}  # a NaN is taken as a reading: 200
 
     @app.get("/crash")
     def crash() -> dict:
@@ -127,3 +145,13 @@ def test_the_fuzzer_reports_server_errors_undocumented_statuses_and_leaks():
     assert results["GET /missing"].cases == 0
     lines = "\n".join(report(results))
     assert "undocumented status 418" in lines and "curl -X GET" in lines
+
+
+def test_the_fuzzer_sends_non_finite_numbers_and_reports_a_server_that_takes_them():
+    with serving_in_a_thread(faulty_app()) as url:
+        results = fuzz(url, cases=24, key=None, operations=["POST /echo", "POST /reading"], seed=0)
+    echo, reading = results["POST /echo"], results["POST /reading"]
+    assert sum(echo.non_finite.values()) >= 1 and echo.non_finite[500] >= 1 and echo.failed
+    assert reading.non_finite_accepted >= 1 and reading.failed
+    lines = "\n".join(report(results))
+    assert "non-finite number accepted: 200" in lines and "server error 500 for a non-finite number" in lines

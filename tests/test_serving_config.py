@@ -9,6 +9,7 @@ import yaml
 
 from gatehouse.settings import bundled_dir
 from gatehouse.serving.auth import AccessDenied, GuardMiddleware, KeyRing, Principal, current_principal, rate_limiter
+from gatehouse.serving.edge import EdgeMiddleware, non_finite_number
 from gatehouse.serving.manifest import ManifestError, load_manifest
 from gatehouse.serving.server import ServeError, check_bind, is_loopback, prepare_deployments
 from gatehouse.serving.wrappers import AskWrapper, IndexWrapper, RetrieveWrapper, wrapper_class
@@ -34,6 +35,17 @@ def test_the_project_manifest_loads():
     assert (manifest.max_body_bytes, manifest.max_query_chars, manifest.request_timeout_s) == (10485760, 4000, 300)
     assert (manifest.requests_per_minute, manifest.max_concurrent_requests) == (600, 2)
     assert manifest.max_queued_jobs_per_tenant == 5
+    assert (manifest.allowed_hosts, manifest.trusted_proxies) == ((), ())
+    assert (manifest.max_header_bytes, manifest.max_headers, manifest.header_timeout_s) == (65536, 100, 10.0)
+
+
+def test_edge_settings_are_read_and_normalised(tmp_path):
+    manifest = load_manifest(_write(tmp_path, allowed_hosts=["Gatehouse.Internal", "[fd00::5]", "10.1.2.3"],
+                                    trusted_proxies=["10.0.0.0/8", "::1"],
+                                    limits={"max_header_bytes": 8192, "max_headers": 40, "header_timeout_s": 2.5}))
+    assert manifest.allowed_hosts == ("gatehouse.internal", "fd00::5", "10.1.2.3")
+    assert manifest.trusted_proxies == ("10.0.0.0/8", "::1")
+    assert (manifest.max_header_bytes, manifest.max_headers, manifest.header_timeout_s) == (8192, 40, 2.5)
 
 
 @pytest.mark.parametrize(
@@ -50,6 +62,15 @@ def test_the_project_manifest_loads():
         ({"limits": {"requests_per_minute": -1}}, "limits.requests_per_minute must be a whole number"),
         ({"auth": {"keys": [{"env": "K", "tenants": ["a"], "max_concurrent_requests": "many"}]}},
          "auth.keys[0].max_concurrent_requests must be a whole number"),
+        ({"allowed_hosts": "gatehouse.internal"}, "`allowed_hosts` must be a list"),
+        ({"allowed_hosts": ["https://gatehouse.internal"]}, "allowed_hosts[0] is 'https://gatehouse.internal': "
+                                                             "write a host name or IP address alone"),
+        ({"allowed_hosts": ["ok.example", "*.example"]}, "allowed_hosts[1] is '*.example'"),
+        ({"allowed_hosts": ["gatehouse.internal:8080"]}, "without scheme, port, path or wildcard"),
+        ({"trusted_proxies": ["proxy.internal"]}, "trusted_proxies[0] is 'proxy.internal': write an IP address"),
+        ({"limits": {"max_header_bytes": 100}}, "limits.max_header_bytes must be a whole number, at least 1024"),
+        ({"limits": {"max_headers": 0}}, "limits.max_headers must be a whole number, at least 8"),
+        ({"limits": {"header_timeout_s": "soon"}}, "limits.header_timeout_s must be a number, at least 0.1"),
     ],
 )
 def test_a_bad_manifest_names_the_field(tmp_path, overrides, message):
@@ -124,6 +145,91 @@ def test_guard_middleware():
     status, body, _ = _call(guard, "POST", "/ask/run", [("authorization", "Bearer user")], b"x" * 11)
     assert status == 413
     assert current_principal.get() is None
+    assert _call(guard, "GET", "/traces", [("authorization", "Bearer user")])[0] == 403
+    assert _call(guard, "GET", "/traces", [("authorization", "Bearer root")])[0] == 200
+
+
+def test_without_keys_the_guard_serves_no_deployment_or_traces():
+    guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=100)
+    for path in ("/deploy_files", "/deploy-yaml", "/undeploy/ask", "/traces"):
+        assert _call(guard, "POST", path)[:2] == (404, b'{"detail": "Not Found"}')
+    assert _call(guard, "POST", "/deployments/run")[0] == 200  # a pipeline may be named so
+
+
+def test_the_guard_refuses_non_finite_numbers_in_json_bodies():
+    guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=1000)
+    json_body = [("content-type", "application/json; charset=utf-8")]
+    status, body, _ = _call(guard, "POST", "/retrieve/run", json_body, b'{"query": "x", "top_k": 1e400}')
+    assert status == 422 and json.loads(body)["detail"].startswith("top_k: 1e400 is not a finite number")
+    assert _call(guard, "POST", "/mcp", [("content-type", "application/vnd.x+json")], b"[NaN]")[0] == 422
+    assert _call(guard, "POST", "/ask/run", json_body, b'{"query": "NaN", "top_k": 1e300}')[0] == 200
+    assert _call(guard, "POST", "/index/run", [("content-type", "multipart/form-data")], b"NaN")[0] == 200
+    assert _call(guard, "POST", "/ask/run", json_body, b"{not json")[0] == 200  # the route says what is wrong
+
+
+def test_non_finite_numbers_are_named_by_their_field():
+    assert non_finite_number(b'{"messages": [{"role": "user", "content": -Infinity}]}').startswith(
+        "messages[0].content: -Infinity is not a finite number")
+    assert non_finite_number(b"NaN").startswith("the body: NaN")
+    assert non_finite_number(b"[" * 100_000 + b"]" * 100_000) is None  # too deep for the JSON reader: its route says
+    assert non_finite_number(b'{"big": 123456789012345678901234567890, "small": 1e-400}') is None
+
+
+def _edge(middleware, method="GET", headers=(), server=("127.0.0.1", 1416)):
+    sent = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def send(message):
+        sent.append(message)
+
+    middleware.app = app
+    scope = {"type": "http", "method": method, "path": "/kbs", "scheme": "http", "server": server,
+             "headers": [(k.encode(), v.encode()) for k, v in headers]}
+    asyncio.run(middleware(scope, None, send))
+    return sent[0]["status"]
+
+
+def test_the_edge_answers_hosts_by_how_the_server_is_exposed():
+    local = EdgeMiddleware(None, keyed=False, allowed_hosts=("gatehouse.internal",), remote=False, allowed_origins=())
+    assert [_edge(local, headers=[("host", host)]) for host in (
+        "127.0.0.1:1416", "127.8.9.10", "localhost", "[::1]:1416", "gatehouse.internal:80", "Gatehouse.Internal.")
+            ] == [200] * 6
+    assert [_edge(local, headers=[("host", host)]) for host in (
+        "rebind.evil.example:1416", "localhost.evil.example", "10.0.0.5:1416", "[fd00::1]")] == [400] * 4
+    assert _edge(local) == 200  # HTTP/1.0 without Host: no page sends that
+    # `--allow-remote-without-keys`: reached at its addresses too; names must still be listed (DNS rebinding)
+    remote = EdgeMiddleware(None, keyed=False, allowed_hosts=(), remote=True, allowed_origins=())
+    assert [_edge(remote, headers=[("host", host)]) for host in ("10.0.0.5:1416", "[fd00::1]:1416", "localhost")
+            ] == [200] * 3
+    assert _edge(remote, headers=[("host", "laptop.lan:1416")]) == 400
+    keyed = EdgeMiddleware(None, keyed=True, allowed_hosts=(), remote=True, allowed_origins=())
+    assert _edge(keyed, headers=[("host", "anything.example")]) == 200
+    listed = EdgeMiddleware(None, keyed=True, allowed_hosts=("api.example",), remote=True, allowed_origins=())
+    assert [_edge(listed, headers=[("host", host)]) for host in ("api.example", "other.example")] == [200, 400]
+
+
+def test_the_edge_refuses_writes_from_other_origins_without_keys():
+    edge = EdgeMiddleware(None, keyed=False, allowed_hosts=(), remote=False, allowed_origins=("http://ui.test:3000",))
+    host = [("host", "127.0.0.1:1416")]
+    for origin, status in (("http://evil.example", 403), ("null", 403), ("http://127.0.0.1:1416", 200),
+                           ("http://localhost:1416", 200), ("http://localhost:3000", 403),
+                           ("http://ui.test:3000", 200), ("http://127.0.0.1:1416/path", 403)):
+        assert _edge(edge, "POST", [*host, ("origin", origin)]) == status, origin
+    assert _edge(edge, "POST", [*host, ("sec-fetch-site", "cross-site")]) == 403
+    assert _edge(edge, "POST", [*host, ("sec-fetch-site", "same-origin")]) == 200
+    assert _edge(edge, "GET", [*host, ("origin", "http://evil.example")]) == 200  # a read: CORS keeps its answer
+    assert _edge(edge, "DELETE", host) == 200  # no Origin: curl, an SDK
+    keyed = EdgeMiddleware(None, keyed=True, allowed_hosts=(), remote=False, allowed_origins=())
+    assert _edge(keyed, "POST", [*host, ("origin", "http://evil.example")]) == 200  # a page cannot send the key
+
+
+def test_the_edge_refuses_duplicate_authorization_and_host():
+    edge = EdgeMiddleware(None, keyed=True, allowed_hosts=(), remote=False, allowed_origins=())
+    assert _edge(edge, headers=[("authorization", "Bearer a"), ("Authorization", "Bearer b")]) == 400
+    assert _edge(edge, headers=[("host", "127.0.0.1"), ("host", "127.0.0.1")]) == 400
+    assert _edge(edge, headers=[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-for", "10.0.0.2")]) == 200
 
 
 def test_guard_middleware_refuses_a_caller_over_its_limits_with_retry_after(tmp_path, monkeypatch):

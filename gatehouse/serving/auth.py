@@ -3,8 +3,10 @@ Bearer-key authentication, tenant permissions and request-size limits for the Ga
 
 Keys are named in the manifest by the environment variable that holds each secret; a key maps to its tenants.
 `GuardMiddleware` runs in front of every Hayhooks route: it answers 413 for oversized bodies, 401 without a
-valid key (except `GET /status`), 403 for deploy/undeploy without an admin key, and leaves the caller's
-`Principal` in a context variable for the pipeline wrappers, which enforce tenants (403).
+valid key (except `GET /status`), 403 for deploy/undeploy and traces without an admin key (404 on a server without
+keys, where they are not served), and leaves the caller's `Principal` in a context variable for the pipeline
+wrappers, which enforce tenants (403). A JSON body holding a number that is not finite (`NaN`, `Infinity`, `1e400`)
+gets 422 before anything parses it.
 
 Usage:
 ```python
@@ -19,7 +21,6 @@ keyring.tenant_for(principal, requested="acme")     # raises AccessDenied when t
 
 import asyncio
 import hmac
-import json
 import os
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,11 +29,13 @@ from typing import Any
 from fastapi import HTTPException
 
 from gatehouse.components.state import PUBLIC_TENANT
+from gatehouse.serving.edge import error_answer, non_finite_number, send_answer
 from gatehouse.serving.manifest import Manifest, ManifestError
 from gatehouse.serving.rate_limits import CallerLimits, RateLimiter
 
 OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}
-ADMIN_PATH_PREFIXES = ("/deploy", "/undeploy")
+# Hayhooks' routes that deploy code or show every tenant's requests: an admin key's (absent without keys).
+ADMIN_PATHS = ("/deploy_files", "/deploy-yaml", "/undeploy/{pipeline_name}", "/traces")
 REFUSAL_PAUSE_S = 1.0  # a request over its caller's limits is answered (429) after this pause, at most Retry-After
 MISSING_KEY = "missing or invalid API key: send `Authorization: Bearer <key>`"
 
@@ -165,10 +168,16 @@ def resolve_principal(keyring: KeyRing, headers: Any) -> Principal | None:
     return principal
 
 
-def _error(status: int, message: str, extra_headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
-    body = json.dumps({"detail": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    return {"status": status, "headers": headers + (extra_headers or []), "body": body}
+def is_admin_path(path: str) -> bool:
+    """Whether `path` is one of `ADMIN_PATHS` (deployment, undeployment, Hayhooks' trace buffer)."""
+    return path in ("/deploy_files", "/deploy-yaml", "/traces") or path.startswith(("/undeploy/", "/traces/"))
+
+
+def _json_body(scope: dict[str, Any]) -> bool:
+    """Whether the request says its body is JSON (`application/json`, `application/*+json`)."""
+    content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+    media_type = content_type.partition(";")[0].strip().lower()
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
 
 
 def rate_limiter(manifest: Manifest) -> RateLimiter:
@@ -185,7 +194,7 @@ def rate_limiter(manifest: Manifest) -> RateLimiter:
 class GuardMiddleware:
     """
     ASGI middleware: bearer authentication, admin-only deployment routes, per-caller request limits (429 with
-    `Retry-After`), body-size limit.
+    `Retry-After`), body-size limit, finite numbers in JSON bodies.
     """
 
     def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int, limiter: RateLimiter | None = None) -> None:
@@ -194,20 +203,18 @@ class GuardMiddleware:
         self.max_body_bytes = max_body_bytes
         self.limiter = limiter
 
-    async def _send_error(self, send: Any, error: dict[str, Any]) -> None:
-        await send({"type": "http.response.start", "status": error["status"], "headers": error["headers"]})
-        await send({"type": "http.response.body", "body": error["body"]})
-
     def _check_access(self, scope: dict[str, Any]) -> tuple[Principal | None, dict[str, Any] | None]:
         method, path = scope["method"], scope["path"]
+        if not self.keyring.enabled and is_admin_path(path):
+            return None, error_answer(404, "Not Found")  # without keys, deployment and traces are not served
         if not self.keyring.enabled or (method, path) in OPEN_PATHS or method == "OPTIONS":
             return None, None
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         principal = self.keyring.authenticate(headers.get("authorization"))
         if principal is None:
-            return None, _error(401, MISSING_KEY, [(b"www-authenticate", b"Bearer")])
-        if path.startswith(ADMIN_PATH_PREFIXES) and not principal.admin:
-            return None, _error(403, "deploying and undeploying pipelines needs an admin key")
+            return None, error_answer(401, MISSING_KEY, [(b"www-authenticate", b"Bearer")])
+        if is_admin_path(path) and not principal.admin:
+            return None, error_answer(403, "deploying and undeploying pipelines and reading traces need an admin key")
         return principal, None
 
     async def _read_body(self, scope: dict[str, Any], receive: Any) -> tuple[list[dict[str, Any]], bool]:
@@ -236,12 +243,12 @@ class GuardMiddleware:
             if refusal is not None:
                 # a client that ignores Retry-After and asks again at once must not keep the server busy refusing it
                 await asyncio.sleep(min(refusal.retry_after, REFUSAL_PAUSE_S))
-                await self._send_error(send, _error(429, refusal.message,
-                                                    [(b"retry-after", str(refusal.retry_after).encode())]))
+                await send_answer(send, error_answer(429, refusal.message,
+                                                     [(b"retry-after", str(refusal.retry_after).encode())]))
                 return
         try:
             if error is not None:
-                await self._send_error(send, error)
+                await send_answer(send, error)
             else:
                 await self._guarded(scope, receive, send, principal)
         finally:
@@ -261,8 +268,12 @@ class GuardMiddleware:
     async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any, principal: Principal | None) -> None:
         messages, too_large = await self._read_body(scope, receive)
         if too_large:
-            await self._send_error(send, _error(413, f"request body exceeds the limit of {self.max_body_bytes} bytes "
-                                                     "(limits.max_body_bytes in hayhooks.yml)"))
+            await send_answer(send, error_answer(413, f"request body exceeds the limit of {self.max_body_bytes} bytes "
+                                                      "(limits.max_body_bytes in hayhooks.yml)"))
+            return
+        problem = non_finite_number(b"".join(m.get("body", b"") for m in messages)) if _json_body(scope) else None
+        if problem is not None:
+            await send_answer(send, error_answer(422, problem))
             return
 
         async def replay() -> dict[str, Any]:

@@ -7,11 +7,15 @@ the knowledge-base routes (`GET /kbs`, `DELETE /kbs/{kb}`), `POST /v1/chat/compl
 route gets its share of the cases, half valid for the schema (positive) and half not (negative), and every answer
 goes through all of schemathesis' checks (`--checks all`: no server error, status, content type, headers and body
 as documented, negative data rejected, positive data accepted, ...); error bodies must not name internals (a
-traceback, a Python exception, Haystack, Hayhooks, the stores). It prints per route the cases, the statuses seen,
-the server errors (5xx, or no answer), the undocumented statuses, the error bodies naming internals and the other
-checks' failures, each distinct problem with one `curl` that reproduces it. It exits with status 1 on a server
-error, an undocumented status, an error body naming internals or a route it could not fuzz; the other checks'
-failures (e.g. a schema-valid question about a knowledge base that does not exist is a 422) are reported only.
+traceback, a Python exception, Haystack, Hayhooks, the stores). Every fourth case with a JSON body is sent a second
+time with one of its values (or a new field) replaced by a number JSON cannot hold (`NaN`, `Infinity`, `-Infinity`,
+`1e400`, which schemathesis never generates): that must be refused with a 4xx. It prints per route the cases, the
+statuses seen, the server errors (5xx, or no answer), the undocumented statuses, the error bodies naming internals,
+the other checks' failures and the non-finite cases (and how many were accepted), each distinct problem with one
+`curl` that reproduces it (for a non-finite case, its body). It exits with status 1 on a server error, an
+undocumented status, an error body naming internals, an accepted non-finite number or a route it could not fuzz; the
+other checks' failures (e.g. a schema-valid question about a knowledge base that does not exist is a 422) are
+reported only.
 
 Without `--url` it starts `gatehouse serve` on a free loopback port over a copy of the data directory (the fuzzer
 uploads files and deletes knowledge bases: never point `--url` at a server whose data matters), with one bearer key
@@ -32,8 +36,10 @@ print("\\n".join(report(results)))        # results["POST /ask/run"].server_erro
 
 import argparse
 import contextlib
+import json
 import math
 import os
+import random
 import re
 import secrets
 import shutil
@@ -44,6 +50,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
 import schemathesis
@@ -78,6 +85,8 @@ FUZZ_KEY_VARIABLE = "GATEHOUSE_FUZZ_KEY"
 INTERNAL_NAMES = re.compile(r"Traceback|File \"|\b[A-Z]\w*(Error|Exception)\b|"
                             r"(?i:pipeline ?wrapper|haystack|hayhooks|qdrant|sqlite|bm25|fastapi|starlette|uvicorn)")
 REQUEST_TIMEOUT_S = 120.0
+NON_FINITE = ("NaN", "Infinity", "-Infinity", "1e400")
+NON_FINITE_EVERY = 4  # every this many cases with a JSON body, one more with a non-finite number in it
 
 
 @dataclass
@@ -90,17 +99,16 @@ class RouteResult:
     undocumented: Counter = field(default_factory=Counter)
     leaks: int = 0
     other_failures: Counter = field(default_factory=Counter)
+    non_finite: Counter = field(default_factory=Counter)  # statuses of the cases with a non-finite number
+    non_finite_accepted: int = 0
     examples: dict[str, str] = field(default_factory=dict)
     not_generated: str | None = None
 
     @property
     def failed(self) -> bool:
-        """Whether the route answered with a server error, an undocumented status or an error naming internals."""
-        return bool(self.server_errors or self.undocumented or self.leaks)
-
-
-def _record(result: RouteResult, problem: str, example: str) -> None:
-    result.examples.setdefault(problem, example)
+        """Whether the route answered with a server error, an undocumented status, an error naming internals or
+        accepted a non-finite number."""
+        return bool(self.server_errors or self.undocumented or self.leaks or self.non_finite_accepted)
 
 
 class _Fuzzer:
@@ -113,6 +121,8 @@ class _Fuzzer:
         self.headers = headers
         self.session = session
         self.checks = CHECKS.get_all()
+        self.random = random.Random(seed)
+        self.json_cases = 0
 
     def operation(self, operation: schemathesis.APIOperation, budget: int, result: RouteResult) -> int:
         """Up to `budget` cases, half positive and half negative; returns how many were sent."""
@@ -167,6 +177,64 @@ class _Fuzzer:
         except FailureGroup as group:
             for failure in group.exceptions:
                 _classify(failure, result, curl)
+        if isinstance(case.body, (dict, list)) and "json" in (case.media_type or ""):
+            self.json_cases += 1
+            if self.json_cases % NON_FINITE_EVERY == 0:
+                self.check_non_finite(case, result)
+
+    def check_non_finite(self, case: schemathesis.Case, result: RouteResult) -> None:
+        """Send the case again with a number JSON cannot hold in its body, and record whether it was refused."""
+        body = non_finite_body(case.body, self.random)
+        request = case.as_transport_kwargs(base_url=self.url, headers=self.headers)
+        request.pop("json", None)
+        request.update(data=body, headers={**request["headers"], "Content-Type": "application/json"})
+        example = f"{request['method']} {request['url']} {body[:200]!r}"
+        try:
+            response = self.session.request(**request, timeout=REQUEST_TIMEOUT_S)
+        except requests.RequestException as error:
+            result.server_errors += 1
+            _record(result, f"no answer to a non-finite number: {type(error).__name__}", example)
+            return
+        result.non_finite[response.status_code] += 1
+        if response.status_code >= 500:
+            result.server_errors += 1
+            _record(result, f"server error {response.status_code} for a non-finite number: {response.text[:200]}",
+                    example)
+        elif response.status_code < 400:
+            result.non_finite_accepted += 1
+            _record(result, f"non-finite number accepted: {response.status_code}", example)
+        leak = _internal_name(response)
+        if leak:
+            result.leaks += 1
+            _record(result, f"error body names {leak!r}", f"{response.text[:200]}\n    {example}")
+
+
+def non_finite_body(body: Any, rng: random.Random) -> bytes:
+    """
+    A JSON body with one of its values (or, when it has none, a new one) replaced by a number JSON cannot hold.
+
+    :param body: A generated JSON body (an object or array).
+    :param rng: Chooses the value and the number (`NON_FINITE`).
+    :returns: The body as JSON text, e.g. `{"query": "x", "top_k": NaN}`.
+    """
+    marker = "\x00non-finite\x00"
+    copy = json.loads(json.dumps(body))
+    slots: list[tuple[Any, Any]] = []
+    pending = [copy]
+    while pending:
+        value = pending.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            slots.append((value, key))
+            pending.append(item)
+    if slots:
+        container, key = rng.choice(slots)
+        container[key] = marker
+    elif isinstance(copy, dict):
+        copy["value"] = marker
+    else:
+        copy.append(marker)
+    return json.dumps(copy).replace(json.dumps(marker), rng.choice(NON_FINITE)).encode()
 
 
 def _record(result: RouteResult, problem: str, example: str) -> None:
@@ -239,20 +307,26 @@ def fuzz(url: str, *, cases: int, key: str | None, operations: Iterable[str] = F
 def report(results: dict[str, RouteResult], seconds: float | None = None) -> list[str]:
     """The per-route table, the totals and each distinct problem with its reproduction."""
     width = max(len(label) for label in results)
-    lines = [f"{'route':<{width}}  {'cases':>5}  {'5xx':>4}  {'undoc':>5}  {'leaks':>5}  {'other':>5}  statuses"]
+    lines = [f"{'route':<{width}}  {'cases':>5}  {'5xx':>4}  {'undoc':>5}  {'leaks':>5}  {'other':>5}  {'nonfin':>6}  "
+             "statuses (non-finite cases: statuses)"]
     for label, result in results.items():
         statuses = " ".join(f"{status}x{count}" for status, count in sorted(result.statuses.items()))
+        if result.non_finite:
+            statuses += f" ({' '.join(f'{status}x{count}' for status, count in sorted(result.non_finite.items()))})"
         lines.append(f"{label:<{width}}  {result.cases:>5}  {result.server_errors:>4}  "
                      f"{sum(result.undocumented.values()):>5}  {result.leaks:>5}  "
-                     f"{sum(result.other_failures.values()):>5}  {statuses}")
+                     f"{sum(result.other_failures.values()):>5}  {sum(result.non_finite.values()):>6}  {statuses}")
     total = sum(r.cases for r in results.values())
     errors = sum(r.server_errors for r in results.values())
     undocumented = sum(sum(r.undocumented.values()) for r in results.values())
     leaks = sum(r.leaks for r in results.values())
     other = sum(sum(r.other_failures.values()) for r in results.values())
+    non_finite = sum(sum(r.non_finite.values()) for r in results.values())
+    accepted = sum(r.non_finite_accepted for r in results.values())
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     lines.append(f"{total} cases{took}: {errors} server errors, {undocumented} undocumented statuses, "
-                 f"{leaks} error bodies naming internals, {other} other check failures")
+                 f"{leaks} error bodies naming internals, {other} other check failures; "
+                 f"{non_finite} more with a non-finite number, {accepted} of them accepted")
     for label, result in results.items():
         if result.not_generated:
             lines.append(f"{label}: {result.not_generated}")
@@ -289,7 +363,7 @@ def own_server(folder: Path) -> Iterator[tuple[str, str]]:
 
 def main() -> None:
     """Command line entry point: exit status 1 on a server error, an undocumented status, an error body naming
-    internals or a route that could not be fuzzed."""
+    internals, an accepted non-finite number or a route that could not be fuzzed."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=1000, help="requests to send in all, shared out between routes")
     parser.add_argument("--url", help="a running scratch server (default: start one over a copy of the data dir)")

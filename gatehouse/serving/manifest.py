@@ -11,7 +11,9 @@ manifest.pipelines["ask"].kind        # "ask"
 """
 
 import inspect
+import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ KINDS = ("ask", "retrieve", "index")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*")
 
 
 class ManifestError(ValueError):
@@ -71,9 +74,14 @@ class Manifest:
     allowed_modules: tuple[str, ...] = ()  # besides Gatehouse's own (gatehouse.pipelines.ALLOWED_MODULES)
     keys: tuple[KeySpec, ...] = ()
     allow_remote_without_keys: bool = False
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback ones (lower case, no port)
+    trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose X-Forwarded-For/-Proto are believed
     mcp: bool = True
     cors_allow_origins: tuple[str, ...] = ()
     max_body_bytes: int = 10 * 1024 * 1024
+    max_header_bytes: int = 65536  # the request line and headers of one request
+    max_headers: int = 100  # header lines in one request
+    header_timeout_s: float = 10.0  # a connection's next request headers must be complete this soon
     max_query_chars: int = 2000  # the ask pipeline's input guardrail's max_query_chars (see `question_limit`)
     request_timeout_s: float = 300.0  # an ask's whole time budget, LLM calls and retries included
     requests_per_minute: int = 600  # per caller (API key, or client address without keys); 0 = no limit
@@ -170,6 +178,42 @@ def _flag(raw: dict[str, Any], key: str, path: Path) -> bool:
     return value
 
 
+def _allowed_hosts(raw: Any, path: Path) -> tuple[str, ...]:
+    """Host names and IP addresses, lower case, without brackets (an IPv6 address may be written `[::1]`)."""
+    _require(isinstance(raw, list), path, "`allowed_hosts` must be a list of host names.")
+    hosts = []
+    for index, entry in enumerate(raw):
+        host = str(entry).strip().lower().removeprefix("[").removesuffix("]").removesuffix(".")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            _require(isinstance(entry, str) and len(host) <= 253 and HOST_NAME.fullmatch(host) is not None, path,
+                     f"allowed_hosts[{index}] is {entry!r}: write a host name or IP address alone, without scheme, "
+                     "port, path or wildcard (e.g. gatehouse.internal).")
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def _trusted_proxies(raw: Any, path: Path) -> tuple[str, ...]:
+    """IP addresses or networks (`10.0.0.0/8`)."""
+    _require(isinstance(raw, list), path, "`trusted_proxies` must be a list of IP addresses or networks.")
+    for index, entry in enumerate(raw):
+        try:
+            ipaddress.ip_network(str(entry), strict=False)
+        except ValueError:
+            raise ManifestError(f"{path}: trusted_proxies[{index}] is {entry!r}: write an IP address (10.0.0.5) or "
+                                "network (10.0.0.0/8) of a reverse proxy in front of the server.") from None
+    return tuple(str(entry) for entry in raw)
+
+
+def _at_least(value: Any, minimum: float, path: Path, where: str, *, whole: bool = True) -> Any:
+    """A limit that cannot be switched off: a number (whole, unless `whole` is false), at least `minimum`."""
+    kinds = int if whole else (int, float)
+    _require(isinstance(value, kinds) and not isinstance(value, bool) and value >= minimum, path,
+             f"{where} must be a {'whole ' if whole else ''}number, at least {minimum}, not {value!r}.")
+    return value
+
+
 def _log_settings(raw: Any, path: Path) -> LogSettings:
     _require(isinstance(raw, dict), path, "`logging` must be a mapping {format, log_queries}.")
     log_format = str(raw.get("format", "json")).lower()
@@ -215,9 +259,15 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         allowed_modules=tuple(modules),
         keys=_keys(auth.get("keys") or [], path),
         allow_remote_without_keys=bool(auth.get("allow_remote_without_keys", False)),
+        allowed_hosts=_allowed_hosts(raw.get("allowed_hosts") or [], path),
+        trusted_proxies=_trusted_proxies(raw.get("trusted_proxies") or [], path),
         mcp=bool(raw.get("mcp", True)),
         cors_allow_origins=tuple(cors.get("allow_origins") or ()),
         max_body_bytes=int(limits.get("max_body_bytes", 10 * 1024 * 1024)),
+        max_header_bytes=_at_least(limits.get("max_header_bytes", 65536), 1024, path, "limits.max_header_bytes"),
+        max_headers=_at_least(limits.get("max_headers", 100), 8, path, "limits.max_headers"),
+        header_timeout_s=float(_at_least(limits.get("header_timeout_s", 10.0), 0.1, path, "limits.header_timeout_s",
+                                         whole=False)),
         max_query_chars=question_limit(pipelines, path),
         request_timeout_s=float(limits.get("request_timeout_s", 300.0)),
         requests_per_minute=_count(limits.get("requests_per_minute", 600), path, "limits.requests_per_minute"),

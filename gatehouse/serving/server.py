@@ -2,10 +2,12 @@
 `gatehouse serve`: Hayhooks with Gatehouse's pipelines, configured by the serving manifest (`hayhooks.yml`).
 
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
-and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `GuardMiddleware` (auth, tenants, body limit)
-in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing), adds the
-knowledge-base routes (`/kbs`) over the index pipeline's stores and the ingest-job routes (`/index/jobs`), mounts
-MCP at `/mcp` when enabled and runs it with uvicorn.
+and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `EdgeMiddleware` (duplicate headers, `Host`,
+cross-origin writes) and `GuardMiddleware` (auth, tenants, body limit) in front, narrows Hayhooks' generic routes
+(only chat pipelines in `/v1/models`, no drawing, deployment and traces for admin keys only), serves the docs pages
+from local files, adds the knowledge-base routes (`/kbs`) over the index pipeline's stores and the ingest-job routes
+(`/index/jobs`), mounts MCP at `/mcp` when enabled and runs it with uvicorn, with bounds on request headers
+(`gatehouse.serving.http_limits`) and forwarded headers believed only from `trusted_proxies`.
 
 Usage:
 ```python
@@ -27,7 +29,8 @@ from typing import Any
 import yaml
 
 from gatehouse.settings import data_dir
-from gatehouse.serving.auth import OPEN_PATHS, GuardMiddleware, KeyRing, rate_limiter
+from gatehouse.serving.auth import ADMIN_PATHS, OPEN_PATHS, GuardMiddleware, KeyRing, rate_limiter
+from gatehouse.serving.edge import SAFE_METHODS, EdgeMiddleware
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 
 GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
@@ -55,6 +58,12 @@ CHAT_MESSAGE = {"type": "object", "required": ["role", "content"], "properties":
         "type": "object", "required": ["type", "text"],
         "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}
 RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
+# The docs pages (`/docs`, `/redoc`) load Swagger UI and ReDoc from the fastapi-offline package's copies under this
+# path, and their Content-Security-Policy lets them load nothing from another host (ReDoc shows a logo from its CDN).
+DOCS_ASSETS = "/docs/static"
+DOCS_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+               "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; "
+               "frame-ancestors 'self'")
 ERROR_DETAIL = {"title": "ErrorDetail", "type": "object", "properties": {"detail": {"type": "string"}},
                 "required": ["detail"]}
 
@@ -114,10 +123,12 @@ def check_bind(manifest: Manifest, host: str, *, allow_remote_without_keys: bool
     )
 
 
-def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: int) -> None:
+def _configure_hayhooks(manifest: Manifest, deploy_dir: Path, host: str, port: int, *, keyed: bool) -> None:
     from hayhooks.settings import StartupDeployStrategy, settings
 
     settings.pipelines_dir = str(deploy_dir)
+    settings.tracing_enabled = keyed  # `/traces` shows every tenant's requests: an admin key's, absent without keys
+    settings.monitoring_enabled = False  # durable executions only (Gatehouse has none)
     settings.host = host
     settings.port = port
     settings.show_tracebacks = False
@@ -217,13 +228,77 @@ def _restrict_hayhooks_routes(app: Any) -> None:
     app.add_exception_handler(StarletteHTTPException, unknown_model)
 
 
+def _restrict_admin_routes(app: Any, keyring: KeyRing) -> None:
+    """
+    Hayhooks' deployment routes (`ADMIN_PATHS`: `/deploy_files`, `/deploy-yaml`, `/undeploy/{name}`) and its trace
+    buffer (`/traces`) are an admin key's (`GuardMiddleware` refuses other keys with 403); the admin key replaces
+    Hayhooks' own trace credential, so that is not asked for. Without keys `GuardMiddleware` answers them 404 (nobody
+    could be told apart from a web page's request) and they are not in the OpenAPI document.
+    """
+    from hayhooks.dashboard_auth import require_tracing_access
+
+    if keyring.enabled:
+        app.dependency_overrides[require_tracing_access] = lambda: None
+        return
+    previous_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = previous_openapi()
+        for path in ADMIN_PATHS:
+            schema["paths"].pop(path, None)
+        return schema
+
+    app.openapi = openapi
+
+
+def _offline_docs(app: Any) -> None:
+    """
+    Serve `/docs` (Swagger UI) and `/redoc` (ReDoc) with the scripts, styles and icon of the fastapi-offline package
+    under `DOCS_ASSETS` instead of public CDNs and Google Fonts, Swagger UI's online validator off, and `DOCS_POLICY`
+    as their Content-Security-Policy, so that viewing them reaches no other host.
+    """
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from starlette.routing import Mount, Route
+
+    def swagger_ui(request: Any) -> Any:
+        root = request.scope.get("root_path", "").rstrip("/")
+        assets = f"{root}{DOCS_ASSETS}"
+        page = get_swagger_ui_html(
+            openapi_url=root + app.openapi_url, title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=root + app.swagger_ui_oauth2_redirect_url,
+            swagger_js_url=f"{assets}/swagger-ui-bundle.js", swagger_css_url=f"{assets}/swagger-ui.css",
+            swagger_favicon_url=f"{assets}/favicon.png",
+            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None})
+        page.headers["Content-Security-Policy"] = DOCS_POLICY
+        return page
+
+    def redoc(request: Any) -> Any:
+        root = request.scope.get("root_path", "").rstrip("/")
+        page = get_redoc_html(openapi_url=root + app.openapi_url, title=f"{app.title} - ReDoc",
+                              redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+                              redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png", with_google_fonts=False)
+        page.headers["Content-Security-Policy"] = DOCS_POLICY
+        return page
+
+    pages = {app.docs_url: swagger_ui, app.redoc_url: redoc}
+    app.router.routes[:] = [Route(route.path, pages[route.path], include_in_schema=False)
+                            if getattr(route, "path", None) in pages else route for route in app.router.routes]
+    assets = StaticFiles(directory=str(files("fastapi_offline") / "static"))
+    app.router.routes.insert(0, Mount(DOCS_ASSETS, app=assets, name="docs-assets"))
+
+
 def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> None:
     """
     State in the OpenAPI document the answers the routes give beyond what FastAPI and Hayhooks derive.
 
-    The guard's 401 (with keys, every route but `/status`) and 413 (a route with a body), 400 for a body that cannot be
-    parsed, each pipeline's own (`PIPELINE_ANSWERS`, `CHAT_ANSWERS`), and the body of every error answer:
-    `{"detail": <message>}`, for a 422 also FastAPI's list of validation errors.
+    The edge's 400 (a duplicate header, a `Host` not answered) and 403 (without keys, a write from another origin), the
+    guard's 401 (with keys, every route but `/status`) and 413 (a route with a body), 400 for a body that cannot be
+    parsed, 422 for a body holding a number that is not finite, each pipeline's own (`PIPELINE_ANSWERS`,
+    `CHAT_ANSWERS`), and the body of every error answer: `{"detail": <message>}`, for a 422 also FastAPI's list of
+    validation errors.
     """
     previous_openapi = app.openapi
     by_path = {f"/{name}/run": PIPELINE_ANSWERS[deployed.kind] for name, deployed in manifest.pipelines.items()}
@@ -243,13 +318,19 @@ def _document_error_answers(app: Any, manifest: Manifest, keyring: KeyRing) -> N
                     answers.setdefault(status, {"description": description})
                 if keyring.enabled and (method.upper(), path) not in OPEN_PATHS:
                     answers.setdefault("401", {"description": "Missing or invalid API key"})
+                unread = "Authorization or Host sent twice, or a Host this server does not answer (allowed_hosts)"
+                answers.setdefault("400", {"description": unread + ("; or the body cannot be parsed"
+                                                                    if "requestBody" in operation else "")})
+                if not keyring.enabled and method.upper() not in SAFE_METHODS:
+                    answers.setdefault("403", {"description": "A write from a page of another origin "
+                                                              "(cors.allow_origins)"})
                 if (method.upper(), path) not in OPEN_PATHS:
                     answers.setdefault("429", {"description": "Over the caller's limits.requests_per_minute or "
                                                               "limits.max_concurrent_requests; see Retry-After",
                                                "headers": RETRY_AFTER})
                 if "requestBody" in operation:
-                    answers.setdefault("400", {"description": "The body cannot be parsed"})
                     answers.setdefault("413", {"description": "The body exceeds limits.max_body_bytes"})
+                    answers.setdefault("422", {"description": "A field is invalid, or a number is not finite"})
                 for status, answer in answers.items():
                     documented = answer.get("content", {}).get("application/json", {}).get("schema")
                     if status == "422":
@@ -282,13 +363,16 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     )
 
     keyring = KeyRing.from_manifest(manifest)
-    _configure_hayhooks(manifest, deploy_dir, host or manifest.host, port or manifest.port)
+    host = host or manifest.host
+    _configure_hayhooks(manifest, deploy_dir, host, port or manifest.port, keyed=keyring.enabled)
     try:
         configure_tracing()  # before Hayhooks' own set-up, which keeps a tracer that is already enabled
     except ObservabilityError as error:
         raise ServeError(str(error)) from error
     app = create_app()
     _restrict_hayhooks_routes(app)
+    _restrict_admin_routes(app, keyring)
+    _offline_docs(app)
     _require_deployed(app, manifest)
     index_pipeline = next((name for name, deployed in manifest.pipelines.items() if deployed.kind == "index"), None)
     if index_pipeline is not None:
@@ -301,6 +385,8 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     app.include_router(metrics_router())
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
                        limiter=rate_limiter(manifest))
+    app.add_middleware(EdgeMiddleware, keyed=keyring.enabled, allowed_hosts=manifest.allowed_hosts,
+                       remote=not is_loopback(host), allowed_origins=manifest.cors_allow_origins)
     app.add_middleware(ObservabilityMiddleware)  # outermost: request ids and metrics for refused requests too
     return app
 
@@ -312,9 +398,14 @@ def hayhooks_command(deploy_dir: Path, host: str, port: int) -> str:
 
 def serve(manifest: Manifest, *, host: str | None = None, port: int | None = None,
           allow_remote_without_keys: bool = False) -> None:
-    """Check the bind address, write the deployments and run the server until interrupted."""
+    """
+    Check the bind address, write the deployments and run the server until interrupted: uvicorn with the manifest's
+    header bounds, believing `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default
+    believes them from any local process, which could then choose its rate-limit bucket).
+    """
     import uvicorn
 
+    from gatehouse.serving.http_limits import bounded_http_protocol
     from gatehouse.serving.observability import configure_logging
 
     host = host or manifest.host
@@ -323,4 +414,8 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
     configure_logging(log_format=manifest.logging.format, level=manifest.log_level)
     app = build_app(manifest, prepare_deployments(manifest), host=host, port=port)
     # uvicorn's own records go to that handler unformatted by it; ObservabilityMiddleware writes the access records
-    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level, log_config=None, access_log=False)
+    protocol = bounded_http_protocol(max_header_bytes=manifest.max_header_bytes, max_headers=manifest.max_headers,
+                                     header_timeout_s=manifest.header_timeout_s)
+    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level, log_config=None, access_log=False,
+                http=protocol, proxy_headers=bool(manifest.trusted_proxies),
+                forwarded_allow_ips=list(manifest.trusted_proxies))
