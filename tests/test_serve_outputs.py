@@ -244,13 +244,12 @@ def test_mcp_errors_name_the_argument_not_python(server, arguments, message):
 
 @pytest.mark.parametrize("body", [
     b"[" * 100_000 + b"]" * 100_000,
-    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask", "arguments": {"query": NaN}}}',
     b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "retrieve", "arguments": '
-    b'{"query": "x", "top_k": 1e400}}}',
+    b'{"query": "x", "top_k": ' + b"9" * 100 + b'}}}',
     b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call"',
     b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]',
     b"\xff\xfe\xfd",
-], ids=["nested", "nan", "infinite", "truncated", "batch", "not-utf8"])
+], ids=["nested", "huge-integer", "truncated", "batch", "not-utf8"])
 def test_malformed_mcp_bodies_are_400_json_rpc_errors(server, body):
     headers = {**_auth(ADMIN_KEY), "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     response = httpx.post(f"{server['url']}/mcp", content=body, headers=headers, timeout=60)

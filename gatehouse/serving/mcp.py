@@ -8,7 +8,7 @@ MCP over streamable HTTP at `/mcp`: the deployed pipelines that allow it (ask, r
   error naming the argument; the wrapper's own refusals are tool errors with its HTTP status and detail; an
   unexpected failure is a tool error with the request id (the traceback goes to the log). No error text names a
   Python class or function.
-- A POST body that is not one JSON-RPC message (not JSON, nested deeper than `MAX_DEPTH`, a non-finite number, not
+- A POST body that is not one JSON-RPC message (not JSON, nested deeper than `MAX_DEPTH`, an integer too long, not
   JSON-RPC 2.0) is answered 400 with a JSON-RPC error before the MCP transport reads it.
 
 What the tools return is what the wrappers return over REST, so it is made printable there (`printable_data`).
@@ -24,7 +24,6 @@ mount_mcp(app)   # the Hayhooks FastAPI app, before it starts
 import contextlib
 import json
 import logging
-import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -194,19 +193,19 @@ def malformed(body: bytes) -> tuple[int, str] | None:
     Why a POST body is not one JSON-RPC message, as a JSON-RPC error code and message; None when it is one.
 
     :param body: The request body.
-    :returns: `(-32700, "Parse error: ...")` for a body that is not UTF-8 JSON, holds a non-finite number (`NaN`,
-        `Infinity`, `1e400`) or is nested deeper than `MAX_DEPTH`; `(-32600, "Invalid Request: ...")` for JSON that is
-        not a JSON-RPC 2.0 message.
+    :returns: `(-32700, "Parse error: ...")` for a body that is not UTF-8 JSON, holds an integer of more than
+        `MAX_INTEGER_DIGITS` digits or is nested deeper than `MAX_DEPTH`; `(-32600, "Invalid Request: ...")` for JSON
+        that is not a JSON-RPC 2.0 message. (A non-finite number never gets here: the guard answers it with 422.)
     """
     try:
-        parsed = json.loads(body, parse_constant=_non_finite, parse_float=_finite, parse_int=_integer)
+        parsed = json.loads(body, parse_int=_integer)
     except RecursionError:
         return types.PARSE_ERROR, f"Parse error: the JSON is nested deeper than {MAX_DEPTH} levels"
     except json.JSONDecodeError as error:
         return types.PARSE_ERROR, f"Parse error: {error.msg} at character {error.pos}"
     except UnicodeDecodeError:
         return types.PARSE_ERROR, "Parse error: the body is not UTF-8 text"
-    except ValueError as error:  # a number refused by `_non_finite`, `_finite` or `_integer`
+    except ValueError as error:  # an integer refused by `_integer`
         return types.PARSE_ERROR, f"Parse error: {error}"
     if _depth(parsed) > MAX_DEPTH:
         return types.PARSE_ERROR, f"Parse error: the JSON is nested deeper than {MAX_DEPTH} levels"
@@ -216,17 +215,6 @@ def malformed(body: bytes) -> tuple[int, str] | None:
         return types.INVALID_REQUEST, ("Invalid Request: the body is not a JSON-RPC 2.0 request, notification or "
                                        'response (one object with "jsonrpc": "2.0", and "method" or "result")')
     return None
-
-
-def _non_finite(constant: str) -> float:
-    raise ValueError(f"{constant} is not a number JSON allows")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text[:40]} is too large")
-    return value
 
 
 def _integer(text: str) -> int:
