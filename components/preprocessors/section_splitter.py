@@ -9,10 +9,25 @@ from typing import Any
 import yaml
 from haystack import Document, component
 
-HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-EXPLICIT_ID = re.compile(r"\s*\{#([A-Za-z0-9_-]+)\}\s*$")
+EXPLICIT_ID = re.compile(r"(?<!\s)\s*\{#([A-Za-z0-9_-]+)\}\s*$")  # tried once per run of spaces, not per space
 FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
+
+
+def markdown_heading(line: str) -> tuple[int, str] | None:
+    """
+    The level and text of a markdown heading line (`## Setup ##` -> `(2, "Setup")`), else None: one to six '#', a
+    space, the text, optional closing '#'s. String methods, not a regular expression: `(.+?)\\s*#*\\s*$` took time
+    cubic in the length of a heading full of spaces.
+    """
+    level = len(line) - len(line.lstrip("#"))
+    rest = line[level:]
+    if not 1 <= level <= 6 or len(rest) < 2 or not rest[0].isspace():
+        return None
+    text = rest.lstrip()
+    if not text:
+        return level, rest[-1]
+    return level, text.rstrip().rstrip("#").rstrip() or text[0]
 
 
 def slugify(text: str) -> str:
@@ -104,10 +119,10 @@ class SectionSplitter:
         for line in text.splitlines():
             if line.strip().startswith("```"):
                 in_code = not in_code
-            match = None if in_code else HEADING.match(line)
-            if match and len(match.group(1)) <= self.heading_level:
+            found = None if in_code else markdown_heading(line)
+            if found and found[0] <= self.heading_level:
                 sections.append(current)
-                level, heading = len(match.group(1)), match.group(2)
+                level, heading = found
                 explicit = EXPLICIT_ID.search(heading)
                 heading = EXPLICIT_ID.sub("", heading).strip()
                 if level == 1 and title is None:
