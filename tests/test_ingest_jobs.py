@@ -308,3 +308,19 @@ def test_cli_ingest_prints_a_progress_line_per_file(tmp_path):
     assert lines[1].startswith("[2/3] docs/parking.md written (")
     assert lines[2].startswith("[3/3] docs/table.csv failed: unsupported file type '.csv'")
     assert "written: 2 documents" in done.stdout and "failed: 1" in done.stdout
+
+
+def test_cli_ingest_of_a_file_over_max_chunks_is_one_line(tmp_path):
+    spec = yaml.safe_load((PROJECT_ROOT / "pipelines" / "index.yml").read_text(encoding="utf-8"))
+    spec["components"]["splitter"]["init_parameters"]["max_chunks"] = 2
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "index.yml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    (tmp_path / "parts.md").write_text("\n\n".join(f"## Part {n}\n\nThe text of part {n}." for n in range(3)))
+    env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp_path / "data"),
+           "GATEHOUSE_PIPELINES_DIR": str(tmp_path / "pipelines")}
+    done = subprocess.run([sys.executable, "-m", "gatehouse.cli", "ingest", "parts.md", "--kb", "notes"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr == ("[1/1] parts.md failed: splitter failed: public/notes/parts.md gives 3 chunks, over the "
+                           "limit of 2 per file (splitter.max_chunks in index.yml)\n")
+    assert "failed parts.md: splitter failed" in done.stdout
