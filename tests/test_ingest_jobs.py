@@ -18,6 +18,7 @@ from server_process import running_server
 from test_pdf_to_document import bomb
 
 from gatehouse.pipelines import load_pipeline
+from gatehouse.serving import jobs as jobs_module
 from gatehouse.serving.bench import _markdown
 from gatehouse.serving.jobs import IngestJobs, QueueFull
 from gatehouse.settings import bundled_dir
@@ -276,6 +277,28 @@ def test_tenants_take_turns_and_each_has_a_share_of_the_queue():
     assert jobs.cancel(submitted[1]["job_id"], tenants=["flood"])["status"] == "cancelled"
     order = [jobs._next().names[0] for _ in range(3)]
     assert order == ["flood1.md", "quiet1.md", "flood3.md"]  # the quiet tenant's upload waits for one job, not three
+
+
+def test_a_job_cancelled_during_its_last_file_stays_cancelled(tmp_path, monkeypatch):
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
+    jobs = IngestJobs(pipeline=load_pipeline("index"), workers=1, max_queued=1, max_queued_per_tenant=1, history=10,
+                      status_path="/index/jobs")
+    index_file, answers = jobs_module.ingest_file, []
+
+    def cancelled_while_indexing(pipeline, stream, **options):
+        report = index_file(pipeline, stream, **options)
+        if stream.meta["file_name"] == "parking.md":  # the last file: the cancel arrives while it is indexed
+            answers.append(jobs.cancel(jobs.latest(tenants=None, limit=1)[0]["job_id"], tenants=None))
+        return report
+
+    monkeypatch.setattr(jobs_module, "ingest_file", cancelled_while_indexing)
+    accepted = jobs.submit(kb="notes", tenant="public", force=False,
+                           files=[_upload("leave.md", LEAVE), _upload("parking.md", PARKING)])
+    job = jobs.wait(accepted["job_id"])
+    assert [answer["status"] for answer in answers] == ["cancelling"]
+    assert job["status"] == "cancelled" and job["error"] == "cancelled after 2 of 2 file(s)"
+    assert job["result"]["written"] == 2  # the files done stay written
+    assert jobs.cancel(accepted["job_id"], tenants=None)["status"] == "cancelled"
 
 
 def test_a_job_that_breaks_is_failed_with_a_clean_reason(tmp_path, monkeypatch):
