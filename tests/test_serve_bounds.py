@@ -14,6 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import running_server
 
+from gatehouse.serving.bench import long_history
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()
@@ -115,3 +116,9 @@ def test_text_without_spaces_is_stored_in_chunks_of_at_most_max_chunk_chars(clie
     assert contents and all(len(content) <= 8000 for content in contents)  # was one of 100,000 characters
     kbs = client.get("/kbs").json()["knowledge_bases"]
     assert {"tenant": "public", "kb": "oneword", "documents": 1, "chunks": 13} in kbs
+
+
+def test_the_flood_benchmark_sends_histories_of_the_size_asked():
+    history = long_history(1_000_000)
+    assert [turn["role"] for turn in history] == ["user", "assistant"]  # both among the turns the pipeline reads
+    assert sum(len(turn["content"]) for turn in history) == 1_000_000 and " " in history[0]["content"]
