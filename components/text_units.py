@@ -28,8 +28,10 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _ORDERED_ITEM = re.compile(r"^\s*\d{1,3}[.)]\s+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _TABLE = re.compile(r"^\s*\|")
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+")
+_SENTENCE_END = re.compile(r"(?<![.!?…])[.!?…]+[\"'”’)\]]*\s+")  # tried from a run's first mark only
 _SPACES = re.compile(r"\s+")
+#: How far back (characters) the word before a sentence end is read: further than any abbreviation or initial.
+WORD_REACH = 64
 
 
 class Unit(NamedTuple):
@@ -134,8 +136,10 @@ def _sentence_spans(
         following = text[end]
         if following.islower():
             continue
-        before = text[start : match.start() + 1]
-        last_word = before.split()[-1].lower().rstrip(".!?…") if before.split() else ""
+        # The word before the mark, from at most WORD_REACH characters back: the text since `start` grows with each
+        # abbreviation skipped ("A. B. C. ..."), and reading all of it at each mark took quadratic time.
+        words = text[max(start, match.start() - WORD_REACH) : match.start() + 1].split()
+        last_word = words[-1].lower().rstrip(".!?…") if words else ""
         is_initial = len(last_word) == 1 and last_word.isalpha()
         if match.group(0).startswith(".") and (last_word in abbreviations or is_initial):
             continue

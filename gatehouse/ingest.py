@@ -247,7 +247,7 @@ def ingest_file(
 ) -> dict[str, Any]:
     """
     Run the index pipeline over one file. A component that raises on it fails this file alone, with a one-line
-    reason (the traceback goes to the log).
+    reason; the traceback goes to the log at level info (a server's log; the command line prints the reason only).
 
     :param pipeline: The index pipeline (`planner` in, `writer.report` out).
     :param source: The file: a path or an upload (a ByteStream with `meta["file_name"]`).
@@ -269,7 +269,7 @@ def ingest_file(
         if error.component_name == "planner" or find_data_dir_error(error, data_dir()) is not None:
             raise
         name = _source_name(source, root_path)
-        logger.exception("indexing %s into %s failed in the %s component", name, kb, error.component_name)
+        logger.info("indexing %s into %s failed in the %s component", name, kb, error.component_name, exc_info=True)
         reason = f"{error.component_name} failed: {_first_line(error.__cause__ or error)}"
         return {
             "kb": kb,

@@ -18,6 +18,7 @@ from server_process import running_server
 from test_pdf_to_document import bomb
 
 from gatehouse.pipelines import load_pipeline
+from gatehouse.serving import jobs as jobs_module
 from gatehouse.serving.bench import _markdown
 from gatehouse.serving.jobs import IngestJobs, QueueFull
 from gatehouse.settings import bundled_dir
@@ -278,6 +279,28 @@ def test_tenants_take_turns_and_each_has_a_share_of_the_queue():
     assert order == ["flood1.md", "quiet1.md", "flood3.md"]  # the quiet tenant's upload waits for one job, not three
 
 
+def test_a_job_cancelled_during_its_last_file_stays_cancelled(tmp_path, monkeypatch):
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
+    jobs = IngestJobs(pipeline=load_pipeline("index"), workers=1, max_queued=1, max_queued_per_tenant=1, history=10,
+                      status_path="/index/jobs")
+    index_file, answers = jobs_module.ingest_file, []
+
+    def cancelled_while_indexing(pipeline, stream, **options):
+        report = index_file(pipeline, stream, **options)
+        if stream.meta["file_name"] == "parking.md":  # the last file: the cancel arrives while it is indexed
+            answers.append(jobs.cancel(jobs.latest(tenants=None, limit=1)[0]["job_id"], tenants=None))
+        return report
+
+    monkeypatch.setattr(jobs_module, "ingest_file", cancelled_while_indexing)
+    accepted = jobs.submit(kb="notes", tenant="public", force=False,
+                           files=[_upload("leave.md", LEAVE), _upload("parking.md", PARKING)])
+    job = jobs.wait(accepted["job_id"])
+    assert [answer["status"] for answer in answers] == ["cancelling"]
+    assert job["status"] == "cancelled" and job["error"] == "cancelled after 2 of 2 file(s)"
+    assert job["result"]["written"] == 2  # the files done stay written
+    assert jobs.cancel(accepted["job_id"], tenants=None)["status"] == "cancelled"
+
+
 def test_a_job_that_breaks_is_failed_with_a_clean_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
 
@@ -308,3 +331,19 @@ def test_cli_ingest_prints_a_progress_line_per_file(tmp_path):
     assert lines[1].startswith("[2/3] docs/parking.md written (")
     assert lines[2].startswith("[3/3] docs/table.csv failed: unsupported file type '.csv'")
     assert "written: 2 documents" in done.stdout and "failed: 1" in done.stdout
+
+
+def test_cli_ingest_of_a_file_over_max_chunks_is_one_line(tmp_path):
+    spec = yaml.safe_load((PROJECT_ROOT / "pipelines" / "index.yml").read_text(encoding="utf-8"))
+    spec["components"]["splitter"]["init_parameters"]["max_chunks"] = 2
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "index.yml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    (tmp_path / "parts.md").write_text("\n\n".join(f"## Part {n}\n\nThe text of part {n}." for n in range(3)))
+    env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp_path / "data"),
+           "GATEHOUSE_PIPELINES_DIR": str(tmp_path / "pipelines")}
+    done = subprocess.run([sys.executable, "-m", "gatehouse.cli", "ingest", "parts.md", "--kb", "notes"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr == ("[1/1] parts.md failed: splitter failed: public/notes/parts.md gives 3 chunks, over the "
+                           "limit of 2 per file (splitter.max_chunks in index.yml)\n")
+    assert "failed parts.md: splitter failed" in done.stdout

@@ -220,6 +220,23 @@ def test_run_input_redacts_email(input_gate, email):
     assert state["validation"]["guardrail_actions"] == ["redacted_pii:email"]
 
 
+@pytest.mark.parametrize(("text", "redacted"), [("Write to %jo@example.com.", "Write to %[EMAIL]."),
+                                               ("Write to -jo@example.com.", "Write to -[EMAIL]."),
+                                               ("Save 50% on a.b%c+d@example.com", "Save 50% on [EMAIL]")])
+def test_run_input_redacts_email_after_signs(input_gate, text, redacted):
+    assert run_input(input_gate, text)[1]["query"] == redacted
+
+
+def test_run_input_redaction_is_linear_in_runs_of_signs():
+    """The e-mail pattern was tried from every '%' of a run without '@': 140,000 characters took some 2 minutes."""
+    code = ("from gatehouse.components.guardrails.input_guardrails import InputGuardrails\n"
+            "from gatehouse.components.state import new_state\n"
+            "state = new_state('q', history=[{'role': 'user', 'content': 'x%' * 70_000 + ' jo@example.com'}])\n"
+            "print(InputGuardrails().run(state=state)['passed']['history'][0]['content'][-10:])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout == "x% [EMAIL]\n", done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("phone", PHONES)
 def test_run_input_redacts_phone(input_gate, phone):
     route, state = run_input(input_gate, f"Call {phone} after lunch")

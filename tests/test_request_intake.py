@@ -16,6 +16,18 @@ def test_init():
     assert (intake.min_context_chars, intake.invalid_context, intake.context_title) == (
         10, "fallback_to_full_corpus", "Selection")
     assert (RequestIntake().default_mode, RequestIntake().max_history_turns) == ("full-corpus", 20)
+    bounded = RequestIntake(max_request_history_turns=7, max_history_chars=300, max_context_chars=400)
+    assert (bounded.max_request_history_turns, bounded.max_history_chars, bounded.max_context_chars) == (7, 300, 400)
+    default = RequestIntake()
+    assert (default.max_request_history_turns, default.max_history_chars, default.max_context_chars) == (
+        1000, 200_000, 200_000)
+
+
+@pytest.mark.parametrize("bound", [{"max_history_turns": -1}, {"max_request_history_turns": 0},
+                                   {"max_history_chars": 0}, {"max_context_chars": 0}])
+def test_init_bounds_must_be_positive(bound):
+    with pytest.raises(ValueError, match="max_request_history_turns, max_history_chars and max_context_chars"):
+        RequestIntake(**bound)
 
 
 def test_init_unknown_default_mode():
@@ -28,16 +40,20 @@ def test_init_unknown_default_mode():
 def test_to_dict():
     assert component_to_dict(RequestIntake(max_history_turns=5), "component") == {
         "type": "gatehouse.components.routers.request_intake.RequestIntake",
-        "init_parameters": {"default_mode": "full-corpus", "max_history_turns": 5, "min_context_chars": 50,
-                            "invalid_context": "reject", "context_title": "Your selected text"},
+        "init_parameters": {"default_mode": "full-corpus", "max_history_turns": 5,
+                            "max_request_history_turns": 1000, "max_history_chars": 200_000,
+                            "max_context_chars": 200_000, "min_context_chars": 50, "invalid_context": "reject",
+                            "context_title": "Your selected text"},
     }
 
 
 def test_from_dict():
     restored = component_from_dict(
-        RequestIntake, component_to_dict(RequestIntake(default_mode="constrained-context"), "component"), "component"
+        RequestIntake, component_to_dict(RequestIntake(default_mode="constrained-context", max_context_chars=900),
+                                         "component"), "component"
     )
     assert restored.default_mode == "constrained-context" and restored.max_history_turns == 20
+    assert restored.max_context_chars == 900
 
 
 def test_run_valid_request():
@@ -153,3 +169,42 @@ def test_run_short_context_fallback_to_full_corpus():
 def test_run_min_context_chars_configurable():
     out = RequestIntake(min_context_chars=5).run(query="q", mode="constrained-context", context="Short!")
     assert out["state"]["context_documents"][0].content == "Short!"
+
+
+def _turns(count: int, size: int) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": "x" * size} for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({"history": _turns(8, 10)}, "The history holds 8 turns; the limit is 7 (max_request_history_turns of the "
+                                     "ask pipeline's intake)."),
+        ({"history": _turns(3, 101)}, "The last 3 turns of the history hold 303 characters; the limit is 300 "
+                                      "(max_history_chars of the ask pipeline's intake)."),
+        ({"context": CONTEXT * 6, "mode": "constrained-context"},
+         f"The context is {len(CONTEXT) * 6} characters long; the limit is 400 (max_context_chars of the ask "
+         "pipeline's intake)."),
+        ({"context": CONTEXT * 6}, "max_context_chars"),  # any mode: the input guardrails read the context too
+    ],
+)
+def test_run_history_or_context_over_a_bound_is_invalid_naming_the_setting(request_, message):
+    intake = RequestIntake(max_history_turns=3, max_request_history_turns=7, max_history_chars=300,
+                           max_context_chars=400)
+    out = intake.run(query="q", **request_)
+    assert set(out) == {"invalid"}
+    state = out["invalid"]
+    assert state["status"] == "error" and message in state["error_message"]
+    assert state["history"] == [] and state["context"] is None  # the oversized input goes no further
+
+
+def test_run_history_bounds_count_the_turns_sent_and_the_characters_kept():
+    intake = RequestIntake(max_history_turns=3, max_request_history_turns=7, max_history_chars=300)
+    history = [{"role": "user", "content": "x" * 5000}, *_turns(3, 100)]  # the long turn is dropped: 300 kept
+    state = intake.run(query="q", history=history)["state"]
+    assert state["history"] == history[-3:]
+    assert intake.run(query="q", history=_turns(7, 100), context="x" * 200_001)["invalid"]["error_message"].endswith(
+        "(max_context_chars of the ask pipeline's intake).")
+    assert RequestIntake(max_history_turns=0).run(query="q", history=_turns(2, 10))["state"]["history"] == []
+    assert intake.over_bound(_turns(7, 100), "x" * 200_000) is None
+    assert intake.over_bound([], None) is None

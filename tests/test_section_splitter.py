@@ -1,3 +1,7 @@
+import re
+import subprocess
+import sys
+
 import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
@@ -48,7 +52,13 @@ def test_init():
     assert (splitter.max_words, splitter.overlap_words, splitter.min_words, splitter.heading_level) == (100, 10, 2, 2)
     default = SectionSplitter()
     assert (default.max_words, default.overlap_words, default.min_words, default.heading_level) == (220, 30, 5, 3)
-    assert default.max_chunks == 5000
+    assert (default.max_chunks, default.max_chunk_chars) == (5000, 8000)
+    assert SectionSplitter(max_chunk_chars=300).max_chunk_chars == 300
+
+
+def test_init_max_chunk_chars_must_be_positive():
+    with pytest.raises(ValueError, match="max_chunk_chars"):
+        SectionSplitter(max_chunk_chars=0)
 
 
 def test_init_overlap_too_large():
@@ -60,14 +70,15 @@ def test_to_dict():
     assert component_to_dict(SectionSplitter(max_words=50, overlap_words=5), "splitter") == {
         "type": "gatehouse.components.preprocessors.section_splitter.SectionSplitter",
         "init_parameters": {"max_words": 50, "overlap_words": 5, "min_words": 5, "heading_level": 3,
-                            "max_chunks": 5000},
+                            "max_chunks": 5000, "max_chunk_chars": 8000},
     }
 
 
 def test_from_dict():
-    data = component_to_dict(SectionSplitter(max_words=70, heading_level=2), "splitter")
+    data = component_to_dict(SectionSplitter(max_words=70, heading_level=2, max_chunk_chars=900), "splitter")
     restored = component_from_dict(SectionSplitter, data, "splitter")
     assert restored.max_words == 70 and restored.heading_level == 2 and restored.overlap_words == 30
+    assert restored.max_chunk_chars == 900
 
 
 def test_run_a_document_over_max_chunks_raises_naming_the_limit():
@@ -174,3 +185,45 @@ def test_run_unicode_heading_slug():
     chunks = SectionSplitter().run(documents=[md_doc(text)])["documents"]
     assert chunks[0].meta["section_id"] == "cafe-creme"
     assert chunks[0].meta["section"] == "Café crème"
+
+
+def test_run_text_without_spaces_is_cut_at_the_longest_chunk():
+    word = "lorem" * 200_000  # 1 M characters, no space: one "word", so max_words never cuts it
+    doc = Document(content=word, meta={"source": "one-word.txt", "doc_id": "public/kb/one-word.txt"})
+    chunks = SectionSplitter(min_words=1).run(documents=[doc])["documents"]
+    assert [len(c.content) for c in chunks] == [8000] * 125
+    assert "".join(c.content for c in chunks) == word
+    assert [c.meta["chunk_index"] for c in chunks] == list(range(125)) and len({c.id for c in chunks}) == 125
+
+
+def test_run_a_long_line_is_cut_after_its_last_punctuation_or_space_before_the_bound():
+    line = "".join(f"[{n}](https://example.com/{n});" for n in range(20_000))  # a minified markdown line
+    text = f"## Links\n\n{line}\n\n## After\n\nA short section after the long line."
+    chunks = SectionSplitter(min_words=1, max_chunk_chars=1000).run(documents=[md_doc(text)])["documents"]
+    links = [c.content for c in chunks if c.meta["section_id"] == "links"]
+    assert all(500 < len(piece) <= 1000 for piece in links[:-1]) and len(links[-1]) <= 1000
+    assert all(re.fullmatch(r".*\W", piece, re.DOTALL) for piece in links[:-1])  # cut after punctuation, not in a word
+    assert "".join(links) == line
+    assert chunks[-1].content == "A short section after the long line."  # the next section is untouched
+    words = " ".join(["w" * 30] * 100)  # spaces: a cut drops the space it falls on
+    pieces = SectionSplitter(min_words=1, max_chunk_chars=200).run(documents=[md_doc(words)])["documents"]
+    assert [len(p.content) for p in pieces] == [185] * 16 + [123] and " ".join(p.content for p in pieces) == words
+
+
+def test_run_text_within_the_bound_is_split_as_before():
+    chunks = SectionSplitter(max_chunk_chars=len(MD)).run(documents=[md_doc()])["documents"]
+    assert [c.content for c in chunks] == [c.content for c in SectionSplitter().run(documents=[md_doc()])["documents"]]
+
+
+def test_run_a_heading_full_of_spaces_is_parsed_in_linear_time():
+    """The heading regular expression took cubic time (2,000 spaces: 40 s; these 20,000: hours)."""
+    text = "# Spaced" + " " * 20_000 + "out {#spaced} #\n\nBody of the spaced section.\n\n## " + "x " * 20_000
+    code = ("import sys; from haystack import Document; "
+            "from gatehouse.components.preprocessors.section_splitter import SectionSplitter; "
+            "doc = Document(content=sys.stdin.read(), meta={'source': 'spaced.md', 'doc_id': 'x'}); "
+            "chunks = SectionSplitter(min_words=1).run(documents=[doc])['documents']; "
+            "print(chunks[0].meta['section_id'], chunks[0].meta['section'][-8:], len(chunks), sep='|')")
+    done = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "spaced|     out|1\n"

@@ -76,20 +76,29 @@ DEFAULT_FRAUD_PATTERNS: list[str] = [
 NEGATION_BEFORE = re.compile(r"\b(?:never|not|no\s+one|nobody)\b(?:\s+\w+){0,3}\s*$|n't(?:\s+\w+){0,3}\s*$",
                              re.IGNORECASE)
 
-#: Where a block sends the reader: a URL, a bare domain, an e-mail address or a phone number.
+#: Where a block sends the reader: a URL, a bare domain, an e-mail address or a phone number. The patterns tried at
+#: word boundaries stop where the name would no longer be valid (a DNS label of 63 characters, 127 labels, a local
+#: part of 64), and a domain is not looked for again from inside a dotted name, so that text such as `a.a.a.a...` is
+#: read in linear time, not once per word boundary to its end.
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>()\[\]\"'`]+", re.IGNORECASE)
-_DOMAIN = re.compile(r"\b(?:[\w-]+\.)+[a-z]{2,24}\b(?:/[^\s<>()\"'`]*)?", re.IGNORECASE)
-_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_DOMAIN = re.compile(r"(?<!\w\.)\b(?:[\w-]{1,63}\.){1,127}[a-z]{2,24}\b(?:/[^\s<>()\"'`]*)?", re.IGNORECASE)
+_EMAIL = re.compile(r"\b[\w.+-]{1,64}@[\w-]+(?:\.[\w-]+)+\b")
 _PHONE = re.compile(r"(?<![\w.])\+?\(?\d{1,4}\)?[ .-]?\d{2,4}[ .-]\d{3,4}(?:[ .-]\d{2,4})?(?![\w.])")
-#: A markdown link with its label and target (an address written in the label must be the target's).
-_LABELLED_LINK = re.compile(r"(?<!!)\[(?P<label>[^\]\n]+)\]\(\s*<?(?P<target>(?:https?:)?//[^\s)>]+)")
-#: Images: markdown `![alt](url ...)` and HTML `<img ... src=...>`.
-_MARKDOWN_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*<?(?P<url>[^\s)>]+)>?(?:\s+[^)]*)?\)")
-_HTML_IMAGE = re.compile(r"<img\b[^>]*?\bsrc\s*=\s*[\"']?(?P<url>[^\"'\s>]+)[^>]*>", re.IGNORECASE)
-#: Code (fenced blocks and spans): what a page shows as code is not a request to its reader.
-_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[\s\S]*?(?:^ {0,3}\1|\Z)|(`+)[^`]+?\2", re.MULTILINE)
+#: A markdown link with its label and target (an address written in the label must be the target's). The label is
+#: the innermost bracket (`[a [b](url)` links `b`, as markdown reads it), which also keeps a line of `[[[[...` linear.
+_LABELLED_LINK = re.compile(r"(?<!!)\[(?P<label>[^\[\]\n]+)\]\(\s*<?(?P<target>(?:https?:)?//[^\s)>]+)")
+#: Images: markdown `![alt](url ...)` and HTML `<img ... src=...>`. The alt text, and the attributes before `src`, never
+#: hold the start of another image (which keeps `![![![...` and `<img <img ...` linear); an image inside them is
+#: matched on its own.
+_MARKDOWN_IMAGE = re.compile(r"!\[(?:(?!!\[)[^\]\n])*\]\(\s*<?(?P<url>[^\s)>]+)>?(?:\s+[^)]*)?\)")
+_HTML_IMAGE = re.compile(r"<img\b(?:(?!<img\b)[^>])*?\bsrc\s*=\s*[\"']?(?P<url>[^\"'\s>]+)[^>]*>", re.IGNORECASE)
+#: Code (fenced blocks and spans): what a page shows as code is not a request to its reader. A span opens where a run
+#: of backticks starts (tried once per run: a long run is not read again from each of its backticks).
+_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[\s\S]*?(?:^ {0,3}\1|\Z)|(?<!`)(`+)[^`]+?\2", re.MULTILINE)
 #: How far after a request (in characters) the credential it asks for may be named.
 CREDENTIAL_WINDOW = 40
+#: How far before a request (in characters) its negation and the words after it are looked for.
+NEGATION_REACH = 200
 #: HTML comments: not shown to a reader of the page, so never part of an answer.
 _HTML_COMMENT = re.compile(r"<!--[\s\S]*?(?:-->|\Z)")
 #: A markdown list item or a fenced code block's fence, where a block starts.
@@ -159,7 +168,9 @@ def drop_foreign_images(text: str, allowed_hosts: set[str]) -> tuple[str, list[s
         removed.append(host)
         return ""
 
-    text = _HTML_IMAGE.sub(image, _MARKDOWN_IMAGE.sub(image, text))
+    for pattern, close in ((_MARKDOWN_IMAGE, ")"), (_HTML_IMAGE, ">")):
+        end = text.rfind(close) + 1  # every image ends with `close`: after the last one, none is looked for (each
+        text = pattern.sub(image, text[:end]) + text[end:]  # attempt there would read on to the end of the text)
     return text, removed
 
 
@@ -253,7 +264,7 @@ class DocumentScreen:
         password", "enter the 6-digit code"), a few words after the request."""
         for pattern in self._requests:
             for request in pattern.finditer(prose):
-                if NEGATION_BEFORE.search(prose[: request.start()]):
+                if NEGATION_BEFORE.search(prose, max(0, request.start() - NEGATION_REACH), request.start()):
                     continue
                 window = prose[request.end() - 8 : request.end() + CREDENTIAL_WINDOW]
                 if any(p.search(window) for p in self._credentials):

@@ -32,8 +32,10 @@ DEFAULT_PII_PATTERNS: dict[str, list[str]] = {
         r"(?P<value>[^\s\"',;]{8,})",
     ],
     "email": [
-        r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b",
+        # Tried only where a run of local-part characters starts, so a long run without an '@' ("x%x%x%...") is
+        # scanned once, not once per '%' in it; the address starts at the run's first letter or digit.
+        r"(?<![\w.%+-])[._%+-]*(?P<value>[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b)",
     ],
     "iban": [
         r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",

@@ -137,10 +137,12 @@ class MarkupSanitiser:
 CITATION_URL_SCHEMES: frozenset[str] = frozenset({"http", "https", "kb"})
 #: A URL's scheme as a browser reads it (letters, then `:`), after entities are decoded.
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
-#: Markdown images and links in plain text: `![alt](target)` is dropped, `[label](target)` keeps its label.
-_MARKDOWN_TARGET = r"\((?:[^()\n]|\([^()\n]*\))*\)"
-_MARKDOWN_IMAGE = re.compile(r"!\[[^\]\n]*\]" + _MARKDOWN_TARGET)
-_MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]" + _MARKDOWN_TARGET)
+#: Markdown images and links in plain text: `![alt](target)` is dropped, `[label](target)` keeps its label. Neither
+#: label nor target holds a bracket (the innermost brackets are the link, as markdown reads `[a [b](u)`), so a line of
+#: `[[[[...` or `[a](b [a](b ...` is read once, not once per bracket.
+_MARKDOWN_TARGET = r"\((?:[^()\[\]\n]|\([^()\[\]\n]*\))*\)"
+_MARKDOWN_IMAGE = re.compile(r"!\[[^\[\]\n]*\]" + _MARKDOWN_TARGET)
+_MARKDOWN_LINK = re.compile(r"\[([^\[\]\n]*)\]" + _MARKDOWN_TARGET)
 _PLAIN_CLEANER = nh3.Cleaner(tags=set(), attributes={}, clean_content_tags={"script", "style"}, link_rel=None)
 
 

@@ -9,10 +9,26 @@ from typing import Any
 import yaml
 from haystack import Document, component
 
-HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-EXPLICIT_ID = re.compile(r"\s*\{#([A-Za-z0-9_-]+)\}\s*$")
+EXPLICIT_ID = re.compile(r"(?<!\s)\s*\{#([A-Za-z0-9_-]+)\}\s*$")  # tried once per run of spaces, not per space
 FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+LAST_BOUNDARY = re.compile(r".*\W", re.DOTALL)  # up to the last character that is not part of a word
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
+
+
+def markdown_heading(line: str) -> tuple[int, str] | None:
+    """
+    The level and text of a markdown heading line (`## Setup ##` -> `(2, "Setup")`), else None: one to six '#', a
+    space, the text, optional closing '#'s. String methods, not a regular expression: `(.+?)\\s*#*\\s*$` took time
+    cubic in the length of a heading full of spaces.
+    """
+    level = len(line) - len(line.lstrip("#"))
+    rest = line[level:]
+    if not 1 <= level <= 6 or len(rest) < 2 or not rest[0].isspace():
+        return None
+    text = rest.lstrip()
+    if not text:
+        return level, rest[-1]
+    return level, text.rstrip().rstrip("#").rstrip() or text[0]
 
 
 def slugify(text: str) -> str:
@@ -34,7 +50,9 @@ class SectionSplitter:
     `section_id` (an explicit `{#id}` on the heading, else its slug, made unique within the document) and
     `heading_path`. Front matter `title` and `url` become metadata, and `url` gets `#section_id` appended.
     Other text is split into paragraph groups with no section id (citations then point at the document).
-    Long sections are split into windows of at most `max_words` words with `overlap_words` overlap.
+    Long sections are split into windows of at most `max_words` words with `overlap_words` overlap; a window still
+    longer than `max_chunk_chars` characters (text with few or no spaces: a minified line, one word repeated) is cut
+    into pieces of at most that many, each after the last space or punctuation in its second half, else at the bound.
     Chunk ids are stable: a hash of the document id, the chunk's position and its text.
 
     Usage:
@@ -51,7 +69,7 @@ class SectionSplitter:
 
     def __init__(
         self, *, max_words: int = 220, overlap_words: int = 30, min_words: int = 5, heading_level: int = 3,
-        max_chunks: int = 5000,
+        max_chunks: int = 5000, max_chunk_chars: int = 8000,
     ) -> None:
         """
         :param max_words: Longest chunk, in words.
@@ -60,16 +78,21 @@ class SectionSplitter:
         :param heading_level: Deepest heading level that starts a new section.
         :param max_chunks: Most chunks one document may give (each is embedded and stored); a document over it
             raises, so that a huge file fails alone instead of holding the ingest for a long time.
+        :param max_chunk_chars: Longest chunk, in characters: what the embedders, the BM25 analysis and every ask
+            that retrieves the chunk work on.
         """
         if overlap_words >= max_words:
             raise ValueError("overlap_words must be smaller than max_words.")
         if max_chunks < 1:
             raise ValueError("max_chunks must be at least 1.")
+        if max_chunk_chars < 1:
+            raise ValueError("max_chunk_chars must be at least 1.")
         self.max_words = max_words
         self.overlap_words = overlap_words
         self.min_words = min_words
         self.heading_level = heading_level
         self.max_chunks = max_chunks
+        self.max_chunk_chars = max_chunk_chars
 
     def _windows(self, text: str) -> list[str]:
         paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
@@ -93,7 +116,21 @@ class SectionSplitter:
             count += words
         if current:
             chunks.append("\n\n".join(current))
-        return chunks
+        return [piece for chunk in chunks for piece in self._bounded(chunk)]
+
+    def _bounded(self, text: str) -> list[str]:
+        """`text` in pieces of at most `max_chunk_chars` characters (itself when it is not longer)."""
+        if len(text) <= self.max_chunk_chars:
+            return [text]
+        pieces, start = [], 0
+        while len(text) - start > self.max_chunk_chars:
+            end = start + self.max_chunk_chars
+            boundary = LAST_BOUNDARY.match(text, start + self.max_chunk_chars // 2, end)
+            cut = boundary.end() if boundary else end
+            pieces.append(text[start:cut].strip())
+            start = cut
+        pieces.append(text[start:].strip())
+        return [piece for piece in pieces if piece]
 
     def _markdown_sections(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
         sections: list[dict[str, Any]] = []
@@ -104,10 +141,10 @@ class SectionSplitter:
         for line in text.splitlines():
             if line.strip().startswith("```"):
                 in_code = not in_code
-            match = None if in_code else HEADING.match(line)
-            if match and len(match.group(1)) <= self.heading_level:
+            found = None if in_code else markdown_heading(line)
+            if found and found[0] <= self.heading_level:
                 sections.append(current)
-                level, heading = len(match.group(1)), match.group(2)
+                level, heading = found
                 explicit = EXPLICIT_ID.search(heading)
                 heading = EXPLICIT_ID.sub("", heading).strip()
                 if level == 1 and title is None:

@@ -30,7 +30,10 @@ import atexit
 import hashlib
 import json
 import logging
+import math
+import os
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -62,10 +65,10 @@ from qdrant_edge import (
 
 from gatehouse.document_stores.analysis import Analyzer, Bm25Encoder
 from gatehouse.document_stores.errors import (
+    DATA_DIR_FIX,
     DataDirError,
     DataDirInUseError,
     data_dir_errors,
-    full_disk,
     require_writable,
 )
 
@@ -114,17 +117,43 @@ def kb_of(meta: dict[str, Any]) -> tuple[str, str]:
     return str(meta.get("tenant") or ""), str(meta.get("kb") or "")
 
 
+def unallocated_bytes(folder: Path) -> int:
+    """
+    The bytes the files under `folder` may still take on disk: their size beyond the blocks they hold. The engine
+    creates its memory-mapped files (segments, write-ahead log) at their full size, sparse, and fills them as it opens
+    the shard (it reads them in) and writes.
+    """
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue  # removed meanwhile
+            if stat.S_ISREG(info.st_mode):
+                total += max(0, info.st_size - info.st_blocks * 512)
+    return total
+
+
 def require_space(folder: Path) -> None:
     """
-    Refuse to write with less than `MIN_FREE_BYTES` free: the engine writes through memory-mapped files, and a full
-    disk under a mapping kills the process with SIGBUS instead of raising an error.
+    Refuse to open or write the shard without the space it needs: what its files may still take (`unallocated_bytes`)
+    and `MIN_FREE_BYTES` to write. The engine fills its files through memory maps, and a full disk under a mapping
+    kills the process with SIGBUS instead of raising an error.
 
-    :raises DataDirError: Naming the folder and the space left.
+    :raises DataDirError: Naming the folder, the space free, the space needed and what to do.
     """
     with data_dir_errors(folder):
         free = shutil.disk_usage(folder).free
-    if free < MIN_FREE_BYTES:
-        raise full_disk(folder, f"{free // 1024} KiB free, the store needs {MIN_FREE_BYTES // 2**20} MiB to write")
+        unallocated = unallocated_bytes(folder)
+    needed = unallocated + MIN_FREE_BYTES
+    if free < needed:
+        mib = 2**20
+        raise DataDirError(
+            f"the disk holding the data directory {folder} has too little free space for the store: {free / mib:.1f} "
+            f"MiB free, it needs {math.ceil(needed / mib)} MiB ({math.ceil(unallocated / mib)} MiB that its files "
+            f"may still fill, {MIN_FREE_BYTES // mib} MiB to write): free some space {DATA_DIR_FIX}"
+        )
 
 
 def shard_settings(

@@ -24,7 +24,8 @@ It prints ratios rather than absolute numbers alone, since those depend on the m
 - with `--flood THREADS` only: one key's sequential asks alone and while THREADS threads of another key ask back to
   back (never waiting on `Retry-After`), once from a key without limits and once from a key under the manifest's
   default per-key limits (`limits.requests_per_minute`, `limits.max_concurrent_requests`): the ratios of P50/P95 and
-  the flooding key's answers by status.
+  the flooding key's answers by status; with `--flood-history-bytes B` each flooding ask sends a history of about B
+  bytes (a question and an answer of B/2 characters each: both among the turns the pipeline reads).
 
 Usage:
 ```
@@ -33,6 +34,7 @@ python -m gatehouse.serving.bench --concurrency 16 --upload-mb 9           # ...
 python -m gatehouse.serving.bench --url http://127.0.0.1:1416 --calls 50 [--concurrency 16] [--key KEY]
 python -m gatehouse.serving.bench --stream --llm-url http://127.0.0.1:8080/v1 --streams 5   # verified streaming
 python -m gatehouse.serving.bench --flood 8         # one key's asks while another key floods, limited or not
+python -m gatehouse.serving.bench --flood 16 --flood-history-bytes 1000000   # ... each flooding ask with a 1 MB history
 ```
 """
 
@@ -113,9 +115,18 @@ def timed_calls(call: Callable[[int], httpx.Response], count: int, concurrency: 
     return Calls([ms for ms, _ in results], time.perf_counter() - started, sum(failed for _, failed in results))
 
 
-def ask(client: httpx.Client, pipeline: str = "ask") -> Callable[[int], httpx.Response]:
-    """A call asking the `index`-th question."""
-    return lambda index: client.post(f"/{pipeline}/run", json={"query": QUESTIONS[index % len(QUESTIONS)]})
+def ask(client: httpx.Client, pipeline: str = "ask",
+        history: list[dict[str, str]] | None = None) -> Callable[[int], httpx.Response]:
+    """A call asking the `index`-th question (with `history`, when given)."""
+    extra = {"history": history} if history else {}
+    return lambda index: client.post(f"/{pipeline}/run", json={"query": QUESTIONS[index % len(QUESTIONS)], **extra})
+
+
+def long_history(size: int) -> list[dict[str, str]]:
+    """A question and an answer of about `size` characters together (words, as a pasted text would be)."""
+    words = "The gateway keeps a log of every request it forwards, rotated daily. "
+    text = (words * (size // (2 * len(words)) + 1))[: size // 2]
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": text}]
 
 
 def retrieve(client: httpx.Client) -> Callable[[int], httpx.Response]:
@@ -236,12 +247,13 @@ def hang_report(client: httpx.Client, listener: socket.socket, calls: int, budge
     ]
 
 
-def _flood(client: httpx.Client, stop: threading.Event, counts: dict[int, int], lock: threading.Lock) -> None:
+def _flood(client: httpx.Client, stop: threading.Event, counts: dict[int, int], lock: threading.Lock,
+           history: list[dict[str, str]] | None = None) -> None:
     """Ask back to back, never waiting on Retry-After, until `stop`; count the answers by status (0: no answer)."""
     index = 0
     while not stop.is_set():
         try:
-            status = ask(client)(index).status_code
+            status = ask(client, history=history)(index).status_code
         except httpx.HTTPError:
             status = 0
         with lock:
@@ -249,13 +261,16 @@ def _flood(client: httpx.Client, stop: threading.Event, counts: dict[int, int], 
         index += 1
 
 
-def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int) -> list[str]:
+def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int, history_bytes: int = 0) -> list[str]:
     """
     A victim key's sequential asks alone, then while `flooders` threads of another key ask back to back: once with
     a key that has no limits (the baseline) and once with a key under the manifest's default limits.
 
     :param keys: `victim`, `unlimited` and `limited` to their secrets.
+    :param history_bytes: With each flooding ask, a history of about this many bytes (`long_history`); 0: none.
     """
+    history = long_history(history_bytes) if history_bytes else None
+    sending = f" with {history_bytes:,}-byte histories" if history_bytes else ""
     def client(key: str) -> httpx.Client:
         return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=HANGING_LLM_TIMEOUT_S,
                             limits=httpx.Limits(max_connections=flooders + 2))
@@ -269,14 +284,14 @@ def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int) -> l
             stop, lock, counts = threading.Event(), threading.Lock(), {}
             with client(keys[label]) as flooding, ThreadPoolExecutor(flooders) as pool:
                 for _ in range(flooders):
-                    pool.submit(_flood, flooding, stop, counts, lock)
+                    pool.submit(_flood, flooding, stop, counts, lock, history)
                 time.sleep(1)  # the flood is under way
                 during = timed_calls(ask(victim), calls)
                 stop.set()
             answered = ", ".join(f"{status or 'no answer'}: {count}" for status, count in sorted(counts.items()))
             lines += [_ratio_line(f"victim's ask, {calls} calls", alone, during,
                                   f"while {flooders} threads of a key {'with' if label == 'limited' else 'without'} "
-                                  "limits ask back to back"),
+                                  f"limits ask back to back{sending}"),
                       f"  the flooding key's answers: {answered}"]
     return lines
 
@@ -512,11 +527,14 @@ def main() -> None:
     parser.add_argument("--flood", type=int, default=0, metavar="THREADS",
                         help="only measure one key's asks while THREADS threads of another key ask back to back, "
                              "with and without the default per-key limits (own server only)")
+    parser.add_argument("--flood-history-bytes", type=int, default=0, metavar="BYTES",
+                        help="with --flood: each flooding ask sends a history of about BYTES bytes")
     args = parser.parse_args()
     if args.flood:
         print(f"starting gatehouse serve over {data_dir()} with three keys ...", flush=True)
         with tempfile.TemporaryDirectory(prefix="gatehouse-bench-") as folder, flood_server(Path(folder)) as served:
-            _print(flood_report(*served, calls=args.hang_calls, flooders=args.flood))
+            _print(flood_report(*served, calls=args.hang_calls, flooders=args.flood,
+                                history_bytes=args.flood_history_bytes))
         return
     if args.url:
         run(args.url, args, None)

@@ -330,22 +330,25 @@ class IngestJobs:
         started = time.perf_counter()
         status: JobStatus = "done"
         error_message = None
+        done = 0
         try:
-            for index, stream in enumerate(job.streams):
+            for stream in job.streams:
                 with self._lock:
                     if job.status == "cancelling":
-                        status, error_message = "cancelled", f"cancelled after {index} of {len(job.names)} file(s)"
                         break
                 report = ingest_file(self.pipeline, stream, kb=job.kb, tenant=job.tenant, force=job.force)
                 record_ingest(report)
                 with self._lock:
                     job.add(FileOutcome.of(report))
+                done += 1
         except Exception as error:  # a job's failure is reported in the job; the traceback goes to the log
             logger.exception("ingest job %s (%s/%s) failed", job.job_id, job.tenant, job.kb)
             cause = find_data_dir_error(error, data_dir())
             status, error_message = "failed", (str(cause) if cause else "indexing stopped on an unexpected "
                                                f"{type(error.__cause__ or error).__name__}; see the server log")
         with self._lock:
+            if status == "done" and job.status == "cancelling":  # also when cancelled during its last file
+                status, error_message = "cancelled", f"cancelled after {done} of {len(job.names)} file(s)"
             job.run_seconds = time.perf_counter() - started
             self._finish(job, status, error_message)
 

@@ -65,6 +65,7 @@ from gatehouse.components.guardrails.passage_screen import screen_passage
 from gatehouse.components.guardrails.sanitising import citation_url
 from gatehouse.components.printable import printable_data
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
+from gatehouse.components.routers.request_intake import RequestIntake
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
@@ -248,6 +249,22 @@ class GatehouseWrapper(BasePipelineWrapper):
 class AskWrapper(GatehouseWrapper):
     """Serves `ask.yml`: REST, OpenAI-compatible chat (streaming or not) and an MCP tool."""
 
+    def setup(self) -> None:
+        """Load the pipeline; its request intake's bounds (history, context) are the server's too."""
+        super().setup()
+        self.intake = next((c for _, c in self.pipeline.walk() if isinstance(c, RequestIntake)), None)
+
+    def _bounded(self, history: list[dict[str, Any]], context: str | None) -> None:
+        """
+        Refuse a history or context over the bounds of the pipeline's intake before the pipeline runs.
+
+        :raises HTTPException: 422 naming the setting (`max_request_history_turns`, `max_history_chars`,
+            `max_context_chars` of the ask pipeline's intake).
+        """
+        problem = None if self.intake is None else self.intake.over_bound(history, context)
+        if problem:
+            raise HTTPException(status_code=422, detail=problem)
+
     def _ask(self, query: str, *, kb: str | None, tenant: str, mode: str | None, context: str | None,
              history: list[dict[str, Any]] | None,
              streaming_callback: StreamingCallbackT | None = None) -> dict[str, Any]:
@@ -293,8 +310,9 @@ class AskWrapper(GatehouseWrapper):
         :param history: Earlier turns, each {role, content}; follow-up questions are condensed with them.
         :returns: The Gatehouse response: answer, citations, metadata, validation, status, error_message, path.
         """
-        return self._ask(self._query(query), kb=kb, tenant=self._tenant(tenant, headers), mode=mode,
-                         context=context, history=[dict(turn) for turn in history or []])
+        text, tenant_name, turns = self._query(query), self._tenant(tenant, headers), [dict(t) for t in history or []]
+        self._bounded(turns, context)
+        return self._ask(text, kb=kb, tenant=tenant_name, mode=mode, context=context, history=turns)
 
     def run_chat_completion(self, model: str, messages: list[dict], body: dict,
                             headers: Headers | None = None) -> ChatCompletion | Generator:
@@ -307,6 +325,11 @@ class AskWrapper(GatehouseWrapper):
         carries `citations` and `gatehouse` (status, metadata, validation, path, stream); with the manifest's
         `openwebui_sources`, Open WebUI `source` events announce the cited passages and markers read `[n]`.
         """
+        limit = None if self.intake is None else self.intake.max_request_history_turns
+        if limit is not None and len(messages) - 1 > limit:
+            raise HTTPException(status_code=422, detail=f"messages holds {len(messages) - 1} turns before the "
+                                                        f"question; the limit is {limit} (max_request_history_turns "
+                                                        "of the ask pipeline's intake)")
         for index, m in enumerate(messages):
             if not isinstance(m.get("role"), str):
                 raise HTTPException(status_code=422, detail=f"messages[{index}].role must be a string")
@@ -317,6 +340,7 @@ class AskWrapper(GatehouseWrapper):
             raise HTTPException(status_code=422, detail="messages must end with a non-empty user message")
         query = self._query(turns[-1]["content"], "the last user message")
         tenant = self._tenant(body.get("tenant"), headers)
+        self._bounded(turns[:-1], None)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
 
         def ask(streaming_callback: StreamingCallbackT | None = None) -> dict[str, Any]:
