@@ -42,9 +42,15 @@ SCRIPTS = {
 BUDGET_S = 6.0
 
 
+#: An admin key: the tests deploy more pipelines while the server runs, which a keyless server does not allow.
+ADMIN_KEY = "streaming-admin-key"
+AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
 def _manifest(folder: Path, name: str, pipelines: dict[str, Path], **options) -> Path:
     kinds = {"index": "index"}
     manifest = {"pipelines": {n: {"pipeline": str(p), "kind": kinds.get(n, "ask")} for n, p in pipelines.items()},
+                "auth": {"keys": [{"env": "GATEHOUSE_STREAMING_KEY", "tenants": ["public"], "admin": True}]},
                 "mcp": False, "limits": {"request_timeout_s": options.pop("budget", 120)}, **options}
     path = folder / name
     path.write_text(yaml.safe_dump(manifest), encoding="utf-8")
@@ -66,16 +72,17 @@ def server(tmp_path_factory, llm):
     pipelines = {"ask": PROJECT_ROOT / "pipelines" / "ask.yml", "index": PROJECT_ROOT / "pipelines" / "index.yml",
                  **{name: llm_pipeline(tmp, name, f"{llm.url}/{name}/v1") for name in ("kept", "fallback")}}
     manifest = _manifest(tmp, "hayhooks.yml", pipelines)
-    env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp / "data")}
+    env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp / "data"), "GATEHOUSE_STREAMING_KEY": ADMIN_KEY}
     with running_server(manifest, env=env, workdir=tmp, pipelines=len(pipelines)) as url:
         paths = sorted((PROJECT_ROOT / "kb" / "faq").glob("*.md"))
         upload = httpx.post(f"{url}/index/run", files=[("files", (p.name, p.read_bytes(), "text/markdown"))
-                                                        for p in paths], data={"kb": "faq"}, timeout=600)
+                                                        for p in paths], data={"kb": "faq"}, headers=AUTH,
+                            timeout=600)
         assert upload.status_code in (200, 202), upload.text
         job = upload.json()
         while job.get("status") in ("queued", "running"):  # the upload is indexed by a background job
             time.sleep(1)
-            job = httpx.get(f"{url}{job['status_url']}", timeout=30).json()
+            job = httpx.get(f"{url}{job['status_url']}", headers=AUTH, timeout=30).json()
         assert job.get("status", "done") == "done", job
         yield {"url": url, "tmp": tmp}
 
@@ -87,7 +94,7 @@ def _deploy(server, name: str, pipeline: Path, **options) -> None:
                                      "pipeline_wrapper.py").read_text(encoding="utf-8"),
              "gatehouse.yml": yaml.safe_dump({"kind": "ask", "pipeline": str(pipeline), "manifest": str(manifest)})}
     deployed = httpx.post(f"{server['url']}/deploy_files", json={"name": name, "files": files, "overwrite": True},
-                          timeout=300)
+                          headers=AUTH, timeout=300)
     assert deployed.status_code == 200, deployed.text
 
 
@@ -96,7 +103,7 @@ def _sse(url: str, model: str, question: str = QUESTION) -> tuple[list[tuple[flo
     started = time.perf_counter()
     events = []
     body = {"model": model, "stream": True, "messages": [{"role": "user", "content": question}]}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=AUTH, timeout=300) as response:
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
@@ -109,13 +116,13 @@ def _text(events: list[tuple[float, dict]]) -> str:
 
 
 def _rest(server, model: str) -> dict:
-    response = httpx.post(f"{server['url']}/{model}/run", json={"query": QUESTION}, timeout=300)
+    response = httpx.post(f"{server['url']}/{model}/run", json={"query": QUESTION}, headers=AUTH, timeout=300)
     assert response.status_code == 200, response.text
     return response.json()["result"]
 
 
 def test_sentences_are_sent_as_they_pass_and_equal_the_verified_answer(server):
-    client = OpenAI(base_url=f"{server['url']}/v1", api_key="none")
+    client = OpenAI(base_url=f"{server['url']}/v1", api_key=ADMIN_KEY)
     started = time.perf_counter()
     arrivals = []
     for chunk in client.chat.completions.create(model="kept", stream=True,
@@ -212,7 +219,7 @@ def test_open_webui_sources_are_events_it_reads_and_markers_it_links(server, llm
     assert re.findall(r"\[[^\]]*\]", content) == ["[1]", "[1]"] and "[S" not in content
     assert content == _rest(server, "kept")["answer"].replace(f"[{cited['id']}]", "[1]")
     # Non-streaming chat in this mode: markers stay `[S#]` and the citations extra lists them.
-    whole = httpx.post(f"{server['url']}/v1/chat/completions", timeout=300,
+    whole = httpx.post(f"{server['url']}/v1/chat/completions", timeout=300, headers=AUTH,
                        json={"model": "owui", "messages": [{"role": "user", "content": QUESTION}]}).json()
     assert f"[{cited['id']}]" in whole["choices"][0]["message"]["content"] and whole["citations"] == final["citations"]
 
