@@ -155,3 +155,11 @@ def test_the_fuzzer_sends_non_finite_numbers_and_reports_a_server_that_takes_the
     assert reading.non_finite_accepted >= 1 and reading.failed
     lines = "\n".join(report(results))
     assert "non-finite number accepted: 200" in lines and "server error 500 for a non-finite number" in lines
+
+
+def test_naming_the_manifest_file_is_no_leak_but_naming_hayhooks_is():
+    from gatehouse.serving.fuzz import INTERNAL_NAMES
+
+    assert not INTERNAL_NAMES.search("limits.requests_per_minute in hayhooks.yml")
+    assert INTERNAL_NAMES.search("hayhooks.server.routers failed")
+    assert INTERNAL_NAMES.search("see the Hayhooks log")

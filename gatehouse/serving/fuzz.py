@@ -81,9 +81,9 @@ FUZZED_OPERATIONS = (
 )
 FUZZ_KEY_VARIABLE = "GATEHOUSE_FUZZ_KEY"
 # What an error body must not name (unless the request itself said it): tracebacks, Python exceptions, the libraries
-# and stores behind the API, and Hayhooks' wrappers.
+# and stores behind the API, and Hayhooks' wrappers (the manifest's file name, `hayhooks.yml`, is the user's own).
 INTERNAL_NAMES = re.compile(r"Traceback|File \"|\b[A-Z]\w*(Error|Exception)\b|"
-                            r"(?i:pipeline ?wrapper|haystack|hayhooks|qdrant|sqlite|bm25|fastapi|starlette|uvicorn)")
+                            r"(?i:pipeline ?wrapper|haystack|hayhooks(?!\.yml)|qdrant|sqlite|bm25|fastapi|starlette|uvicorn)")
 REQUEST_TIMEOUT_S = 120.0
 NON_FINITE = ("NaN", "Infinity", "-Infinity", "1e400")
 NON_FINITE_EVERY = 4  # every this many cases with a JSON body, one more with a non-finite number in it
