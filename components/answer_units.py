@@ -187,12 +187,19 @@ def answer_units(passages: list[Any], *, abbreviations: Iterable[str] = DEFAULT_
             for unit in passage_units(passage, index, abbreviations=abbreviations, max_list_items=max_list_items)]
 
 
+def shown_text(unit: AnswerUnit) -> str:
+    """The unit as the gates read it: its lead (a list's lead-in, a block's heading) and its text, without a list marker."""
+    text = f"{unit.lead} {unit.text}" if unit.lead and not unit.text.startswith(unit.lead) else unit.text
+    return strip_list_marker(text)
+
+
 def render(unit: AnswerUnit, source_id: str) -> str:
     """
     The unit as answer markdown, every line that states something followed by the citation marker `[S#]`.
 
-    A list, block or item shows its lead (the lead-in sentence or the heading) first; a code block shows its lead-in
-    sentence, then the code, then the marker on a line of its own.
+    A list, block or item shows its lead (the lead-in sentence or the heading) first, a list without a lead-in its
+    section's heading (two lists of one answer never read as one); a code block shows its lead-in sentence, then the
+    code, then the marker on a line of its own.
     """
     marker = f"[{source_id}]"
     if unit.kind == "sentence":
@@ -202,7 +209,18 @@ def render(unit: AnswerUnit, source_id: str) -> str:
         lead = f"{unit.lead} {marker}\n\n" if unit.lead else ""
         return f"{lead}{code}\n\n{marker}"
     lines = [f"{item} {marker}" for item in unit.items]
-    if unit.lead:
-        lead = unit.lead if unit.lead.endswith(":") else f"{unit.lead}:"
+    lead = unit.lead or (heading(unit) if unit.kind == "list" else "")
+    if lead:
+        lead = lead if lead.endswith(":") else f"{lead}:"
         return f"{lead} {marker}\n\n" + "\n".join(lines)
     return "\n".join(lines)
+
+
+def heading(unit: AnswerUnit) -> str:
+    """The nearest heading above a unit (the last part of its context), or empty."""
+    return unit.context.rsplit(" › ", 1)[-1].strip()
+
+
+def is_procedure(unit: AnswerUnit) -> bool:
+    """Whether a unit is a procedure: a list of steps or a code block."""
+    return unit.kind == "code" or (unit.kind == "list" and len(unit.items) >= 2)

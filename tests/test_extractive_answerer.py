@@ -6,6 +6,7 @@ import yaml
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from gatehouse.components.answer_units import answer_units
 from gatehouse.components.citation_markers import strip_markers
 from gatehouse.components.generators.extractive_answerer import DEFAULT_NO_ANSWER_MESSAGE, ExtractiveAnswerer
 from gatehouse.components.state import new_state
@@ -240,3 +241,24 @@ def test_run_unknown_candidate_falls_back_to_its_own_score(answerer):
     candidates = [gate_candidate(0, 40, 41, 0.9)]
     state = new_state("How do I rotate an API key?", passages=PASSAGES, answer_candidates=candidates)
     assert "To rotate an API key: [S1]" in answerer.run(state=state)["state"]["answer"]
+
+
+def test_run_shows_one_procedure_when_a_runner_up_is_another_sections_steps():
+    create = passage("## Create a key\n\n1. Open **API keys**.\n2. Click **Create**.\n3. Copy the secret.", "S2",
+                     section="Create a key", section_id="create-a-key")
+    lists = [u for u in answer_units([ROTATE, create]) if u.kind == "list"]
+    candidates = [{"passage": u.passage, "first": u.first, "last": u.last, "score": score, "kind": "list"}
+                  for u, score in zip(lists, (0.9, 0.85))]
+    answerer = ExtractiveAnswerer(max_units=2, min_relative_score=0.5)
+    answer = answerer.answer("How do I rotate an API key?", [ROTATE, create], candidates)
+    assert "Click **Rotate**" in answer and "[S1]" in answer
+    assert "Create" not in answer and "[S2]" not in answer
+
+
+def test_run_heads_a_list_without_a_lead_in_with_its_section():
+    create = passage("## Create a key\n\n1. Open **API keys**.\n2. Click **Create**.", "S2",
+                     section="Create a key", section_id="create-a-key")
+    steps = next(u for u in answer_units([create]) if u.kind == "list")
+    answer = ExtractiveAnswerer().answer("How do I create a key?", [create], [
+        {"passage": 0, "first": steps.first, "last": steps.last, "score": 0.9, "kind": "list"}])
+    assert answer.startswith("Create a key: [S2]\n\n1. Open **API keys**. [S2]")

@@ -8,7 +8,7 @@ from typing import Any
 
 from haystack import component
 
-from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units, render
+from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units, is_procedure, render
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance
 from gatehouse.components.terms import content_words, jaccard, overlap
@@ -53,7 +53,8 @@ class ExtractiveAnswerer(MovedSettings):
 
     - When the answerability gate ran before it, its ranking (`state["answer_candidates"]`) decides: its best unit,
       then (up to `max_units`) runners-up scoring at least `min_relative_score` times the best, an honest "one of
-      these" when the gate cannot tell them apart; a unit overlapping one already picked is skipped.
+      these" when the gate cannot tell them apart; a unit overlapping one already picked is skipped, and so is a
+      procedure (steps, code) of another section when the best is a procedure: one procedure per answer.
     - Without the gate's ranking, units are ranked by `own_ranking`: each gets `embedding_weight * cosine(query,
       unit) + lexical_weight * share of the query's content words in the unit`; units are taken best first while
       they score at least `min_score` and `min_relative_score` times the best, skipping overlapping units and
@@ -173,8 +174,11 @@ class ExtractiveAnswerer(MovedSettings):
             if len(picks) >= self.max_units or float(candidate.get("score") or 0.0) < self.min_relative_score * float(
                     ranked[0][1].get("score") or 0.0):
                 break
-            if not any(_overlaps(unit, other) or unit.text == other.text for other in picks):
-                picks.append(unit)
+            if any(_overlaps(unit, other) or unit.text == other.text for other in picks):
+                continue
+            if picks and is_procedure(unit) and is_procedure(picks[0]) and unit.context != picks[0].context:
+                continue  # one procedure per answer: another section's steps answer another question
+            picks.append(unit)
         if not picks:
             picks = self._more(query, units, picks)
         if not picks:
