@@ -222,5 +222,5 @@ def heading(unit: AnswerUnit) -> str:
 
 
 def is_procedure(unit: AnswerUnit) -> bool:
-    """Whether a unit is a procedure: a list of steps or a code block."""
-    return unit.kind == "code" or (unit.kind == "list" and len(unit.items) >= 2)
+    """Whether a unit is a procedure: a list of steps (a numbered list, or a list led in by a sentence)."""
+    return unit.kind == "list" and len(unit.items) >= 2

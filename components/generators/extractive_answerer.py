@@ -54,7 +54,7 @@ class ExtractiveAnswerer(MovedSettings):
     - When the answerability gate ran before it, its ranking (`state["answer_candidates"]`) decides: its best unit,
       then (up to `max_units`) runners-up scoring at least `min_relative_score` times the best, an honest "one of
       these" when the gate cannot tell them apart; a unit overlapping one already picked is skipped, and so is a
-      procedure (steps, code) of another section when the best is a procedure: one procedure per answer.
+      list of steps of another section when the best is one: one procedure per answer.
     - Without the gate's ranking, units are ranked by `own_ranking`: each gets `embedding_weight * cosine(query,
       unit) + lexical_weight * share of the query's content words in the unit`; units are taken best first while
       they score at least `min_score` and `min_relative_score` times the best, skipping overlapping units and
