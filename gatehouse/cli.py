@@ -189,17 +189,15 @@ def cmd_llm_install(args: argparse.Namespace) -> int:
 
 def cmd_llm_serve(args: argparse.Namespace) -> int:
     """`gatehouse llm serve`: llama.cpp's OpenAI-compatible server (xllamacpp) on 127.0.0.1 until Ctrl-C."""
-    import os
-
     from gatehouse.llm.models import model_file
-    from gatehouse.llm.server import ServeError, start_server, wait_for_signal
+    from gatehouse.llm.server import ServeError, default_threads, start_server, wait_for_signal
 
     path = Path(args.path) if args.path else model_file(args.model)
     if not args.path and not path.is_file():
         print(f"gatehouse: {args.model} is not installed; run: gatehouse llm install --model {args.model}",
               file=sys.stderr)
         return 2
-    threads = args.threads or os.cpu_count() or 1
+    threads = args.threads or default_threads()
     try:
         server = start_server(path, alias=args.model if not args.path else path.stem, port=args.port,
                               threads=threads, context=args.ctx, verbose=args.verbose)
@@ -415,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     llm_serve.add_argument("--model", default=DEFAULT_MODEL, choices=list(MODELS),
                            help=f"an installed model (default {DEFAULT_MODEL})")
     llm_serve.add_argument("--path", help="serve this GGUF file instead of an installed model")
-    llm_serve.add_argument("--threads", type=int, help="CPU threads (default: every core)")
+    llm_serve.add_argument("--threads", type=int,
+                           help="CPU threads (default: the cores the machine is not busy with, at least one)")
     llm_serve.add_argument("--ctx", type=int, default=DEFAULT_CONTEXT,
                            help=f"context window in tokens (default {DEFAULT_CONTEXT})")
     llm_serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")

@@ -203,3 +203,11 @@ Go to the sign-in page and click Forgot password. Enter the email address you si
 email and click the reset link. The link is valid for 60 minutes and can be used once. Choose a new password and
 confirm it.
 """
+
+
+@pytest.mark.parametrize(("cores", "load", "threads"), [(2, 0.05, 2), (2, 0.4, 2), (2, 1.3, 1), (2, 6.0, 1),
+                                                         (8, 2.2, 6), (1, 0.0, 1)])
+def test_serve_threads_leave_out_the_cores_the_machine_is_busy_with(cores, load, threads):
+    from gatehouse.llm.server import default_threads
+
+    assert default_threads(cores=cores, load=load) == threads

@@ -16,6 +16,22 @@ DEFAULT_CONTEXT = 4096
 DEFAULT_URL = f"http://{HOST}:{DEFAULT_PORT}/v1"
 
 
+def default_threads(cores: int | None = None, load: float | None = None) -> int:
+    """
+    The threads to serve with: the cores the machine is not busy with (its one-minute load average), at least one.
+
+    llama.cpp's threads meet at a barrier after every layer, so one thread the scheduler sets aside stalls the others:
+    on a machine busy with other work, two threads on two cores generate several times slower than one. On an idle
+    machine every core is used.
+
+    :param cores: The machine's cores; None: `os.cpu_count()`.
+    :param load: The one-minute load average; None: `os.getloadavg()`'s.
+    """
+    cores = cores or os.cpu_count() or 1
+    load = os.getloadavg()[0] if load is None else load
+    return max(1, min(cores, cores - round(load)))
+
+
 class ServeError(RuntimeError):
     """The server could not start; the message says why in one line."""
 
@@ -65,7 +81,7 @@ def start_server(
     :param model_path: The GGUF file.
     :param alias: The served model name.
     :param port: Port on 127.0.0.1.
-    :param threads: CPU threads; None uses every core (`os.cpu_count()`).
+    :param threads: CPU threads; None: `default_threads()`.
     :param context: Context window in tokens.
     :param verbose: llama.cpp's informational log on stderr.
     :returns: The running `xllamacpp.Server`.
@@ -81,7 +97,7 @@ def start_server(
             probe.bind((HOST, port))
         except OSError as error:
             raise ServeError(f"cannot listen on {HOST}:{port}: {error.strerror}") from error
-    params = server_params(model_path, alias=alias, port=port, threads=threads or os.cpu_count() or 1,
+    params = server_params(model_path, alias=alias, port=port, threads=threads or default_threads(),
                            context=context, verbose=verbose)
     import xllamacpp
 
