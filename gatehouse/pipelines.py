@@ -18,7 +18,7 @@ SUB_PIPELINE_MODULE = "gatehouse.components.pipelines."
 
 # Where the modules of the flat `components` package went when it became `gatehouse.components.<family>`.
 RENAMED_MODULES = {
-    "components.answerability_gate": "gatehouse.components.routers.answerability_gate",
+    "components.answerability_gate": "gatehouse.components.answerability.answerability_gate",
     "components.bm25_retriever": "gatehouse.components.retrievers.bm25_retriever",
     "components.citation_verifier": "gatehouse.components.validators.citation_verifier",
     "components.context_selector": "gatehouse.components.routers.context_selector",
@@ -65,6 +65,8 @@ RETIRED_CLASSES = {
         "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
         "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage` "
         "(docs/pipelines.md lists the settings of each)",
+    "gatehouse.components.routers.answerability_gate.AnswerabilityGate":
+        "gatehouse.components.answerability.answerability_gate.AnswerabilityGate (the gate has a family of its own)",
     "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
         "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
 }
@@ -228,7 +230,11 @@ def without_answer_cache(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _use_generator_profile(origin: str, spec: dict[str, Any], generator: str) -> None:
-    """Replace the pipeline spec's `generator` component (in a sub-pipeline too) by the profile's component spec."""
+    """
+    Replace the pipeline spec's `generator` component (in a sub-pipeline too) by the profile's component spec, and give
+    each component the profile's `llm_tiers` names (the condenser, the planner) the profile's `chat_generator` as its
+    LLM tier (their rules stay the fallback when it fails).
+    """
     profile_path = generator_profile_path(generator)
     if not profile_path.is_file():
         available = sorted(p.stem for p in profile_path.parent.glob("*.yml"))
@@ -243,8 +249,19 @@ def _use_generator_profile(origin: str, spec: dict[str, Any], generator: str) ->
     profile = yaml.safe_load(profile_path.read_text(encoding="utf-8"))
     if not isinstance(profile, dict) or not isinstance(profile.get("type"), str):
         raise PipelineYAMLError(f"{profile_path} must hold one component: its `type` and `init_parameters`.")
+    tiers = profile.pop("llm_tiers", None) or []
+    chat_generator = (profile.get("init_parameters") or {}).get("chat_generator")
+    if tiers and not isinstance(chat_generator, dict):
+        raise PipelineYAMLError(f"{profile_path}: `llm_tiers` needs the profile's own `chat_generator` to give them.")
     target.clear()
     target.update(profile)
+    for name in tiers:
+        try:
+            tier = component_spec(spec, str(name))
+        except KeyError:
+            raise PipelineYAMLError(f"{profile_path}: `llm_tiers` names {name!r}, which {origin} does not have.") \
+                from None
+        tier["init_parameters"] = {**(tier.get("init_parameters") or {}), "chat_generator": deepcopy(chat_generator)}
 
 
 def _outdated_types(node: Any):

@@ -117,6 +117,10 @@ def test_build_pipeline_with_a_changed_sub_pipeline_and_a_generator_profile():
     answer = pipeline.get_component("answer").pipeline
     assert answer.get_component("answerability").threshold == 0.2
     assert type(answer.get_component("generator")).__name__ == "LLMAnswerer"
+    # the profile's model condenses follow-ups and plans multi-part questions too (its `llm_tiers`)
+    for tier in ("condenser", "planner"):
+        assert type(pipeline.get_component(tier).chat_generator).__name__ == "OpenAICompatibleChatGenerator"
+        assert component_spec(spec, tier)["init_parameters"].get("chat_generator") is None
     assert component_spec(spec, "generator")["type"].endswith(".ExtractiveAnswerer")  # the spec given is unchanged
     with pytest.raises(PipelineYAMLError, match="no `generator` component"):
         load_pipeline("retrieve", generator="llm")
