@@ -125,6 +125,22 @@ def available_sets() -> list[Path]:
     return sorted(SETS_DIR.glob("*.yml"))
 
 
+def set_files(sets: list[str] | None) -> list[Path]:
+    """
+    The files of the sets asked for: every shipped set, or each named one (`httpx`) or YAML file (`my/set.yml`).
+
+    :raises ValueError: Naming a set that is neither shipped nor a file.
+    """
+    if not sets:
+        return available_sets()
+    shipped = {path.stem: path for path in available_sets()}
+    files = [Path(name) if name.endswith((".yml", ".yaml")) else shipped.get(name) for name in sets]
+    unknown = [name for name, path in zip(sets, files) if path is None or not path.is_file()]
+    if unknown:
+        raise ValueError(f"Unknown domain set {', '.join(unknown)}; known sets: {', '.join(shipped)} (or a YAML file).")
+    return files
+
+
 # -- judging --------------------------------------------------------------------------------------------------------
 _QUOTES = str.maketrans({"‘": "'", "’": "'", "“": '"', "”": '"', "–": "-", "—": "-", "\u00a0": " "})
 _MARKERS = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]", re.IGNORECASE)
@@ -286,10 +302,7 @@ def run_benchmark(
 
     generators = generators or ["extractive"]
     root = corpora_root(corpora)
-    chosen = [load_set(path) for path in available_sets() if not sets or path.stem in sets]
-    if sets and len(chosen) != len(sets):
-        known = ", ".join(path.stem for path in available_sets())
-        raise ValueError(f"Unknown domain set in {', '.join(sets)}; known sets: {known}.")
+    chosen = [load_set(path) for path in set_files(sets)]
     present, skipped = [], {}
     for domain in chosen:
         if domain.corpus != SAMPLE_CORPUS and not (root / domain.corpus).is_dir():
