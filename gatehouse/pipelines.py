@@ -18,7 +18,7 @@ SUB_PIPELINE_MODULE = "gatehouse.components.pipelines."
 
 # Where the modules of the flat `components` package went when it became `gatehouse.components.<family>`.
 RENAMED_MODULES = {
-    "components.answerability_gate": "gatehouse.components.answerability.answerability_gate",
+    "components.answerability_gate": "gatehouse.components.routers.answerability_gate",
     "components.bm25_retriever": "gatehouse.components.retrievers.bm25_retriever",
     "components.citation_verifier": "gatehouse.components.validators.citation_verifier",
     "components.context_selector": "gatehouse.components.routers.context_selector",
@@ -65,8 +65,6 @@ RETIRED_CLASSES = {
         "gatehouse.components.guardrails.input_guardrails.InputGuardrails for `stage: input` (the default) or "
         "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage` "
         "(docs/pipelines.md lists the settings of each)",
-    "gatehouse.components.routers.answerability_gate.AnswerabilityGate":
-        "gatehouse.components.answerability.answerability_gate.AnswerabilityGate (the gate has a family of its own)",
     "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
         "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
 }

@@ -8,13 +8,25 @@ from gatehouse.eval.domains_bench import (Case, Part, answer_correct, available_
 
 def test_the_shipped_sets_load_with_their_mix():
     sets = {path.stem: load_set(path) for path in available_sets()}
-    assert set(sets) == {"httpx", "prometheus", "18f_handbook", "sample"}
+    assert set(sets) == {"httpx", "prometheus", "18f_handbook", "sample", "poetry"}
     assert [name for name, domain in sets.items() if domain.role == "tune"] == ["httpx"]
+    assert [name for name, domain in sets.items() if domain.role == "heldout"] == ["poetry"]
     for domain in sets.values():
         kinds = [case.kind for case in domain.cases]
         assert len(kinds) >= 40 and {kinds.count(k) for k in ("unanswerable", "follow-up", "multi-part")} == {8}
         assert all(case.history for case in domain.cases if case.kind == "follow-up")
         assert all(len(case.parts) >= 2 for case in domain.cases if case.kind == "multi-part")
+
+
+def test_a_set_is_named_or_a_yaml_file(tmp_path):
+    from gatehouse.eval.domains_bench import set_files
+
+    own = tmp_path / "own.yml"
+    own.write_text("name: own\ncorpus: own\ncases: []\n")
+    assert [path.stem for path in set_files(["httpx", str(own)])] == ["httpx", "own"]
+    assert set_files(None) == available_sets()
+    with pytest.raises(ValueError, match="no_such"):
+        set_files(["no_such"])
 
 
 def test_load_set_refuses_a_case_without_a_kind(tmp_path):

@@ -41,10 +41,9 @@ from typing import Any, Callable
 
 from haystack import Document
 
-from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units
+from gatehouse.components.answer_units import PROCEDURE_QUESTION, AnswerUnit, answer_units, shown_text
 from gatehouse.components.routers.answerability_lexicon import Lexicon
 from gatehouse.components.terms import numbers, stem, tokens
-from gatehouse.components.text_units import strip_list_marker
 
 
 @dataclass
@@ -99,8 +98,7 @@ def answer_candidates(question: str, passages: list[Document], *, lexicon: Lexic
     q_entities = lexicon.stated_entities(question)
     answer_type = lexicon.expected_type(question)
     procedural = bool(PROCEDURE_QUESTION.search(question))
-    shown = [strip_list_marker(f"{u.lead} {u.text}" if u.lead and not u.text.startswith(u.lead) else u.text)
-             for u in units]
+    shown = [shown_text(u) for u in units]
     unit_terms = [{stem(w) for w in tokens(text)} for text in shown]
     context_terms = [{stem(w) for w in tokens(u.context)} for u in units]
     # Rarity among the candidates: a term in every unit is the topic, one in few units is the point.
