@@ -106,11 +106,25 @@ def test_run_a_part_leaning_on_a_pronoun_gets_the_previous_topic():
     "What is the uptime SLA and how long?",                         # too little to stand alone
     "What are the read and write timeouts?",                         # two words joined by "and": one thing
     "How do I present a client certificate to a server that requires one?",
+    "And by default, how long are idle connections kept?",          # a short opening that asks nothing
 ])
 def test_run_single_part_questions_are_not_planned(question):
     out = QueryPlanner().run(state=new_state(question))
     assert out == {"state": new_state(question) | {"path": out["state"]["path"]}}
     assert "plan" not in out["state"]
+
+
+def test_run_a_follow_up_is_split_only_where_the_users_own_words_are():
+    asked: list[str] = []
+    planner = QueryPlanner(chat_generator=scripted("1. Regarding uploads?\n2. What if the file is too large?", asked))
+    one = new_state("What if the file is larger than the limit?",
+                    condensed_query="Regarding uploads, what if the file is larger than the limit?")
+    assert "plan" not in planner.run(state=one)["state"]
+    two = new_state("and what is its default, and how do I change it?",
+                    condensed_query="what is the timeout's default, and how do I change the timeout?")
+    assert [p["query"] for p in planner.run(state=two)["state"]["plan"]["parts"]] == [
+        "What is the timeout's default?", "How do I change the timeout?"]
+    assert asked == []  # the user's own words had no joining word: the LLM tier is not asked either
 
 
 def test_run_golden_single_questions_planned_are_comparisons_or_lean_on_a_pronoun():

@@ -11,7 +11,7 @@ from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_gener
 from gatehouse.components.query.followup_rules import FollowUpRules
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.terms import DEFAULT_STOPWORDS, singular, tokenize
+from gatehouse.components.terms import DEFAULT_STOPWORDS, same_words, singular, tokenize
 
 DEFAULT_QUESTION_WORDS = ["what", "which", "how", "where", "when", "who", "why", "is", "are", "can", "could", "do",
                           "does", "did", "should", "will", "would", "if"]
@@ -60,7 +60,7 @@ _ITEM_SEPARATOR = re.compile(r"\s*(?:,\s*(?:and|or)?\s*(?:also\s+)?|\s+(?:and|or
 _OPENING_CUE = re.compile(r"^(?:please\s+)?(?:compare|contrast)\s+", re.IGNORECASE)
 MAX_ITEM_WORDS = 5
 #: A clause opened by one of these and not followed by an auxiliary ("when I pass a string, ...") is a condition of
-#: the question after it, not a question.
+#: the question after it, not a question; so is a short opening that asks nothing ("and by default, how long ...").
 _CONDITIONS = frozenset(["if", "when", "once", "while", "unless", "after", "before", "since"])
 _AUXILIARIES = frozenset("is are was were do does did can could will would should shall has have had may might "
                          "must".split())
@@ -222,8 +222,10 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
                     continue
                 number += 1  # a sentence's first question stands alone; later ones must carry their own subject
                 opening = tokenize(piece)[:2]
-                if position + 1 < len(pieces) and opening and opening[0] in _CONDITIONS and (
-                        len(opening) < 2 or opening[1] not in _AUXILIARIES):
+                if position + 1 < len(pieces) and opening and (
+                        (opening[0] in _CONDITIONS and (len(opening) < 2 or opening[1] not in _AUXILIARIES))
+                        or (not parts and not self._opens_question(piece)
+                            and len(self._content_terms(piece)) < self.min_part_terms)):
                     condition = f"{condition}{piece}, "
                     continue
                 piece, condition = condition + piece, ""
@@ -344,7 +346,8 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
         """
         Plan the question.
 
-        :param state: The request state; reads `condensed_query` (or `query`) and `mode`.
+        :param state: The request state; reads `condensed_query` (or `query`), `original_query` (a follow-up is
+            split only where the user's own words are) and `mode`.
         :param deadline: `time.monotonic()` by which the request must be answered (the LLM tier's calls fit in it).
         :returns: `state`, with `plan` when the question has several parts, else unchanged (but for a warning when
             the LLM tier failed).
@@ -354,7 +357,14 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
         if not self.enabled or state.get("mode", "full-corpus") != "full-corpus":
             return {"state": state}
         planned = self.plan(question)
+        # A follow-up the condenser put in context ("Regarding X, what if ...?") is as many questions as the user asked
+        own = str(state.get("original_query") or question)
+        followup = not same_words(own, question)
+        if planned is not None and followup and self.plan(own) is None:
+            planned = None
         if planned is None:
+            if followup and not any(cue.search(own) for cue in self._llm_cues):
+                return {"state": state}
             parts, warning = self._ask_llm(" ".join(question.split()), deadline)
             if parts is None:
                 return {"state": with_validation(state, "confidence_warnings", warning) if warning else state}
