@@ -153,6 +153,20 @@ def test_run_condense_standalone_unchanged(condenser, question):
     assert "condense_query" not in out["path"]
 
 
+@pytest.mark.parametrize(
+    ("previous", "question", "standalone"),
+    [
+        # "that proxy" points at the earlier turn's proxy, not at its first phrase: the question names its topic
+        ("How do I send all my requests through a proxy?", "What if that proxy requires a password?",
+         "What if that proxy requires a password?"),
+        ("How much does the basic tier cost for each request?", "and what limits does that tier have?",
+         "what limits does the basic tier have?"),
+    ],
+)
+def test_run_condense_a_demonstrative_points_at_the_phrase_it_names(condenser, previous, question, standalone):
+    assert condenser.run(state=new_state(question, history=history(previous)))["state"]["query"] == standalone
+
+
 def test_run_condense_without_history_unchanged(condenser):
     out = condenser.run(state=new_state("and how do I revoke it?"))["state"]
     assert out["query"] == "and how do I revoke it?"

@@ -259,6 +259,17 @@ class FollowUpRules:
         marked = [p for p in phrases if p.determiner or p.preposition]
         return (asked or named or marked or phrases)[0]
 
+    def _pointed_at(self, question: str, phrases: list[_Phrase]) -> _Phrase | None:
+        """The phrase a demonstrative of the question points at ("that *proxy*" after "through a proxy"), or None."""
+        tokens = _tokens(question)
+        for token, following in zip(tokens, tokens[1:]):
+            if token.lower in self._pronouns and token.lower in self._determiners and not following.broken:
+                head = self._terms.stem(following.lower)
+                pointed = next((p for p in phrases if p.head == head), None)
+                if pointed is not None:
+                    return pointed
+        return None
+
     def _mention(self, phrase: _Phrase) -> str:
         """How a phrase is mentioned again: with its article, or `the` after a question word."""
         if phrase.determiner in self._question_determiners:
@@ -357,10 +368,11 @@ class FollowUpRules:
         sources = list(reversed(resolved))
         if self.use_assistant_turns and history and history[-1].get("role") == "assistant":
             sources.insert(0, str(history[-1].get("content") or ""))
-        topic = next((self._topic(phrases) for phrases in map(self.noun_phrases, sources) if phrases), None)
-        if topic is None:
+        found = [phrases for phrases in map(self.noun_phrases, sources) if phrases]
+        if not found:
             return question
         body = self._strip_connective(question)
+        topic = self._pointed_at(body, [p for phrases in found for p in phrases]) or self._topic(found[0])
         previous = resolved[-1] if resolved else ""
         ellipsis = self._resolve_ellipsis(body, previous, self.noun_phrases(previous)) if previous else None
         if ellipsis is not None:
