@@ -238,7 +238,14 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_p50_s": round(percentile(latencies, 0.5), 3) if latencies else None,
         "prompt_tokens_p50": _p50([row["usage"].get("prompt_tokens") for row in rows if row.get("usage")]),
         "completion_tokens_p50": _p50([row["usage"].get("completion_tokens") for row in rows if row.get("usage")]),
+        "cached_prompt_share": _share_of(rows, "cached_prompt_tokens", "prompt_tokens"),
     }
+
+
+def _share_of(rows: list[dict[str, Any]], part: str, whole: str) -> float | None:
+    """The summed usage `part` over the summed usage `whole` of the rows (None without any `whole`)."""
+    total = sum(int((row.get("usage") or {}).get(whole) or 0) for row in rows)
+    return round(sum(int((row.get("usage") or {}).get(part) or 0) for row in rows) / total, 3) if total else None
 
 
 def _p50(values: list[Any]) -> float | None:
@@ -386,6 +393,8 @@ def format_table(report: dict[str, Any]) -> str:
             s = result["summary"]
             tokens = "-" if s["prompt_tokens_p50"] is None else f"{s['prompt_tokens_p50']:.0f} / " \
                                                                 f"{s['completion_tokens_p50']:.0f}"
+            if s.get("cached_prompt_share") is not None:
+                tokens += f" ({s['cached_prompt_share']:.0%} of prompt tokens cached)"
             lines.append(f"| {name} | {entry['role']} | {generator} | {_cell(s['answerable_correct'])} | "
                          f"{_cell(s['unanswerable_abstained'])} | {_cell(s['wrong_success'])} | "
                          f"{_cell(s['multi_turn_handled'])} | {s['latency_p50_s']} | {tokens} |")

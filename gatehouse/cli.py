@@ -46,8 +46,9 @@ def format_response(response: dict[str, Any]) -> str:
         f"  total: {meta['latency_ms'].get('total')} ms"
     )
     if meta.get("usage"):
-        lines.append(f"generator: {meta['generator']}  tokens: {meta['usage']['prompt_tokens']} prompt + "
-                     f"{meta['usage']['completion_tokens']} completion")
+        usage = meta["usage"]
+        lines.append(f"generator: {meta['generator']}  tokens: {usage['prompt_tokens']} prompt "
+                     f"({usage.get('cached_prompt_tokens') or 0} cached) + {usage['completion_tokens']} completion")
     warnings = response["validation"]["confidence_warnings"] + response["validation"]["boundary_violations"]
     if warnings:
         lines.append("warnings: " + "; ".join(warnings))

@@ -65,6 +65,16 @@ def test_judge_and_summarise():
     summary = summarise(rows)
     assert summary["answerable_correct"] == {"n": 2, "hits": 1, "share": 0.5}
     assert summary["wrong_success"]["hits"] == 1 and summary["latency_p50_s"] == 1.0
+    assert summary["prompt_tokens_p50"] is None and summary["cached_prompt_share"] is None  # no model ran
+
+
+def test_summarise_counts_tokens_and_the_share_read_from_the_prompt_cache():
+    rows = [{"kind": "answerable", "seconds": 1.0, "verdict": {},
+             "usage": {"prompt_tokens": p, "completion_tokens": 10, "cached_prompt_tokens": c}}
+            for p, c in ((400, 0), (300, 240), (500, 360))]
+    summary = summarise(rows)
+    assert summary["prompt_tokens_p50"] == 400 and summary["completion_tokens_p50"] == 10
+    assert summary["cached_prompt_share"] == 0.5  # 600 of 1,200
 
 
 def test_absent_corpus_is_skipped_with_the_reason(tmp_path):

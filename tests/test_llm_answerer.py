@@ -66,9 +66,9 @@ class StreamedReply:
         return {"replies": [reply(self.text)]}
 
 
-def reply(text: str, prompt_tokens: int = 120, completion_tokens: int = 14) -> ChatMessage:
+def reply(text: str, prompt_tokens: int = 120, completion_tokens: int = 14, cached_tokens: int = 0) -> ChatMessage:
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-             "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
+             "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
     return ChatMessage.from_assistant(text, meta={"usage": usage, "finish_reason": "stop"})
 
 
@@ -227,17 +227,18 @@ def test_normalize_markers(written, normalized):
 
 
 def test_run_answers_with_markers_and_counts_tokens():
-    generator = RecordedReplies([reply("Open Settings and click Rotate (S1).", 300, 12)])
+    generator = RecordedReplies([reply("Open Settings and click Rotate (S1).", 300, 12, cached_tokens=250)])
     state = new_state("How do I rotate an API key?", passages=PASSAGES,
                       usage={"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45})  # an earlier LLM tier
     out = LLMAnswerer(chat_generator=generator).run(state=state)["state"]
     assert out["answer"] == "Open Settings and click Rotate [S1]."
     assert out["generator"] == "llm" and out["path"] == ["start", "generate_llm"]
-    assert out["usage"] == {"prompt_tokens": 340, "completion_tokens": 17, "total_tokens": 357}
+    assert out["usage"] == {"prompt_tokens": 340, "completion_tokens": 17, "total_tokens": 357,
+                            "cached_prompt_tokens": 250}  # the server's prompt_tokens_details.cached_tokens
     assert "generation" in out["latency_ms"] and "status" not in out
     assert state["usage"]["prompt_tokens"] == 40 and "answer" not in state  # input not mutated
     response = ResponseBuilder().run(state={**out, "route": "retrieve"})["response"]
-    assert response["metadata"]["usage"] == {"prompt_tokens": 340, "completion_tokens": 17, "total_tokens": 357}
+    assert response["metadata"]["usage"] == out["usage"]
     assert ResponseBuilder().run(state=new_state("q", answer="a"))["response"]["metadata"]["usage"] is None
 
 
@@ -266,7 +267,7 @@ def test_run_not_found_reply_is_the_fallback():
         state=new_state("Can I pay with PayPal?", passages=PASSAGES))["state"]
     assert out["status"] == "fallback" and out["fallback"] is True and out["answer"] == FALLBACK_MESSAGE
     assert out["path"] == ["start", "generate_llm", "llm_not_found"]
-    assert out["usage"] == {"prompt_tokens": 200, "completion_tokens": 3, "total_tokens": 203}
+    assert out["usage"] == {"prompt_tokens": 200, "completion_tokens": 3, "total_tokens": 203, "cached_prompt_tokens": 0}
 
 
 def test_run_empty_reply_falls_back_to_extractive():
@@ -315,3 +316,7 @@ def test_run_real_xllamacpp_server(llm_env, smollm2_url):
     usage = out["usage"]  # the server's own counts: the prompt holds the system prompt and both passages
     assert usage["prompt_tokens"] > 300 and 0 < usage["completion_tokens"] <= 48
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    # the system prompt comes first and is the same for every request: the next one reads it from the prompt cache
+    again = answerer.run(state=new_state("How long is a rotated key valid?", passages=PASSAGES))["state"]["usage"]
+    system = len(DEFAULT_SYSTEM_PROMPT.split())
+    assert again["cached_prompt_tokens"] >= system and again["cached_prompt_tokens"] < again["prompt_tokens"]

@@ -59,7 +59,7 @@ DEFAULT_PASSAGE_TEMPLATE = "[{source_id}] {heading}\n{content}"
 #: `{content}`) and the `not_found_reply` the system prompt asks for.
 DEFAULT_PROMPT: dict[str, str] = {"system": DEFAULT_SYSTEM_PROMPT, "user": DEFAULT_USER_PROMPT,
                                   "passage": DEFAULT_PASSAGE_TEMPLATE, "not_found_reply": "NOT_FOUND"}
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_prompt_tokens")
 
 # Marker spellings small models use instead of `[S2]`: `[2]`, `[S 2]`, `[Source 2]`, `(S2)`, `(S1, S2)`.
 _NUMBERED_MARKER = re.compile(r"(?<!\w)\[\s*(?:sources?|src|s{1,2})?\s*(\d+)\s*\]", re.IGNORECASE)  # not `items[2]`
@@ -82,7 +82,8 @@ class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
     exactly `prompt.not_found_reply` is the fallback message with status `fallback`.
 
     The server's token counts (the reply's `meta["usage"]`) are added to the state's `usage`
-    (`prompt_tokens`, `completion_tokens`, `total_tokens`), which the response reports in `metadata.usage`.
+    (`prompt_tokens`, `completion_tokens`, `total_tokens`, `cached_prompt_tokens`), which the response reports in
+    `metadata.usage`.
 
     When the model fails (server down, timeout), the extractive answerer answers instead with status `partial` and a
     warning that says so (the exception goes to the log, never into the response), unless `fallback_to_extractive`
@@ -278,10 +279,16 @@ def _cut(text: str, words: int) -> str:
 
 
 def _add_usage(total: dict[str, int] | None, reply_usage: Any) -> dict[str, int] | None:
-    """The state's token counts plus one reply's (`prompt_tokens`, `completion_tokens`, `total_tokens`)."""
+    """
+    The state's token counts plus one reply's: `prompt_tokens`, `completion_tokens`, `total_tokens` and
+    `cached_prompt_tokens` (the prompt tokens the server read from its cache, its `prompt_tokens_details`).
+    """
     if not isinstance(reply_usage, dict):
         return total
+    details = reply_usage.get("prompt_tokens_details")
+    reply_counts = {**reply_usage, "cached_prompt_tokens": details.get("cached_tokens") if isinstance(details, dict)
+                    else None}
     summed = {key: int((total or {}).get(key) or 0) for key in USAGE_KEYS}
     for key in USAGE_KEYS:
-        summed[key] += int(reply_usage.get(key) or 0)
+        summed[key] += int(reply_counts.get(key) or 0)
     return summed

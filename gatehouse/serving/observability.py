@@ -171,7 +171,7 @@ def record_ask(response: Mapping[str, Any], *, query: str, log_queries: bool,
     if llm_failed:
         LLM_ERRORS.inc()
     usage = metadata.get("usage") or {}
-    for kind in ("prompt", "completion"):
+    for kind in ("prompt", "completion", "cached_prompt"):
         LLM_TOKENS.labels(kind=kind).inc(int(usage.get(f"{kind}_tokens") or 0))
     fields = {"status": status, "path": path, "attempts": metadata.get("attempts"), "kb": metadata.get("kb"),
               "tenant": metadata.get("tenant"), "generator": metadata.get("generator"),
