@@ -169,7 +169,8 @@ def split_units(
     Split markdown text into units: headings, list items and code/table blocks whole, paragraphs into sentences.
 
     Sentence and list-item texts have their whitespace collapsed to single spaces, so a unit is a substring of
-    the text once whitespace is normalised. Citation markers that follow a sentence end stay with that sentence.
+    the text once whitespace is normalised. Citation markers that follow a sentence end stay with that sentence;
+    markers on a line of their own after a code block or a table stay with that block.
 
     :param text: Markdown or plain text.
     :param abbreviations: Words after which a period does not end a sentence.
@@ -178,6 +179,11 @@ def split_units(
     """
     units: list[Unit] = []
     for block_index, (kind, block) in enumerate(_blocks(text or "")):
+        if kind == "paragraph" and units and units[-1].kind in ("code", "table") and block.strip() \
+                and not re.sub(citation_pattern, "", block).strip():
+            # the markers on a line of their own after a code block or table cite that block
+            units[-1] = units[-1]._replace(text=f"{units[-1].text}\n\n{block.strip()}")
+            continue
         if kind == "paragraph":
             for sentence in _sentence_spans(block, abbreviations, citation_pattern):
                 units.append(Unit("sentence", sentence, block_index))

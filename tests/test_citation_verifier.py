@@ -347,6 +347,15 @@ def test_run_unicode(verifier):
     assert out["citations"][0]["text"] == "API keys › Expiration"
 
 
+def test_run_a_code_block_is_cited_by_the_marker_on_the_line_after_it(verifier):
+    backup = Document(content="To back up the gateway, run:\n\n```shell\ngateway backup --to /var/backups\n```",
+                      meta={"source_id": "S1"})
+    answer = "To back up the gateway, run: [S1]\n\n```shell\ngateway backup --to /var/backups\n```\n\n[S1]"
+    out = verify(verifier, answer, passages=[backup])
+    assert out["answer"] == answer  # the block is kept whole, its marker once, on its own line
+    assert out["support"]["supported_ratio"] == 1.0 and out["citation_coverage"] == 1.0
+
+
 def test_run_after_assembler_and_extractive_answerer(verifier):
     documents = [
         Document(content=d.content, score=score, meta={k: v for k, v in d.meta.items() if k != "source_id"})
