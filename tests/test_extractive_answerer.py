@@ -262,3 +262,15 @@ def test_run_heads_a_list_without_a_lead_in_with_its_section():
     answer = ExtractiveAnswerer().answer("How do I create a key?", [create], [
         {"passage": 0, "first": steps.first, "last": steps.last, "score": 0.9, "kind": "list"}])
     assert answer.startswith("Create a key: [S2]\n\n1. Open **API keys**. [S2]")
+
+
+def test_run_shows_items_of_one_list_under_one_lead_in():
+    flow = passage("In general, a request through a proxy goes like this:\n\n1. The client connects to the proxy.\n"
+                   "2. The proxy connects to the server.\n3. The proxy relays the reply.", "S1")
+    items = [u for u in answer_units([flow]) if u.kind == "item"]
+    candidates = [{"passage": 0, "first": u.first, "last": u.last, "score": score, "kind": "item"}
+                  for u, score in zip((items[2], items[0]), (0.9, 0.85))]
+    answer = ExtractiveAnswerer(max_units=2, min_relative_score=0.5).answer("What does the proxy do?", [flow],
+                                                                          candidates)
+    assert answer == ("In general, a request through a proxy goes like this: [S1]\n\n"
+                      "1. The client connects to the proxy. [S1]\n3. The proxy relays the reply. [S1]")

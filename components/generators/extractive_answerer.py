@@ -185,7 +185,7 @@ class ExtractiveAnswerer(MovedSettings):
             return None
         if self.layout["order"] == "passage":
             picks = sorted(picks, key=lambda u: u.key)
-        return "\n\n".join(render(u, source[u.passage]) for u in picks)
+        return "\n\n".join(render(u, source[u.passage]) for u in _with_items_together(picks))
 
     def _more(self, query: str, units: list[AnswerUnit], picks: list[AnswerUnit]) -> list[AnswerUnit]:
         """Add units by this component's own score until `max_units`."""
@@ -218,3 +218,24 @@ class ExtractiveAnswerer(MovedSettings):
 
 def _overlaps(a: AnswerUnit, b: AnswerUnit) -> bool:
     return a.passage == b.passage and a.first <= b.last and b.first <= a.last
+
+
+def _with_items_together(picks: list[AnswerUnit]) -> list[AnswerUnit]:
+    """The picks with the items of one list shown as one list (its lead once, items in their order), where the
+    first of them was picked."""
+    lists: dict[tuple[int, str, str], list[AnswerUnit]] = {}
+    for unit in picks:
+        if unit.kind == "item":
+            lists.setdefault((unit.passage, unit.context, unit.lead), []).append(unit)
+    shown: list[AnswerUnit] = []
+    for unit in picks:
+        together = lists.get((unit.passage, unit.context, unit.lead)) if unit.kind == "item" else None
+        if not together or len(together) < 2:
+            shown.append(unit)
+        elif unit is together[0]:
+            ordered = sorted(together, key=lambda u: u.first)
+            items = tuple(item for u in ordered for item in u.items)
+            shown.append(AnswerUnit("list", unit.passage, ordered[0].first, ordered[-1].last,
+                                    "\n".join([unit.lead, *items]) if unit.lead else "\n".join(items), unit.context,
+                                    lead=unit.lead, items=items))
+    return shown
