@@ -42,6 +42,7 @@ from gatehouse.components.routers.answerability_gate import AnswerabilityGate
 from gatehouse.components.routers.answerability_model import DEFAULT_WEIGHTS, SIGNALS
 from gatehouse.eval.bench_files import configured_component
 from gatehouse.eval.datasets import EvalCase, _squad_paragraphs, data_root, squad_sample
+from gatehouse.eval.retrieval_bench import data_dir
 from gatehouse.pipelines import pipeline_path
 
 
@@ -102,28 +103,30 @@ def _questions(gate: AnswerabilityGate, cases: list[EvalCase], paragraphs: list[
 
 
 def domain_rows(gate: AnswerabilityGate, names: list[str], workdir: str | Path | None, pipeline: str | Path,
-                progress: bool) -> list[dict[str, Any]]:
+                progress: bool, corpora: str | Path | None = None) -> list[dict[str, Any]]:
     """
     Candidate rows of documentation question sets (`eval/sets/domains/`, role `tune` only): each answerable, follow-up
     and unanswerable question, and each part of a multi-part one asked alone, runs through the ask pipeline up to its
     passages (routing, retrieval, assembly as in production, in the domain benchmark's data folder); a candidate unit
     is positive when it holds the gold answer by the domain benchmark's judging rule.
 
+    :param names: Set names or YAML files (as `gatehouse bench domains --sets` takes them).
+    :param corpora: The folder of the documentation corpora (default: `docs_corpora` of the shared data folder).
     :raises ValueError: For a set that is not a tuning set (report sets never inform a fit).
     """
     from gatehouse.eval import domains_bench
     from gatehouse.ingest import ingest
     from gatehouse.pipelines import load_pipeline, without_answer_cache
 
-    sets = [domains_bench.load_set(path) for path in domains_bench.available_sets() if path.stem in names]
-    if len(sets) != len(names) or any(domain.role != "tune" for domain in sets):
+    sets = [domains_bench.load_set(path) for path in domains_bench.set_files(names)]
+    if any(domain.role != "tune" for domain in sets):
         raise ValueError(f"Only tuning sets may inform a fit; {', '.join(names)} must all be sets of role tune.")
     from gatehouse import settings
 
     work = Path(workdir).expanduser().resolve() if workdir else settings.data_dir() / "bench" / "domains"
-    root = domains_bench.corpora_root(None)
+    root = domains_bench.corpora_root(corpora)
     rows: list[dict[str, Any]] = []
-    with domains_bench._data_dir(work / "data"):
+    with data_dir(work / "data"):
         for domain in sets:
             ingest(domains_bench._groups(domain, root), progress=False)
         spec = without_answer_cache(yaml.safe_load(pipeline_path(pipeline).read_text(encoding="utf-8")))

@@ -506,8 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     answerability.add_argument("--fit", action="store_true", help="fit weights, bias and threshold on tune")
     answerability.add_argument("--max-false-abstention", type=float, default=0.15,
                                help="with --fit: largest false abstention rate on tune (default 0.15)")
-    answerability.add_argument("--domains", help="documentation sets of role tune (eval/sets/domains/) that join the "
-                                                 "fit and set the success threshold, e.g. httpx")
+    answerability.add_argument("--domains", help="documentation sets of role tune (eval/sets/domains/, or YAML files) "
+                                                 "that join the fit and set the success threshold, e.g. httpx")
     answerability.add_argument("--domains-workdir", help="the domain benchmark's workdir (default "
                                                          "<data dir>/bench/domains)")
     answerability.add_argument("--max-wrong-success", type=float, default=0.04,

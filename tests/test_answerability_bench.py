@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from gatehouse.components.routers.answerability_gate import AnswerabilityGate
-from gatehouse.eval.answerability_bench import _auc, choose_threshold, format_table, run_benchmark
+from gatehouse.eval.answerability_bench import _auc, choose_threshold, domain_rows, format_table, run_benchmark
 from gatehouse.eval.latency_bench import without_answer_checks
 from gatehouse.pipelines import component_spec, load_pipeline, pipeline_path, sub_pipeline_spec
 
@@ -41,6 +41,30 @@ def test_run_benchmark_tunes_and_reports_on_different_articles():
     pasted = yaml.safe_load(table.split("paste under answerability.init_parameters:")[1])
     gate = AnswerabilityGate(**pasted)
     assert gate.model == {"weights": report["fitted"]["weights"], "bias": report["fitted"]["bias"]}
+
+
+def test_domain_rows_label_the_candidates_of_a_tuning_set(tmp_path):
+    corpora = tmp_path / "corpora"
+    (corpora / "tools").mkdir(parents=True)
+    (corpora / "tools" / "backups.md").write_text(
+        "# Backups\n\n## Retention\n\nNightly backups are kept for 14 days. Weekly backups are kept for a year.\n\n"
+        "## Restore\n\nTo restore a backup, open Backups and click Restore.\n", encoding="utf-8")
+    cases = [{"id": "t-a1", "kind": "answerable", "question": "How long are nightly backups kept?",
+              "answer": "14 days", "sources": ["backups.md"]},
+             {"id": "t-u1", "kind": "unanswerable", "question": "Can backups be encrypted with my own key?"}]
+    tune = tmp_path / "tools.yml"
+    tune.write_text(yaml.safe_dump({"name": "tools", "corpus": "tools", "kb": "tools", "role": "tune",
+                                    "cases": cases}), encoding="utf-8")
+    gate = AnswerabilityGate()
+    rows = domain_rows(gate, [str(tune)], tmp_path / "work", "ask", False, corpora=corpora)
+    answerable, unanswerable = rows
+    assert answerable["answerable"] and answerable["gold_retrieved"]
+    assert any(c["positive"] and "14 days" in c["text"] for c in answerable["candidates"])
+    assert not unanswerable["answerable"] and not any(c["positive"] for c in unanswerable["candidates"])
+    report_set = tmp_path / "report.yml"
+    report_set.write_text(tune.read_text(encoding="utf-8").replace("role: tune", "role: report"), encoding="utf-8")
+    with pytest.raises(ValueError, match="tuning sets"):
+        domain_rows(gate, [str(report_set)], tmp_path / "work", "ask", False, corpora=corpora)
 
 
 def test_latency_baseline_leaves_out_the_answer_checks_and_still_loads(tmp_path):
