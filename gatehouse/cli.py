@@ -206,7 +206,8 @@ def cmd_llm_serve(args: argparse.Namespace) -> int:
         print(f"gatehouse: {error}", file=sys.stderr)
         return 2
     url = f"{server.listening_address}/v1"
-    print(f"serving {path} at {url} ({threads} threads, context {args.ctx} tokens); Ctrl-C stops it")
+    cores = "1 thread" if threads == 1 else f"{threads} threads"
+    print(f"serving {path} at {url} ({cores}, context {args.ctx} tokens); Ctrl-C stops it")
     print('answer with it: gatehouse ask --generator llm "..."'
           + (f" with GATEHOUSE_LLM_URL={url}" if args.port != DEFAULT_PORT else ""), flush=True)
     wait_for_signal()
