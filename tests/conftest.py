@@ -5,6 +5,7 @@ The embedding cache of the session's data directory is shared by the tests that 
 another data directory, so the sample KBs' chunks and sentences are encoded once per session, not once per test.
 """
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -35,3 +36,16 @@ def smollm2_url():
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         del server
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL primary and hot standby on loopback for the session (`postgres_server.PostgresCluster`)."""
+    from postgres_server import ServerUnavailable, postgres_cluster
+
+    with contextlib.ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(postgres_cluster())
+        except ServerUnavailable as error:
+            pytest.skip(f"no PostgreSQL server: {error}")
+        yield cluster
