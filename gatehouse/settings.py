@@ -94,6 +94,11 @@ def elasticsearch_url() -> str | None:
     return os.environ.get("GATEHOUSE_ELASTICSEARCH_URL") or None
 
 
+def postgres_url() -> str | None:
+    """The PostgreSQL database holding every chunk (dense, lexical, sentences), or None for the local store."""
+    return os.environ.get("GATEHOUSE_POSTGRES_URL") or None
+
+
 def llama_model_path() -> str | None:
     """The GGUF model for the local llama.cpp generator, or None when none is available."""
     configured = os.environ.get("GATEHOUSE_LLAMA_MODEL")

@@ -49,6 +49,13 @@ class DataDirInUseError(DataDirError):
         )
 
 
+class StoreUnavailableError(DataDirError):
+    """
+    The store's database cannot be used (unreachable, refusing, or lacking an extension): one line naming the server
+    (without its password), the cause and the fix, answered like a data directory problem (exit status 2, HTTP 503).
+    """
+
+
 def _read_only(folder: Path, detail: str) -> DataDirError:
     return DataDirError(f"the data directory {folder} is read-only ({detail}): make it writable for this user "
                         f"{DATA_DIR_FIX}")

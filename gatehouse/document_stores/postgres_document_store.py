@@ -1,0 +1,476 @@
+"""
+The shared store: every chunk in one PostgreSQL table, with its dense vector (pgvector, HNSW), its sentences'
+vectors, a full-text vector and trigrams of its indexed text (pg_trgm), so several `gatehouse serve` processes can
+work over one database.
+
+A chunk row holds `id`, `content`, `meta` (JSONB, with expression indexes on `tenant`, `kb` and `doc_id`),
+`embedding`, `sentences` (the vectors of its sentences, for the best-sentence score) and two generated columns over
+the `indexed_fields` (title, section and content): `indexed` (its text, trigram-indexed) and `search` (its
+`tsvector`). A second table holds one write counter per (tenant, kb), moved from a sequence in the same transaction
+as the chunks it counts, so caches of derived data (answer cache, KB profiles) in any process see every write.
+
+Every write is one transaction: `replace_documents` deletes a document's earlier chunks, inserts the new ones and
+moves the counters together (writers of one document wait for each other), so a killed process or server leaves
+whole documents only. Each thread has its own connection; a database that cannot be reached or used is a
+`StoreUnavailableError` naming the server without its password.
+
+Haystack filters are translated by pgvector-haystack's filter module (`meta.<key>` as `meta->>'key'`: `==`, `!=`,
+`in`, `not in`, ranges, `AND`, `OR`).
+
+Usage:
+```python
+from gatehouse.document_stores.postgres_document_store import PostgresDocumentStore
+
+store = PostgresDocumentStore(url="postgresql://gatehouse@db.internal/gatehouse", embedding_dim=384)
+store.replace_documents("public/faq/keys.md", chunks, sentence_embeddings={chunk.id: vectors})
+store.embedding_retrieval(vector, filters={"field": "meta.tenant", "operator": "in", "value": ["public"]}, top_k=5)
+store.bm25_retrieval("rotate api key", filters=filters, top_k=5)               # full text, any of the words
+store.bm25_retrieval("rotaton", filters=filters, top_k=5, analysis="ngrams")    # trigrams: spelling variants
+```
+"""
+
+import contextlib
+import json
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import psycopg
+from haystack import Document, default_from_dict, default_to_dict
+from haystack.document_stores.errors import DuplicateDocumentError
+from haystack.document_stores.types import DuplicatePolicy
+from haystack_integrations.document_stores.pgvector.filters import _convert_filters_to_where_clause_and_params
+from pgvector.psycopg import register_vector
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from gatehouse import settings
+from gatehouse.document_stores.edge_document_store import SharedDocument
+from gatehouse.document_stores.edge_shard import ANALYSES
+from gatehouse.document_stores.errors import StoreUnavailableError
+
+EXTENSIONS = ("vector", "pg_trgm")
+TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+FIELD = re.compile(r"content|meta\.[A-Za-z0-9_]+")
+WORDS = re.compile(r"\w+")
+MAX_QUERY_WORDS = 64
+
+
+def _where(filters: dict[str, Any] | None, extra: sql.Composable = sql.SQL("TRUE")
+           ) -> tuple[sql.Composable, tuple[Any, ...]]:
+    """A WHERE clause of `extra` (its parameters come first) and the Haystack `filters`, with their parameters."""
+    if not filters:
+        return sql.SQL(" WHERE ") + extra, ()
+    clause, params = _convert_filters_to_where_clause_and_params(filters, operator="AND")
+    return sql.SQL(" WHERE ") + extra + clause, params
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, to name the server in an error."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "the configured PostgreSQL URL"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+class PostgresDocumentStore:
+    """
+    Chunks with their dense, sentence, full-text and trigram search in one PostgreSQL table; write counters per
+    (tenant, kb); one transaction per write. Filters use Haystack's syntax.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        table: str = "gatehouse_chunks",
+        embedding_dim: int = 384,
+        language: str = "english",
+        indexed_fields: list[str] | None = None,
+    ) -> None:
+        """
+        :param url: The database URL (`postgresql://user:password@host:port/database`); None reads
+            `GATEHOUSE_POSTGRES_URL`.
+        :param table: The chunk table (lower-case letters, digits and `_`); the counters are `<table>_generations`.
+        :param embedding_dim: Size of the dense and sentence vectors (384 for all-MiniLM-L6-v2).
+        :param language: PostgreSQL text search configuration of the full-text search (stemming, stopwords).
+        :param indexed_fields: What the full-text and trigram search cover: `content` and/or `meta.<key>`; defaults
+            to `["meta.title", "meta.section", "content"]`.
+        The table is created on first use; opening it with another vector size or other indexed fields is an error.
+        :raises ValueError: On a bad table name, vector size, language or indexed field.
+        :raises StoreUnavailableError: When the database cannot be reached or lacks the vector or pg_trgm extension.
+        """
+        if not TABLE_NAME.fullmatch(table):
+            raise ValueError(f"Bad table name {table!r}: use lower-case letters, digits and _ (at most 41).")
+        if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or not 0 < embedding_dim <= 16000:
+            raise ValueError(f"embedding_dim must be a whole number from 1 to 16000, got {embedding_dim!r}.")
+        self.indexed_fields = indexed_fields or ["meta.title", "meta.section", "content"]
+        bad = [field for field in self.indexed_fields if not isinstance(field, str) or not FIELD.fullmatch(field)]
+        if bad:
+            raise ValueError(f"Bad indexed_fields {bad}: use content or meta.<key> (letters, digits, _).")
+        self.url = url
+        self.table = table
+        self.embedding_dim = embedding_dim
+        self.language = language
+        self._url = url or settings.postgres_url() or ""
+        if not self._url:
+            raise ValueError("The PostgreSQL store needs GATEHOUSE_POSTGRES_URL or url.")
+        self._local = threading.local()
+        self._connections: list[psycopg.Connection] = []
+        self._lock = threading.Lock()
+        self._names = {"table": sql.Identifier(table), "generations": sql.Identifier(f"{table}_generations"),
+                       "sequence": sql.Identifier(f"{table}_generation")}
+        self._set_up()
+
+    # -- connections ------------------------------------------------------------------------------------------
+    def _unavailable(self, error: BaseException, doing: str) -> StoreUnavailableError:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return StoreUnavailableError(f"the PostgreSQL store at {_redacted(self._url)} cannot be used ({doing}: "
+                                     f"{detail}): start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
+
+    def _connection(self) -> psycopg.Connection:
+        """This thread's connection (a new one when it has none or it broke)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None and not connection.closed and not connection.broken:
+            return connection
+        try:
+            connection = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+            register_vector(connection)
+            connection.execute("SET hnsw.iterative_scan = relaxed_order")  # a selective tenant filter fills top_k
+        except psycopg.Error as error:
+            raise self._unavailable(error, "connecting") from error
+        self._local.connection = connection
+        with self._lock:
+            self._connections.append(connection)
+        return connection
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str) -> Iterator[psycopg.Cursor]:
+        """A cursor in one transaction; a lost or refused connection becomes a `StoreUnavailableError`."""
+        connection = self._connection()
+        try:
+            with connection.transaction(), connection.cursor() as cursor:
+                yield cursor
+        except psycopg.OperationalError as error:
+            raise self._unavailable(error, doing) from error
+
+    def close(self) -> None:
+        """Close every connection this store opened (each thread opens a new one when it next needs it)."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+
+    # -- schema -----------------------------------------------------------------------------------------------
+    def _indexed_text(self) -> sql.Composable:
+        parts = [sql.SQL("coalesce(content, '')") if field == "content" else
+                 sql.SQL("coalesce(meta->>{}, '')").format(sql.Literal(field.removeprefix("meta.")))
+                 for field in self.indexed_fields]
+        return sql.SQL(" || ' ' || ").join(parts)
+
+    def _set_up(self) -> None:
+        """Create the extensions, tables, sequence and indexes that are missing (once, under a lock)."""
+        try:
+            with psycopg.connect(self._url, autocommit=True, connect_timeout=10) as connection:
+                installed = {row[0] for row in connection.execute("SELECT extname FROM pg_extension")}
+                for extension in EXTENSIONS:
+                    if extension not in installed:
+                        try:
+                            connection.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(
+                                sql.Identifier(extension)))
+                        except psycopg.Error as error:
+                            raise StoreUnavailableError(
+                                f"the PostgreSQL database at {_redacted(self._url)} lacks the {extension} extension "
+                                f"and this user cannot create it ({str(error).strip().splitlines()[0]}): run "
+                                f"CREATE EXTENSION {extension}; as a superuser in that database") from error
+                try:
+                    connection.execute("SELECT %s::regconfig", (self.language,))
+                except psycopg.errors.UndefinedObject as error:
+                    raise ValueError(f"Unknown text search language {self.language!r}: see "
+                                     "SELECT cfgname FROM pg_ts_config;") from error
+                if connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
+                    with connection.transaction():
+                        connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
+                        self._create(connection)
+                self._check(connection)
+        except psycopg.Error as error:
+            raise self._unavailable(error, "opening its tables") from error
+
+    def _create(self, connection: psycopg.Connection) -> None:
+        text = self._indexed_text()
+        names = {**self._names, "dim": sql.Literal(self.embedding_dim), "text": text,
+                 "language": sql.Literal(self.language), "settings": sql.Literal(json.dumps(self._settings()))}
+        statements = [
+            "CREATE TABLE IF NOT EXISTS {table} (id text PRIMARY KEY, content text, meta jsonb NOT NULL, "
+            "embedding vector({dim}), sentences vector({dim})[], "
+            "indexed text GENERATED ALWAYS AS ({text}) STORED, "
+            "search tsvector GENERATED ALWAYS AS (to_tsvector({language}::regconfig, {text})) STORED)",
+            "CREATE INDEX IF NOT EXISTS {table_embedding} ON {table} USING hnsw (embedding vector_cosine_ops)",
+            "CREATE INDEX IF NOT EXISTS {table_search} ON {table} USING gin (search)",
+            "CREATE INDEX IF NOT EXISTS {table_trigrams} ON {table} USING gin (indexed gin_trgm_ops)",
+            "CREATE INDEX IF NOT EXISTS {table_tenant_kb} ON {table} ((meta->>'tenant'), (meta->>'kb'))",
+            "CREATE INDEX IF NOT EXISTS {table_doc_id} ON {table} ((meta->>'doc_id'))",
+            "CREATE TABLE IF NOT EXISTS {generations} (tenant text, kb text, value bigint NOT NULL, "
+            "PRIMARY KEY (tenant, kb))",
+            "CREATE SEQUENCE IF NOT EXISTS {sequence}",
+            "COMMENT ON TABLE {table} IS {settings}",
+        ]
+        indexes = {f"table_{name}": sql.Identifier(f"{self.table}_{name}")
+                   for name in ("embedding", "search", "trigrams", "tenant_kb", "doc_id")}
+        for statement in statements:
+            connection.execute(sql.SQL(statement).format(**names, **indexes))
+
+    def _settings(self) -> dict[str, Any]:
+        """What the table is created with and must be opened with (kept as the table's comment)."""
+        return {"embedding_dim": self.embedding_dim, "language": self.language, "indexed_fields": self.indexed_fields}
+
+    def _check(self, connection: psycopg.Connection) -> None:
+        """Refuse a table created with other settings, naming them."""
+        comment = connection.execute("SELECT obj_description(%s::regclass, 'pg_class')", (self.table,)).fetchone()[0]
+        try:
+            stored = json.loads(comment or "")
+        except ValueError:
+            stored = None
+        if not isinstance(stored, dict):
+            raise ValueError(f"The PostgreSQL table {self.table} was not created by Gatehouse: name another table.")
+        other = {key: value for key, value in stored.items() if self._settings().get(key) != value}
+        if other:
+            named = ", ".join(f"{key} {value}" for key, value in sorted(other.items()))
+            raise ValueError(f"The PostgreSQL table {self.table} was created with other settings ({named}): use "
+                             "them, or another table.")
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def _documents(self, rows: list[tuple[Any, ...]]) -> list[Document]:
+        return [SharedDocument(id=row[0], content=row[1], meta=row[2] or {}, score=row[3] if len(row) > 3 else None)
+                for row in rows]
+
+    def count_documents(self) -> int:
+        """The number of stored chunks."""
+        with self._transaction("counting") as cursor:
+            return cursor.execute(sql.SQL("SELECT count(*) FROM {table}").format(**self._names)).fetchone()[0]
+
+    def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
+        """Chunks matching Haystack filters (all when None), sorted by id, without embeddings."""
+        where, params = _where(filters)
+        query = sql.SQL("SELECT id, content, meta FROM {table}").format(**self._names) + where + sql.SQL(" ORDER BY id")
+        with self._transaction("reading") as cursor:
+            return self._documents(cursor.execute(query, params).fetchall())
+
+    def metadata_counts(self, fields: list[str]) -> dict[tuple[Any, ...], int]:
+        """
+        How many chunks hold each combination of values of the metadata `fields` (e.g. `["tenant", "kb"]`).
+
+        :param fields: Metadata keys (without `meta.`).
+        :returns: Chunk count per tuple of values (None where a chunk lacks the key).
+        """
+        columns = sql.SQL(", ").join(sql.SQL("meta->>{}").format(sql.Literal(field)) for field in fields)
+        groups = sql.SQL(", ").join(sql.Literal(position) for position in range(1, len(fields) + 1))
+        query = sql.SQL("SELECT {columns}, count(*) FROM {table} GROUP BY {groups}").format(
+            columns=columns, groups=groups, **self._names)
+        with self._transaction("counting") as cursor:
+            return {tuple(row[:-1]): row[-1] for row in cursor.execute(query).fetchall()}
+
+    def kb_generations(self) -> dict[tuple[str, str], int]:
+        """A write counter per (tenant, kb) that every write to or deletion from the KB moves, in any process."""
+        query = sql.SQL("SELECT tenant, kb, value FROM {generations}").format(**self._names)
+        with self._transaction("reading the write counters") as cursor:
+            return {(tenant, kb): value for tenant, kb, value in cursor.execute(query).fetchall()}
+
+    def embedding_retrieval(
+        self, query_embedding: list[float], filters: dict[str, Any] | None = None, top_k: int = 10
+    ) -> list[Document]:
+        """
+        The `top_k` chunks nearest to `query_embedding` among those matching `filters`.
+
+        :returns: Documents with `score` (cosine similarity), best first.
+        :raises ValueError: If the vector's size is not the store's.
+        """
+        if top_k <= 0:
+            return []
+        vector = self._vector(query_embedding)
+        where, params = _where(filters, sql.SQL("embedding IS NOT NULL"))
+        query = (sql.SQL("SELECT id, content, meta, 1 - (embedding <=> %s) FROM {table}").format(**self._names)
+                 + where + sql.SQL(" ORDER BY embedding <=> %s LIMIT %s"))
+        with self._transaction("searching") as cursor:
+            return self._documents(cursor.execute(query, (vector, *params, vector, top_k)).fetchall())
+
+    def bm25_retrieval(
+        self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, analysis: str = "words"
+    ) -> list[Document]:
+        """
+        The `top_k` chunks by lexical score among those matching `filters`; chunks scoring 0 are left out.
+
+        :param analysis: `words` (full text: stemmed words, any of them, ranked by `ts_rank` normalised by length) or
+            `ngrams` (trigram word similarity of the query to the indexed text: spelling and word-form variants).
+        :returns: Documents with `score`, best first.
+        """
+        if analysis not in ANALYSES:
+            raise ValueError(f"Unknown analysis '{analysis}'. Use one of: {', '.join(ANALYSES)}.")
+        words = list(dict.fromkeys(WORDS.findall(query.lower())))[:MAX_QUERY_WORDS]
+        if top_k <= 0 or not words:
+            return []
+        if analysis == "words":
+            language = sql.Literal(self.language)
+            matched = sql.SQL("websearch_to_tsquery({}::regconfig, %s)").format(language)
+            score = sql.SQL("ts_rank(search, {}, 1)").format(matched)
+            where, params = _where(filters, sql.SQL("search @@ ") + matched)
+            text = " or ".join(words)
+            query_params: tuple[Any, ...] = (text, text, *params)
+        else:
+            score = sql.SQL("word_similarity(%s, indexed)")
+            where, params = _where(filters, sql.SQL("%s <%% indexed"))
+            text = " ".join(words)
+            query_params = (text, text, *params)
+        statement = (sql.SQL("SELECT id, content, meta, {score} AS score FROM {table}").format(score=score,
+                                                                                            **self._names)
+                     + where + sql.SQL(" ORDER BY score DESC, id LIMIT %s"))
+        with self._transaction("searching") as cursor:
+            rows = cursor.execute(statement, (*query_params, top_k)).fetchall()
+        return [document for document in self._documents(rows) if document.score > 0.0]
+
+    def similarities(self, query_embedding: list[float], ids: list[str]) -> dict[str, tuple[float, float | None]]:
+        """
+        The query's cosine to each chunk's vector and to its best sentence (None without sentence vectors).
+
+        :param ids: Chunk ids.
+        :returns: Chunk id to `(chunk similarity, best sentence similarity)`.
+        """
+        if not ids:
+            return {}
+        vector = self._vector(query_embedding)
+        query = sql.SQL("SELECT id, 1 - (embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) "
+                        "FROM unnest(sentences) AS sentence) FROM {table} WHERE id = ANY(%s) "
+                        "AND embedding IS NOT NULL").format(**self._names)
+        with self._transaction("searching") as cursor:
+            rows = cursor.execute(query, (vector, vector, list(ids))).fetchall()
+        return {chunk: (cosine, best) for chunk, cosine, best in rows}
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def write_documents(
+        self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE,
+        sentence_embeddings: dict[str, Any] | None = None,
+    ) -> int:
+        """
+        Write documents in one transaction (all or nothing), with their KBs' write counters.
+
+        :param policy: `NONE`/`FAIL` raise on an existing id, `SKIP` keeps the stored one, `OVERWRITE` replaces it.
+        :param sentence_embeddings: Document id to the vectors of its sentences (rows), for `similarities`.
+        :returns: The number of documents written.
+        :raises DuplicateDocumentError: On an existing id with policy `NONE` or `FAIL`.
+        """
+        rows = self._rows(documents, sentence_embeddings or {})
+        if not rows:
+            return 0
+        with self._transaction("writing") as cursor:
+            ids = [row[0] for row in rows]
+            existing = {row[0] for row in cursor.execute(
+                sql.SQL("SELECT id FROM {table} WHERE id = ANY(%s) FOR UPDATE").format(**self._names), (ids,))}
+            if existing and policy in (DuplicatePolicy.NONE, DuplicatePolicy.FAIL):
+                raise DuplicateDocumentError(f"A document with id '{min(existing)}' already exists.")
+            if policy == DuplicatePolicy.SKIP:
+                rows = [row for row in rows if row[0] not in existing]
+            written = {row[0] for row in rows}
+            kbs = self._delete_where(cursor, sql.SQL(" WHERE id = ANY(%s)"), (list(written),))[1]
+            self._insert(cursor, rows)
+            self._bump(cursor, kbs | self._kbs([doc for doc in documents if doc.id in written]))
+        return len(rows)
+
+    def replace_documents(
+        self, doc_id: str, documents: list[Document], sentence_embeddings: dict[str, Any] | None = None
+    ) -> int:
+        """
+        Make `documents` the chunks of `meta.doc_id == doc_id` in one transaction: the earlier chunks go, the new
+        ones come and the counters move together (writers of one document wait for each other).
+
+        :param doc_id: The source document's id; every one of `documents` must carry it in `meta["doc_id"]`.
+        :returns: How many chunks of the earlier version were removed.
+        """
+        if any(doc.meta.get("doc_id") != doc_id for doc in documents):
+            raise ValueError(f"replace_documents: every chunk must have meta['doc_id'] == {doc_id!r}.")
+        rows = self._rows(documents, sentence_embeddings or {})
+        with self._transaction("writing") as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.table, doc_id))
+            removed, kbs = self._delete_where(cursor, sql.SQL(" WHERE meta->>'doc_id' = %s OR id = ANY(%s)"),
+                                              (doc_id, [row[0] for row in rows]))
+            self._insert(cursor, rows)
+            self._bump(cursor, kbs | self._kbs(documents))
+        return len(set(removed) - {row[0] for row in rows})
+
+    def delete_documents(self, document_ids: list[str]) -> None:
+        """Delete documents by id (unknown ids are ignored), moving their KBs' counters in the same transaction."""
+        if document_ids:
+            with self._transaction("deleting") as cursor:
+                self._bump(cursor, self._delete_where(cursor, sql.SQL(" WHERE id = ANY(%s)"), (list(document_ids),))[1])
+
+    def delete_by_filter(self, filters: dict[str, Any]) -> int:
+        """Delete the chunks matching `filters`, moving their KBs' counters; returns how many."""
+        where, params = _where(filters)
+        with self._transaction("deleting") as cursor:
+            removed, kbs = self._delete_where(cursor, where, params)
+            self._bump(cursor, kbs)
+        return len(removed)
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+    def _vector(self, embedding: Any) -> np.ndarray:
+        vector = np.asarray(embedding, dtype=np.float32)
+        if vector.shape != (self.embedding_dim,):
+            raise ValueError(f"The vector has {vector.size} values; the store holds vectors of {self.embedding_dim}.")
+        return vector
+
+    def _rows(self, documents: list[Document], sentence_embeddings: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of `documents` (a repeated id keeps the last)."""
+        if not isinstance(documents, list) or any(not isinstance(doc, Document) for doc in documents):
+            raise ValueError("write_documents expects a list of Documents.")
+        rows: dict[str, tuple[Any, ...]] = {}
+        for document in documents:
+            embedding = None if document.embedding is None else self._vector(document.embedding)
+            sentences = sentence_embeddings.get(document.id)
+            vectors = None if sentences is None or not len(sentences) else [self._vector(row) for row in sentences]
+            rows[document.id] = (document.id, document.content, Jsonb(document.meta), embedding, vectors)
+        return list(rows.values())
+
+    def _insert(self, cursor: psycopg.Cursor, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            cursor.executemany(sql.SQL("INSERT INTO {table} (id, content, meta, embedding, sentences) "
+                                       "VALUES (%s, %s, %s, %s, %s)").format(**self._names), rows)
+
+    def _delete_where(self, cursor: psycopg.Cursor, where: sql.Composable, params: tuple[Any, ...]
+                      ) -> tuple[list[str], set[tuple[str, str]]]:
+        """Delete the chunks matching `where`; their ids and their (tenant, kb) pairs."""
+        query = (sql.SQL("DELETE FROM {table}").format(**self._names) + where
+                 + sql.SQL(" RETURNING id, coalesce(meta->>'tenant', ''), coalesce(meta->>'kb', '')"))
+        rows = cursor.execute(query, params).fetchall()
+        return [row[0] for row in rows], {(row[1], row[2]) for row in rows}
+
+    @staticmethod
+    def _kbs(documents: list[Document]) -> set[tuple[str, str]]:
+        return {(str(doc.meta.get("tenant") or ""), str(doc.meta.get("kb") or "")) for doc in documents}
+
+    def _bump(self, cursor: psycopg.Cursor, kbs: set[tuple[str, str]]) -> None:
+        """Move the counters of `kbs` to new values of the sequence (in a fixed order: no deadlock between writers)."""
+        if kbs:
+            tenants, names = zip(*sorted(kbs), strict=True)
+            cursor.execute(sql.SQL(
+                "INSERT INTO {generations} (tenant, kb, value) SELECT tenant, kb, nextval({sequence_name}) "
+                "FROM unnest(%s::text[], %s::text[]) AS kbs(tenant, kb) "
+                "ON CONFLICT (tenant, kb) DO UPDATE SET value = EXCLUDED.value").format(
+                    sequence_name=sql.Literal(f"{self.table}_generation"), **self._names),
+                (list(tenants), list(names)))
+
+    # -- serialisation ----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise the store's settings as configured (not the URL read from the environment)."""
+        return default_to_dict(self, url=self.url, table=self.table, embedding_dim=self.embedding_dim,
+                               language=self.language, indexed_fields=self.indexed_fields)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PostgresDocumentStore":
+        """Deserialise the store from `to_dict` output."""
+        return default_from_dict(cls, data)

@@ -1,0 +1,193 @@
+"""PostgresDocumentStore against a real PostgreSQL primary and hot standby (the `postgres` fixture), no mocks."""
+
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import psycopg
+import pytest
+from haystack import Document
+from haystack.document_stores.errors import DuplicateDocumentError
+from haystack.document_stores.types import DuplicatePolicy
+
+from gatehouse.document_stores.errors import DataDirError, StoreUnavailableError
+from gatehouse.document_stores.postgres_document_store import PostgresDocumentStore
+
+DIM = 3
+
+
+def chunk(text: str, *, kb: str = "faq", tenant: str = "public", doc_id: str = "faq/a.md", vector=(1.0, 0.0, 0.0),
+          title: str = "Keys"):
+    return Document(content=text, embedding=list(vector), meta={"kb": kb, "tenant": tenant, "doc_id": doc_id,
+                                                                 "title": title})
+
+
+@pytest.fixture
+def table():
+    return f"test_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def store(postgres, table):
+    opened = PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    yield opened
+    opened.close()
+
+
+def test_init_validates_its_settings(postgres, table):
+    with pytest.raises(ValueError, match="Bad table name"):
+        PostgresDocumentStore(url=postgres.primary_url, table="Chunks; DROP TABLE x")
+    with pytest.raises(ValueError, match="Bad indexed_fields"):
+        PostgresDocumentStore(url=postgres.primary_url, table=table, indexed_fields=["meta.title'--"])
+    with pytest.raises(ValueError, match="Unknown text search language 'klingon'"):
+        PostgresDocumentStore(url=postgres.primary_url, table=table, language="klingon")
+    with pytest.raises(ValueError, match="needs GATEHOUSE_POSTGRES_URL"):
+        PostgresDocumentStore(table=table)
+
+
+def test_init_from_the_environment_and_to_dict(postgres, table, monkeypatch):
+    monkeypatch.setenv("GATEHOUSE_POSTGRES_URL", postgres.primary_url)
+    store = PostgresDocumentStore(table=table, embedding_dim=DIM)
+    data = store.to_dict()
+    assert data["type"] == "gatehouse.document_stores.postgres_document_store.PostgresDocumentStore"
+    assert data["init_parameters"] == {"url": None, "table": table, "embedding_dim": DIM, "language": "english",
+                                       "indexed_fields": ["meta.title", "meta.section", "content"]}
+    assert PostgresDocumentStore.from_dict(data).count_documents() == 0
+
+
+def test_a_table_of_other_settings_is_refused_naming_them(store, postgres, table):
+    with pytest.raises(ValueError, match=f"table {table} was created with other settings \\(embedding_dim {DIM}\\)"):
+        PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=8)
+
+
+def test_write_search_and_filter_by_tenant_and_kb(store):
+    store.write_documents([
+        chunk("Rotate API keys from the console.", doc_id="faq/keys.md"),
+        chunk("Invoices are sent monthly.", kb="billing", doc_id="billing/inv.md", vector=(0.0, 1.0, 0.0),
+              title="Billing"),
+        chunk("Acme rotates keys weekly.", tenant="acme", doc_id="acme/faq/keys.md"),
+    ])
+    public = {"field": "meta.tenant", "operator": "==", "value": "public"}
+    words = store.bm25_retrieval("How do I go rotating consoles?", filters=public, top_k=5)  # any word, stemmed
+    assert [d.content for d in words] == ["Rotate API keys from the console."]
+    assert words[0].score > 0
+    grams = store.bm25_retrieval("rotaton", filters=public, top_k=5, analysis="ngrams")  # a misspelling still matches
+    assert [d.content for d in grams] == ["Rotate API keys from the console."]
+    assert store.bm25_retrieval("billing", filters=public)[0].meta["kb"] == "billing"  # the title is indexed too
+    dense = store.embedding_retrieval([0.0, 1.0, 0.0], filters=public, top_k=1)
+    assert dense[0].meta["kb"] == "billing" and dense[0].score == pytest.approx(1.0)
+    both = {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "in", "value": ["acme"]},
+                                               {"field": "meta.kb", "operator": "!=", "value": "billing"}]}
+    assert [d.content for d in store.filter_documents(both)] == ["Acme rotates keys weekly."]
+    tenant_kb = {"operator": "AND", "conditions": [{"field": "meta.tenant", "operator": "in", "value": ["acme"]},
+                                                    {"field": "meta.kb", "operator": "in", "value": ["faq"]}]}
+    assert [d.content for d in store.embedding_retrieval([1.0, 0.0, 0.0], filters=tenant_kb, top_k=5)] == [
+        "Acme rotates keys weekly."]
+    assert [d.content for d in store.bm25_retrieval("rotate keys", filters=tenant_kb)] == ["Acme rotates keys weekly."]
+    assert store.metadata_counts(["tenant", "kb"]) == {("public", "faq"): 1, ("public", "billing"): 1,
+                                                       ("acme", "faq"): 1}
+    assert store.bm25_retrieval("the of and", top_k=5) == []  # stopwords only
+    assert store.bm25_retrieval("?!", top_k=5) == []
+    assert store.embedding_retrieval([1.0, 0.0, 0.0], top_k=0) == []
+
+
+def test_a_vector_of_another_size_is_refused(store):
+    with pytest.raises(ValueError, match="The vector has 2 values; the store holds vectors of 3"):
+        store.embedding_retrieval([1.0, 0.0])
+    with pytest.raises(ValueError, match="The vector has 4 values"):
+        store.write_documents([chunk("x", vector=(1.0, 0.0, 0.0, 0.0))])
+
+
+def test_duplicate_policies(store):
+    document = chunk("One.")
+    store.write_documents([document])
+    with pytest.raises(DuplicateDocumentError):
+        store.write_documents([document, chunk("Two.")])
+    assert store.count_documents() == 1  # the failed write left nothing
+    assert store.write_documents([document], policy=DuplicatePolicy.SKIP) == 0
+    assert store.write_documents([document], policy=DuplicatePolicy.OVERWRITE) == 1
+    assert store.count_documents() == 1
+
+
+def test_replace_delete_and_counters(store):
+    store.write_documents([chunk("Old one."), chunk("Old two.")])
+    before = store.kb_generations()[("public", "faq")]
+    assert store.replace_documents("faq/a.md", [chunk("New one.")]) == 2
+    assert [d.content for d in store.filter_documents()] == ["New one."]
+    after_replace = store.kb_generations()[("public", "faq")]
+    assert after_replace > before
+    assert store.delete_by_filter({"field": "meta.kb", "operator": "==", "value": "faq"}) == 1
+    assert store.count_documents() == 0
+    assert store.kb_generations()[("public", "faq")] > after_replace
+    assert store.bm25_retrieval("new", top_k=5) == []
+    with pytest.raises(ValueError, match="every chunk must have meta\\['doc_id'\\] == 'faq/b.md'"):
+        store.replace_documents("faq/b.md", [chunk("Wrong document.")])
+
+
+def test_delete_documents_moves_only_their_kbs_counters(store):
+    store.write_documents([chunk("Public.", doc_id="p"), chunk("Acme.", tenant="acme", doc_id="a")])
+    before = store.kb_generations()
+    acme = store.filter_documents({"field": "meta.tenant", "operator": "==", "value": "acme"})
+    store.delete_documents([acme[0].id, "no-such-id"])
+    after = store.kb_generations()
+    assert after[("acme", "faq")] > before[("acme", "faq")] and after[("public", "faq")] == before[("public", "faq")]
+    assert [d.content for d in store.filter_documents()] == ["Public."]
+
+
+def test_sentence_vectors_give_the_best_sentence_score(store):
+    first, second = chunk("Keys. Invoices."), chunk("Plain.", doc_id="faq/b.md", vector=(0.0, 0.0, 1.0))
+    store.replace_documents("faq/a.md", [first], sentence_embeddings={first.id: [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]})
+    store.replace_documents("faq/b.md", [second])
+    scores = store.similarities([0.0, 1.0, 0.0], [first.id, second.id, "gone"])
+    assert scores[first.id] == pytest.approx((0.0, 1.0))
+    assert scores[second.id] == (pytest.approx(0.0), None)
+    assert set(scores) == {first.id, second.id}
+
+
+def test_a_document_replaced_concurrently_is_never_seen_half_written(store, postgres, table):
+    """Two processes replace one document 30 times each while this one reads: every read sees one whole version."""
+    writer = textwrap.dedent(f"""
+        import sys
+        from haystack import Document
+        from gatehouse.document_stores.postgres_document_store import PostgresDocumentStore
+        store = PostgresDocumentStore(url={postgres.primary_url!r}, table={table!r}, embedding_dim={DIM})
+        for version in range(30):
+            chunks = [Document(content=f"{{sys.argv[1]}} v{{version}} part {{part}}", embedding=[1.0, 0.0, 0.0],
+                               meta={{"doc_id": "d", "kb": "faq", "tenant": "public"}}) for part in range(5)]
+            store.replace_documents("d", chunks)
+    """)
+    processes = [subprocess.Popen([sys.executable, "-c", writer, name]) for name in ("a", "b")]
+    seen = set()
+    while any(process.poll() is None for process in processes):
+        versions = {d.content.rsplit(" part ", 1)[0] for d in store.filter_documents()}
+        assert len(versions) <= 1, versions
+        seen |= versions
+    assert [process.returncode for process in processes] == [0, 0]
+    final = store.filter_documents()
+    assert len(final) == 5 and len({d.content.rsplit(" part ", 1)[0] for d in final}) == 1
+    assert len(seen) > 1
+
+
+def test_the_standby_reads_what_the_primary_wrote_and_refuses_writes(store, postgres, table):
+    store.write_documents([chunk("Rotate API keys from the console.")])
+    postgres.wait_for_standby()
+    reader = PostgresDocumentStore(url=postgres.standby_url, table=table, embedding_dim=DIM)
+    assert [d.content for d in reader.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
+    assert reader.embedding_retrieval([1.0, 0.0, 0.0], top_k=1)[0].score == pytest.approx(1.0)
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        reader.write_documents([chunk("Another.")])
+    reader.close()
+
+
+def test_an_unreachable_server_is_one_clear_line_without_the_password(table):
+    from server_process import free_port
+
+    url = f"postgresql://gatehouse:s3cret@127.0.0.1:{free_port()}/gatehouse"
+    with pytest.raises(StoreUnavailableError) as raised:
+        PostgresDocumentStore(url=url, table=table)
+    message = str(raised.value)
+    assert "s3cret" not in message and "\n" not in message
+    assert message.startswith(f"the PostgreSQL store at {url.replace('s3cret', '***')} cannot be used (opening its ")
+    assert message.endswith("start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
+    assert isinstance(raised.value, DataDirError)  # one line and exit status 2 in the CLI, a 503 when serving
