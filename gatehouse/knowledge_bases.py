@@ -161,17 +161,19 @@ class KnowledgeBaseCatalogue:
 def local_store_folder(index_yaml: Path | None = None) -> Path | None:
     """
     The folder of the local shard `index.yml`'s writer writes to, read from the YAML (no Haystack, no model), or
-    None when it writes to a Qdrant server or Elasticsearch.
+    None when it writes to a Qdrant server, Elasticsearch or PostgreSQL.
 
     :param index_yaml: The index pipeline file; defaults to `index.yml` of the pipelines folder.
     """
-    if settings.qdrant_url() or settings.elasticsearch_url():
+    if settings.qdrant_url() or settings.elasticsearch_url() or settings.postgres_url():
         return None
     spec = yaml.safe_load((index_yaml or settings.pipelines_dir() / "index.yml").read_text(encoding="utf-8"))
     writer = (spec.get("components") or {}).get("writer", {}).get("init_parameters", {})
     dense = (writer.get("dense_store") or {}).get("init_parameters") or {}
     lexical = (writer.get("lexical_store") or {}).get("init_parameters") or {}
-    if dense.get("url") or lexical.get("backend") == "elasticsearch" or lexical.get("elasticsearch_url"):
+    servers = (dense.get("url"), (dense.get("postgres") or {}).get("url"), lexical.get("elasticsearch_url"),
+               (lexical.get("postgres") or {}).get("url"), lexical.get("backend") in ("elasticsearch", "postgres"))
+    if any(servers):
         return None
     path = (lexical.get("local") or {}).get("path")
     if path != dense.get("path"):

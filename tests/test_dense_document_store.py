@@ -31,6 +31,7 @@ def doc(i: int, **meta) -> Document:
 @pytest.fixture
 def local_env(monkeypatch):
     monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
+    monkeypatch.delenv("GATEHOUSE_POSTGRES_URL", raising=False)
 
 
 def test_init(local_env, tmp_path):
@@ -62,6 +63,7 @@ def test_to_dict(local_env, tmp_path):
             "url": None,
             "similarity": "cosine",
             "payload_fields_to_index": None,
+            "postgres": {},
         },
     }
 
@@ -166,3 +168,25 @@ def test_run_qdrant_server_roundtrip():
     finally:
         store.store._client.delete_collection(index)  # noqa: SLF001
         store.store.close()
+
+
+def test_run_postgres_from_the_environment_shares_one_table_with_the_lexical_store(postgres, monkeypatch):
+    monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
+    monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+    monkeypatch.setenv("GATEHOUSE_POSTGRES_URL", postgres.primary_url)
+    table = {"table": f"dense_{uuid.uuid4().hex[:12]}"}
+    store = DenseDocumentStore(embedding_dim=DIM, postgres=table)
+    lexical = LexicalDocumentStore(postgres=table)
+    assert store.active_backend == lexical.active_backend == "postgres"
+    assert store.store.shares_shard(lexical.store) and lexical.store.embedding_dim is None  # the table's size
+    store.write_documents([doc(1, kb="faq"), doc(2, kb="billing")])
+    faq = {"field": "meta.kb", "operator": "==", "value": "faq"}
+    assert [d.id for d in store.embedding_retrieval(vec(2), filters=faq, top_k=5)] == [doc(1).id]
+    assert lexical.count_documents() == 2 and lexical.metadata_counts(["kb"]) == {("faq",): 1, ("billing",): 1}
+    assert set(lexical.kb_generations()) == {("public", "faq"), ("public", "billing")}
+    assert DenseDocumentStore.from_dict(store.to_dict()).count_documents() == 2
+    with pytest.raises(ValueError, match="scores by cosine only, not 'l2'"):
+        DenseDocumentStore(embedding_dim=DIM, similarity="l2", postgres=table)
+    monkeypatch.setenv("GATEHOUSE_QDRANT_URL", "http://127.0.0.1:6333")
+    with pytest.raises(ValueError, match="Both a Qdrant server and PostgreSQL are configured"):
+        DenseDocumentStore(embedding_dim=DIM, postgres=table)

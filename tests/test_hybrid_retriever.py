@@ -1,4 +1,5 @@
 import re
+import uuid
 
 import numpy as np
 import pytest
@@ -41,6 +42,20 @@ def stores(folder, lexical_folder=None):
 @pytest.fixture
 def shared(tmp_path):
     dense, lexical, ngrams = stores(tmp_path / "store")
+    dense.store.write_documents(CHUNKS, sentence_embeddings=SENTENCES)
+    return dense, lexical, ngrams
+
+
+@pytest.fixture(params=["local", "postgres"])
+def searched(request, tmp_path):
+    """The chunks in the local shard, and in one PostgreSQL table: both keep sentence vectors."""
+    if request.param == "local":
+        dense, lexical, ngrams = stores(tmp_path / "store")
+    else:
+        postgres = {"url": request.getfixturevalue("postgres").primary_url, "table": f"hybrid_{uuid.uuid4().hex[:12]}"}
+        dense = DenseDocumentStore(embedding_dim=3, postgres=postgres)
+        lexical = LexicalDocumentStore(postgres=postgres)
+        ngrams = LexicalDocumentStore(analysis="ngrams", postgres=postgres)
     dense.store.write_documents(CHUNKS, sentence_embeddings=SENTENCES)
     return dense, lexical, ngrams
 
@@ -109,8 +124,8 @@ def test_from_dict_names_where_a_moved_setting_went(shared, tmp_path, monkeypatc
     assert re.search(r"\Wweights\W.*\Wfusion\.weights\W", str(raised.value)), str(raised.value)
 
 
-def test_run_scores_a_chunk_by_its_best_sentence(shared):
-    dense, lexical, _ = shared
+def test_run_scores_a_chunk_by_its_best_sentence(searched):
+    dense, lexical, _ = searched
     only_dense = {"weights": {"dense": 1.0, "lexical": 0.0}}
     with_sentences = HybridRetriever(dense_store=dense, lexical_store=lexical, fusion=only_dense, group_by=None)
     found = with_sentences.run(query="rotate keys", query_embedding=QUERY, filters=PUBLIC)["documents"]
@@ -122,8 +137,8 @@ def test_run_scores_a_chunk_by_its_best_sentence(shared):
     assert next(d.id for d in chunks_only.run(query="x", query_embedding=QUERY, filters=PUBLIC)["documents"]) == "b"
 
 
-def test_run_fuses_per_document(shared):
-    dense, lexical, ngrams = shared
+def test_run_fuses_per_document(searched):
+    dense, lexical, ngrams = searched
     retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, ngrams_store=ngrams, chunks_per_group=1,
                                 fusion={"method": "rrf", "weights": {"dense": 0.2, "lexical": 0.4, "ngrams": 0.4}})
     found = retriever.run(query="invoices refunds", query_embedding=QUERY, filters=PUBLIC)["documents"]

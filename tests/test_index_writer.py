@@ -1,3 +1,5 @@
+import uuid
+
 import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
@@ -5,6 +7,7 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from gatehouse.components.embedders.document_embedder import DocumentEmbedder
 from gatehouse.components.writers.index_writer import IndexWriter
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
+from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 DOC_ID = "public/faq/api-keys.md"
@@ -17,12 +20,19 @@ def embedder() -> DocumentEmbedder:
     return e
 
 
-@pytest.fixture(params=["shared", "separate"])
+@pytest.fixture(params=["shared", "separate", "postgres"])
 def stores(request, tmp_path, monkeypatch):
-    """The default layout (both stores in one shard: one write per document) and two separate stores (as with a
-    Qdrant server and Elasticsearch: each store written in turn)."""
+    """The default layout (both stores in one shard: one write per document), two separate stores (as with a
+    Qdrant server and Elasticsearch: each store written in turn) and one PostgreSQL table (one transaction per
+    document)."""
     monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
     monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+    if request.param == "postgres":
+        postgres = {"url": request.getfixturevalue("postgres").primary_url, "table": f"writer_{uuid.uuid4().hex[:12]}"}
+        dense, lexical = DenseDocumentStore(postgres=postgres), LexicalDocumentStore(postgres=postgres)
+        assert dense.active_backend == lexical.active_backend == "postgres"
+        assert dense.store.shares_shard(lexical.store)
+        return dense, lexical
     shared = request.param == "shared"
     dense = DenseDocumentStore(index="writer_test", path=str(tmp_path / ("store" if shared else "dense")))
     lexical = LexicalDocumentStore(local={"path": str(tmp_path / ("store" if shared else "lexical"))})
@@ -151,8 +161,11 @@ def test_run_stores_sentence_vectors_with_the_chunks(stores, embedder):
     IndexWriter(dense_store=dense, lexical_store=lexical).run(
         documents=docs, report=plan(DOC_ID), sentence_embeddings={docs[0].id: sentences})
     query = sentences[0].tolist()  # the first sentence itself
-    (hit,) = dense.store.ranked_ids({"dense": "dense"}, query, "", None, 5)["dense"]
-    chunk_score, sentence_score = dense.store.similarities(query, [hit[0]])[hit[0]]
+    if isinstance(dense.store, EdgeDocumentStore):  # the shard scores by its own ids
+        (hit,) = dense.store.ranked_ids({"dense": "dense"}, query, "", None, 5)["dense"]
+        chunk_score, sentence_score = dense.store.similarities(query, [hit[0]])[hit[0]]
+    else:
+        chunk_score, sentence_score = dense.store.similarities(query, [docs[0].id])[docs[0].id]
     if dense.store.shares_shard(lexical.store):
         assert sentence_score == pytest.approx(1.0, abs=1e-5) and chunk_score < sentence_score
     else:  # kept only by the local store that holds a chunk's every vector

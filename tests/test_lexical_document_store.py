@@ -18,6 +18,7 @@ ES_URL = os.environ.get("GATEHOUSE_ELASTICSEARCH_URL")
 @pytest.fixture
 def local_store(tmp_path, monkeypatch) -> LexicalDocumentStore:
     monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+    monkeypatch.delenv("GATEHOUSE_POSTGRES_URL", raising=False)
     return LexicalDocumentStore(local={"path": str(tmp_path), "stemmer": "english"})
 
 
@@ -74,6 +75,7 @@ def test_to_dict(local_store, tmp_path):
             "elasticsearch_url": None,
             "elasticsearch_index": "gatehouse",
             "elasticsearch_fuzziness": "0",
+            "postgres": {},
         },
     }
 
@@ -189,3 +191,37 @@ def test_run_elasticsearch_roundtrip():
         assert store.count_documents() == 0
     finally:
         store.store.client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def test_init_postgres_needs_a_url_and_is_exclusive_with_elasticsearch(monkeypatch):
+    monkeypatch.delenv("GATEHOUSE_POSTGRES_URL", raising=False)
+    with pytest.raises(ValueError, match="The postgres backend needs GATEHOUSE_POSTGRES_URL or postgres.url"):
+        LexicalDocumentStore(backend="postgres")
+    monkeypatch.setenv("GATEHOUSE_POSTGRES_URL", "postgresql://127.0.0.1:1/x")
+    monkeypatch.setenv("GATEHOUSE_ELASTICSEARCH_URL", "http://127.0.0.1:9200")
+    with pytest.raises(ValueError, match="Both Elasticsearch and PostgreSQL are configured"):
+        LexicalDocumentStore()
+
+
+def test_run_postgres_words_and_ngrams_with_tenant_filters(postgres, monkeypatch):
+    monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+    table = {"url": postgres.primary_url, "table": f"lexical_{uuid.uuid4().hex[:12]}"}
+    words = LexicalDocumentStore(postgres=table)
+    grams = LexicalDocumentStore(analysis="ngrams", postgres=table)
+    words.write_documents([
+        Document(id="a", content="Rotate API keys from the console.", meta={"kb": "faq", "tenant": "public"}),
+        Document(id="b", content="Rotate the SAML signing keys yearly.", meta={"kb": "faq", "tenant": "acme"}),
+        Document(id="c", content="Rotate invoices? No: invoices are monthly.", meta={"kb": "billing", "tenant": "acme"}),
+    ])
+    acme = {"field": "meta.tenant", "operator": "==", "value": "acme"}
+    visible = {"field": "meta.tenant", "operator": "in", "value": ["public", "other"]}
+    assert {d.id for d in words.bm25_retrieval("rotate keys", filters=acme)} == {"b", "c"}
+    assert [d.id for d in words.bm25_retrieval("rotate keys", filters=visible)] == ["a"]
+    assert [d.id for d in grams.bm25_retrieval("signign", filters=acme)] == ["b"]  # a misspelling
+    assert words.metadata_counts(["tenant", "kb"]) == {("public", "faq"): 1, ("acme", "faq"): 1,
+                                                       ("acme", "billing"): 1}
+    before = words.kb_generations()
+    assert words.delete_by_filter(acme) == 2 and words.delete_by_filter(acme) == 0
+    after = grams.kb_generations()  # one table: the other facade sees the counters move
+    assert after[("acme", "faq")] > before[("acme", "faq")] and after[("public", "faq")] == before[("public", "faq")]
+    assert LexicalDocumentStore.from_dict(grams.to_dict()).analysis == "ngrams"

@@ -45,12 +45,13 @@ class HybridRetriever(MovedSettings):
     higher (short questions often match one sentence of a long passage far better than the passage's one vector).
     Then the lists are fused (`fusion`: method, weights, normalisation; per document with `group_by`) and only the
     chunks kept are read from the store. The whole search works on ids and scores, so a query costs a few engine
-    calls and the documents it returns. With server stores (Qdrant, Elasticsearch) the three lists come from the
-    servers and are fused the same way, without sentence re-scoring.
+    calls and the documents it returns. With server stores (PostgreSQL, Qdrant, Elasticsearch) the three lists come
+    from the servers and are fused the same way; PostgreSQL keeps sentence vectors, so its candidates are re-scored by
+    their best sentence too.
 
     Each chunk returned carries `meta["<list>_score"]` for the lists that found it (`dense_score` is the chunk
-    vector's cosine), `meta["<list>_rank"]`, `meta["sentence_score"]` (local store) and the fused `score` of its
-    document; documents best first, each one's best chunks first.
+    vector's cosine), `meta["<list>_rank"]`, `meta["sentence_score"]` (local store, PostgreSQL) and the fused `score`
+    of its document; documents best first, each one's best chunks first.
 
     Usage:
     ```python
@@ -84,7 +85,7 @@ class HybridRetriever(MovedSettings):
         :param lexical_store: The BM25 store on words.
         :param ngrams_store: The BM25 store on character n-grams (`analysis: ngrams`); None leaves that list out.
         :param candidates: Hits taken from each list before fusion.
-        :param sentences: Re-score the candidates by their best sentence (local store).
+        :param sentences: Re-score the candidates by their best sentence (local store, PostgreSQL).
         :param fusion: How the lists are fused: `method`, `weights`, `normalization`, `rrf_k` (see `FUSION`).
         :param group_by: Metadata key naming a chunk's document, to rank documents; None ranks chunks.
         :param chunks_per_group: With `group_by`, the most chunks kept per document (best first); None keeps all.
@@ -140,15 +141,7 @@ class HybridRetriever(MovedSettings):
         searches = {name: "dense" if name == "dense" else store_.analysis for name, store_ in self._stores().items()}
         lists = store.ranked_ids(searches, query_embedding, query, filters, self.candidates, group_by=self.group_by)
         scores = {name: {chunk: score for chunk, _, score in hits} for name, hits in lists.items()}
-        sentence_scores: dict[str, float | None] = {}
-        if self.sentences and "dense" in lists:
-            union = {chunk: group for hits in lists.values() for chunk, group, _ in hits}
-            similar = store.similarities(query_embedding, list(union))
-            sentence_scores = {chunk: best for chunk, (_, best) in similar.items()}
-            rescored = [(chunk, union[chunk], max(cosine, best if best is not None else cosine))
-                        for chunk, (cosine, best) in similar.items()]
-            order = {chunk: position for position, chunk in enumerate(union)}
-            lists["dense"] = sorted(rescored, key=lambda hit: (-hit[2], order[hit[0]]))
+        sentence_scores = self._by_best_sentence(store, lists, query_embedding)
         kept = self._fusion.rank(lists, limit)
         ranks = {name: {hit[0]: rank for rank, hit in enumerate(hits, start=1)} for name, hits in lists.items()}
         extras = []
@@ -163,6 +156,25 @@ class HybridRetriever(MovedSettings):
                 meta["sentence_score"] = sentence_scores[chunk]
             extras.append((chunk, fused, meta))
         return store.documents_by_point(extras)
+
+    def _by_best_sentence(self, store: Any, lists: dict[str, list[tuple[Any, Any, float]]],
+                          query_embedding: list[float]) -> dict[Any, float | None]:
+        """
+        Make the `dense` list every candidate of every list, scored by the query's cosine to the chunk's vector or to
+        its best sentence, whichever is higher (when `sentences` is on and the dense list is searched).
+
+        :param store: The store with `similarities` (the local shard or PostgreSQL).
+        :returns: Each candidate's best-sentence cosine (None without sentence vectors).
+        """
+        if not self.sentences or "dense" not in lists:
+            return {}
+        union = {chunk: group for hits in lists.values() for chunk, group, _ in hits}
+        similar = store.similarities(query_embedding, list(union))
+        rescored = [(chunk, union[chunk], max(cosine, best if best is not None else cosine))
+                    for chunk, (cosine, best) in similar.items()]
+        order = {chunk: position for position, chunk in enumerate(union)}
+        lists["dense"] = sorted(rescored, key=lambda hit: (-hit[2], order[hit[0]]))
+        return {chunk: best for chunk, (_, best) in similar.items()}
 
     def _search_stores(
         self, query: str, query_embedding: list[float], filters: dict[str, Any], limit: int
@@ -180,5 +192,12 @@ class HybridRetriever(MovedSettings):
                 said.setdefault(document.id, {}).update({f"{name}_score": document.score, f"{name}_rank": rank})
             lists[name] = [(document.id, document.meta.get(self.group_by) if self.group_by else None, document.score)
                            for document in hits]
+        dense = self.dense_store.store
+        if hasattr(dense, "similarities") and all(dense.shares_shard(store.store) for store in self._stores().values()):
+            for chunk, best in self._by_best_sentence(dense, lists, query_embedding).items():
+                if best is not None:
+                    said[chunk]["sentence_score"] = best
+            for rank, (chunk, _, _) in enumerate(lists["dense"], start=1):  # the ranks of the re-scored list
+                said[chunk]["dense_rank"] = rank
         return [replace(found[chunk], score=fused, meta={**found[chunk].meta, **said[chunk]})
                 for chunk, fused in self._fusion.rank(lists, limit)]

@@ -47,11 +47,12 @@ def _check_settings(similarity_threshold: Any, max_entries: Any, ttl_s: Any) -> 
 
 
 def _counters_kept(enabled: bool, document_store: LexicalDocumentStore | None) -> bool:
-    """Whether the cache can run: on, and with the local store's write counters (or no store); warns when not."""
-    kept = document_store is None or document_store.active_backend == "local"
+    """Whether the cache can run: on, and with the local or PostgreSQL store's write counters (or no store); warns
+    when not."""
+    kept = document_store is None or document_store.active_backend in ("local", "postgres")
     if enabled and not kept:
-        logger.warning("The answer cache is off: it needs the local store's write counters and the lexical "
-                       "backend is {backend}.", backend=document_store.active_backend)
+        logger.warning("The answer cache is off: it needs the local or PostgreSQL store's write counters and the "
+                       "lexical backend is {backend}.", backend=document_store.active_backend)
     return enabled and kept
 
 
@@ -73,7 +74,8 @@ class SemanticCache:
     `kb delete`, `ingest --prune`): the lexical store keeps a write counter per (tenant, kb), and an entry remembers
     the counters of its KBs from when its request began. It depends on the KBs it names, of its tenant and the
     public tenant; a routed question (no KB named) on every KB of those two tenants, since new documents anywhere can
-    change the routing. With Elasticsearch as the lexical backend there are no counters and the cache stays off.
+    change the routing. PostgreSQL keeps the counters in the database, so every server's writes move them; with
+    Elasticsearch as the lexical backend there are no counters and the cache stays off.
 
     Usage example:
     ```python

@@ -7,7 +7,6 @@ from haystack import Document, component
 from haystack.document_stores.types import DuplicatePolicy
 
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
-from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 
@@ -17,7 +16,8 @@ class IndexWriter:
     Writes each document's chunks, then removes that document's chunks that are no longer produced. New chunks are
     written before old ones are deleted, so a failure never loses stored data. When both stores are the local shard
     (the default) a document's chunks are one write of dense and BM25 vectors together, and a crash between the new
-    version and the removal of the old is repaired when the shard opens next (see `EdgeDocumentStore`); with a Qdrant
+    version and the removal of the old is repaired when the shard opens next (see `EdgeDocumentStore`); when both are
+    one PostgreSQL table, a document's replacement is one transaction (`PostgresDocumentStore`); with a Qdrant
     server and Elasticsearch each store is written in turn.
 
     It completes the ingest report of `IngestPlanner`: `written` (per document: chunks), and `failed` for planned
@@ -87,7 +87,8 @@ class IndexWriter:
     def _replace(self, doc_id: str, chunks: list[Document], sentence_embeddings: dict[str, Any]) -> int:
         """Make `chunks` the chunks of `doc_id` in both stores; returns how many earlier chunks went."""
         dense, lexical = self.dense_store.store, self.lexical_store.store
-        if isinstance(dense, EdgeDocumentStore) and dense.shares_shard(lexical):
+        shares = getattr(dense, "shares_shard", None)  # the local shard or a PostgreSQL table: one write holds both
+        if shares is not None and shares(lexical):
             return dense.replace_documents(doc_id, chunks, sentence_embeddings=sentence_embeddings)
         doc_filter = {"field": "meta.doc_id", "operator": "==", "value": doc_id}
         old_ids = {doc.id for store in (self.dense_store, self.lexical_store)  # a crash may have left one ahead

@@ -1,12 +1,15 @@
 """
-The dense vector store: the embedded shard of the data folder by default, a Qdrant server when one is configured.
+The dense vector store: the embedded shard of the data folder by default, a Qdrant server or PostgreSQL when one is
+configured.
 
-The backend is chosen at start-up from the environment (`GATEHOUSE_QDRANT_URL`) or fixed in YAML (`url`), so the
-same pipelines run on one machine or against a server with no change to the graph. Locally the chunks live in
-`EdgeDocumentStore` (`<GATEHOUSE_DATA_DIR>/store`), which also holds their BM25 vectors; on a server they are a
-collection written through `qdrant-haystack` (tenant, kb and doc id payload indexes), and the lexical side is
-Elasticsearch (see `lexical_document_store`). The folder is opened when the store is created, so a folder held by
-another process or read-only is a `DataDirError` when a pipeline loads, not when it first runs.
+The backend is chosen at start-up from the environment (`GATEHOUSE_QDRANT_URL`, `GATEHOUSE_POSTGRES_URL`) or fixed
+in YAML (`url`, `postgres.url`), so the same pipelines run on one machine or against a server with no change to the
+graph. Locally the chunks live in `EdgeDocumentStore` (`<GATEHOUSE_DATA_DIR>/store`), which also holds their BM25
+vectors; on a Qdrant server they are a collection written through `qdrant-haystack` (tenant, kb and doc id payload
+indexes), and the lexical side is Elasticsearch (see `lexical_document_store`); with PostgreSQL the chunks, their
+vectors and their lexical index are one table (`PostgresDocumentStore`), which `LexicalDocumentStore` uses too. The
+folder (or database) is opened when the store is created, so a folder held by another process or read-only, or a
+database that cannot be reached, is a `DataDirError` when a pipeline loads, not when it first runs.
 
 Usage:
 ```python
@@ -24,6 +27,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from gatehouse import settings
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
+from gatehouse.document_stores.postgres_store_of import postgres_store
 
 DEFAULT_PAYLOAD_INDEXES = [
     {"field_name": "meta.tenant", "field_schema": "keyword"},
@@ -44,6 +48,7 @@ class DenseDocumentStore:
         url: str | None = None,
         similarity: str = "cosine",
         payload_fields_to_index: list[dict[str, Any]] | None = None,
+        postgres: dict[str, Any] | None = None,
     ) -> None:
         """
         :param index: Collection name on a Qdrant server.
@@ -53,6 +58,9 @@ class DenseDocumentStore:
             unset. The server's key is read from `GATEHOUSE_QDRANT_API_KEY`.
         :param similarity: `cosine`, `dot_product` or `l2`.
         :param payload_fields_to_index: Payload indexes to create on a server (tenant, kb and doc id by default).
+        :param postgres: Init parameters of the `PostgresDocumentStore` (`url`, `table`, `language`, ...; the vector
+            size is `embedding_dim`), used when its `url` or `GATEHOUSE_POSTGRES_URL` is set. Exclusive with Qdrant.
+        :raises ValueError: If both a Qdrant server and PostgreSQL are configured, or on a bad similarity.
         """
         self.index = index
         self.embedding_dim = embedding_dim
@@ -60,13 +68,22 @@ class DenseDocumentStore:
         self.url = url
         self.similarity = similarity
         self.payload_fields_to_index = payload_fields_to_index
+        self.postgres = postgres or {}
         server = url or settings.qdrant_url()
-        self.active_backend = "qdrant" if server else "local"
-        if server:
+        database = self.postgres.get("url") or settings.postgres_url()
+        if server and database:
+            raise ValueError("Both a Qdrant server and PostgreSQL are configured for the dense store: set "
+                             "GATEHOUSE_QDRANT_URL (or url) or GATEHOUSE_POSTGRES_URL (or postgres.url), not both.")
+        self.active_backend = "qdrant" if server else "postgres" if database else "local"
+        if database:
+            if similarity != "cosine":
+                raise ValueError(f"The PostgreSQL store scores by cosine only, not '{similarity}'.")
+            self._store: Any = postgres_store(self.postgres, embedding_dim=embedding_dim)
+        elif server:
             from haystack.utils import Secret
             from haystack_integrations.document_stores.qdrant import QdrantDocumentStore
 
-            self._store: Any = QdrantDocumentStore(
+            self._store = QdrantDocumentStore(
                 url=server,
                 api_key=Secret.from_env_var("GATEHOUSE_QDRANT_API_KEY", strict=False),
                 index=index,
@@ -81,7 +98,7 @@ class DenseDocumentStore:
 
     @property
     def store(self) -> Any:
-        """The backend store in use (`EdgeDocumentStore` or `QdrantDocumentStore`)."""
+        """The backend store in use (`EdgeDocumentStore`, `PostgresDocumentStore` or `QdrantDocumentStore`)."""
         return self._store
 
     def count_documents(self) -> int:
@@ -102,7 +119,7 @@ class DenseDocumentStore:
         """
         if top_k <= 0:
             return []
-        if self.active_backend == "local":
+        if self.active_backend != "qdrant":
             return self._store.embedding_retrieval(query_embedding, filters=filters, top_k=top_k)
         return self._store._query_by_embedding(query_embedding=query_embedding, filters=filters, top_k=top_k)
 
@@ -128,6 +145,7 @@ class DenseDocumentStore:
             url=self.url,
             similarity=self.similarity,
             payload_fields_to_index=self.payload_fields_to_index,
+            postgres=self.postgres,
         )
 
     @classmethod

@@ -2,10 +2,12 @@
 The lexical index behind `BM25Retriever`: the BM25 vectors of the local shard by default, Elasticsearch when
 configured.
 
-The backend is chosen at start-up from the environment (`GATEHOUSE_ELASTICSEARCH_URL`) or fixed in YAML, so
-the same pipelines run on one machine or against a server with no change to the graph. Locally the documents and
-their BM25 vectors live in the same `EdgeDocumentStore` as their dense vectors (one write holds both); `analysis`
-picks the vector searched (`words` or character `ngrams` of the words). Both backends may be shared by threads.
+The backend is chosen at start-up from the environment (`GATEHOUSE_POSTGRES_URL`, `GATEHOUSE_ELASTICSEARCH_URL`) or
+fixed in YAML, so the same pipelines run on one machine or against a server with no change to the graph. Locally the
+documents and their BM25 vectors live in the same `EdgeDocumentStore` as their dense vectors (one write holds both);
+`analysis` picks the vector searched (`words` or character `ngrams` of the words). With PostgreSQL the lexical index
+is the full text (`words`) and trigrams (`ngrams`) of the table `DenseDocumentStore` writes. Every backend may be
+shared by threads.
 
 Usage:
 ```python
@@ -24,8 +26,9 @@ from haystack.utils import Secret
 
 from gatehouse import settings
 from gatehouse.document_stores.edge_document_store import ANALYSES, EdgeDocumentStore
+from gatehouse.document_stores.postgres_store_of import postgres_store
 
-BACKENDS = ("auto", "local", "elasticsearch")
+BACKENDS = ("auto", "local", "elasticsearch", "postgres")
 
 
 class LexicalDocumentStore:
@@ -40,10 +43,11 @@ class LexicalDocumentStore:
         elasticsearch_url: str | None = None,
         elasticsearch_index: str = "gatehouse",
         elasticsearch_fuzziness: str = "0",
+        postgres: dict[str, Any] | None = None,
     ) -> None:
         """
-        :param backend: `auto` (Elasticsearch when `GATEHOUSE_ELASTICSEARCH_URL` is set, else local), `local` or
-            `elasticsearch`.
+        :param backend: `auto` (PostgreSQL when `GATEHOUSE_POSTGRES_URL` is set, Elasticsearch when
+            `GATEHOUSE_ELASTICSEARCH_URL` is, else local), `local`, `elasticsearch` or `postgres`.
         :param analysis: Which BM25 vectors of the local shard are searched: `words` (stemmed terms) or `ngrams`
             (character n-grams of the terms, for spelling and word-form variants).
         :param local: Init parameters of the local `EdgeDocumentStore` (path; k1, b, stemmer, stopwords, ... are
@@ -52,6 +56,8 @@ class LexicalDocumentStore:
             from `GATEHOUSE_ELASTICSEARCH_API_KEY`.
         :param elasticsearch_index: Elasticsearch index name.
         :param elasticsearch_fuzziness: Fuzziness of Elasticsearch's BM25 match query.
+        :param postgres: Init parameters of the `PostgresDocumentStore` (`url`, `table`, ...; `embedding_dim` None
+            takes the table's), used when its `url` or `GATEHOUSE_POSTGRES_URL` is set.
         """
         if backend not in BACKENDS:
             raise ValueError(f"Unknown lexical backend '{backend}'. Use one of: {', '.join(BACKENDS)}.")
@@ -63,11 +69,21 @@ class LexicalDocumentStore:
         self.elasticsearch_url = elasticsearch_url
         self.elasticsearch_index = elasticsearch_index
         self.elasticsearch_fuzziness = elasticsearch_fuzziness
+        self.postgres = postgres or {}
         url = elasticsearch_url or settings.elasticsearch_url()
+        database = self.postgres.get("url") or settings.postgres_url()
         if backend == "elasticsearch" and not url:
             raise ValueError("The elasticsearch backend needs GATEHOUSE_ELASTICSEARCH_URL or elasticsearch_url.")
-        self.active_backend = "elasticsearch" if backend == "elasticsearch" or (backend == "auto" and url) else "local"
-        if self.active_backend == "elasticsearch":
+        if backend == "postgres" and not database:
+            raise ValueError("The postgres backend needs GATEHOUSE_POSTGRES_URL or postgres.url.")
+        if backend == "auto" and url and database:
+            raise ValueError("Both Elasticsearch and PostgreSQL are configured for the lexical store: set "
+                             "GATEHOUSE_ELASTICSEARCH_URL or GATEHOUSE_POSTGRES_URL, not both.")
+        self.active_backend = backend if backend != "auto" else "postgres" if database else (
+            "elasticsearch" if url else "local")
+        if self.active_backend == "postgres":
+            self._store: Any = postgres_store(self.postgres)
+        elif self.active_backend == "elasticsearch":
             try:
                 from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
             except ImportError as error:
@@ -75,7 +91,7 @@ class LexicalDocumentStore:
                     "Elasticsearch is configured but 'elasticsearch-haystack' is not installed: "
                     "pip install 'gatehouse[elasticsearch]'."
                 ) from error
-            self._store: Any = ElasticsearchDocumentStore(
+            self._store = ElasticsearchDocumentStore(
                 hosts=url,
                 index=elasticsearch_index,
                 api_key=Secret.from_env_var("GATEHOUSE_ELASTICSEARCH_API_KEY", strict=False),
@@ -100,7 +116,7 @@ class LexicalDocumentStore:
         :param fields: Metadata keys (without `meta.`).
         :returns: Document count per tuple of values (None where a document lacks the key).
         """
-        if self.active_backend == "local":
+        if self.active_backend != "elasticsearch":
             return self._store.metadata_counts(fields)
         sources = [{field: {"terms": {"field": field, "missing_bucket": True}}} for field in fields]
         counts: dict[tuple[Any, ...], int] = {}
@@ -119,9 +135,9 @@ class LexicalDocumentStore:
     def kb_generations(self) -> dict[tuple[str, str], int]:
         """
         A counter per (tenant, kb) that moves whenever a document of that KB is written or deleted, by any process:
-        the local shard's counters; with Elasticsearch, the document count per (tenant, kb).
+        the local shard's or PostgreSQL's counters; with Elasticsearch, the document count per (tenant, kb).
         """
-        if self.active_backend == "local":
+        if self.active_backend != "elasticsearch":
             return self._store.kb_generations()
         return {(str(tenant), str(kb)): count for (tenant, kb), count in self.metadata_counts(["tenant", "kb"]).items()}
 
@@ -169,6 +185,7 @@ class LexicalDocumentStore:
             elasticsearch_url=self.elasticsearch_url,
             elasticsearch_index=self.elasticsearch_index,
             elasticsearch_fuzziness=self.elasticsearch_fuzziness,
+            postgres=self.postgres,
         )
 
     @classmethod

@@ -57,6 +57,7 @@ TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 FIELD = re.compile(r"content|meta\.[A-Za-z0-9_]+")
 WORDS = re.compile(r"\w+")
 MAX_QUERY_WORDS = 64
+DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 
 
 def _where(filters: dict[str, Any] | None, extra: sql.Composable = sql.SQL("TRUE")
@@ -91,7 +92,7 @@ class PostgresDocumentStore:
         *,
         url: str | None = None,
         table: str = "gatehouse_chunks",
-        embedding_dim: int = 384,
+        embedding_dim: int | None = None,
         language: str = "english",
         indexed_fields: list[str] | None = None,
     ) -> None:
@@ -99,7 +100,8 @@ class PostgresDocumentStore:
         :param url: The database URL (`postgresql://user:password@host:port/database`); None reads
             `GATEHOUSE_POSTGRES_URL`.
         :param table: The chunk table (lower-case letters, digits and `_`); the counters are `<table>_generations`.
-        :param embedding_dim: Size of the dense and sentence vectors (384 for all-MiniLM-L6-v2).
+        :param embedding_dim: Size of the dense and sentence vectors (384 for all-MiniLM-L6-v2); None takes the
+            table's, or 384 for a new table.
         :param language: PostgreSQL text search configuration of the full-text search (stemming, stopwords).
         :param indexed_fields: What the full-text and trigram search cover: `content` and/or `meta.<key>`; defaults
             to `["meta.title", "meta.section", "content"]`.
@@ -109,7 +111,8 @@ class PostgresDocumentStore:
         """
         if not TABLE_NAME.fullmatch(table):
             raise ValueError(f"Bad table name {table!r}: use lower-case letters, digits and _ (at most 41).")
-        if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or not 0 < embedding_dim <= 16000:
+        if embedding_dim is not None and (isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int)
+                                          or not 0 < embedding_dim <= 16000):
             raise ValueError(f"embedding_dim must be a whole number from 1 to 16000, got {embedding_dim!r}.")
         self.indexed_fields = indexed_fields or ["meta.title", "meta.section", "content"]
         bad = [field for field in self.indexed_fields if not isinstance(field, str) or not FIELD.fullmatch(field)]
@@ -119,6 +122,7 @@ class PostgresDocumentStore:
         self.table = table
         self.embedding_dim = embedding_dim
         self.language = language
+        self._dim = embedding_dim or DEFAULT_DIM  # the table's when None and it exists (`_check`)
         self._url = url or settings.postgres_url() or ""
         if not self._url:
             raise ValueError("The PostgreSQL store needs GATEHOUSE_POSTGRES_URL or url.")
@@ -205,7 +209,7 @@ class PostgresDocumentStore:
 
     def _create(self, connection: psycopg.Connection) -> None:
         text = self._indexed_text()
-        names = {**self._names, "dim": sql.Literal(self.embedding_dim), "text": text,
+        names = {**self._names, "dim": sql.Literal(self._dim), "text": text,
                  "language": sql.Literal(self.language), "settings": sql.Literal(json.dumps(self._settings()))}
         statements = [
             "CREATE TABLE IF NOT EXISTS {table} (id text PRIMARY KEY, content text, meta jsonb NOT NULL, "
@@ -229,7 +233,7 @@ class PostgresDocumentStore:
 
     def _settings(self) -> dict[str, Any]:
         """What the table is created with and must be opened with (kept as the table's comment)."""
-        return {"embedding_dim": self.embedding_dim, "language": self.language, "indexed_fields": self.indexed_fields}
+        return {"embedding_dim": self._dim, "language": self.language, "indexed_fields": self.indexed_fields}
 
     def _check(self, connection: psycopg.Connection) -> None:
         """Refuse a table created with other settings, naming them."""
@@ -240,11 +244,17 @@ class PostgresDocumentStore:
             stored = None
         if not isinstance(stored, dict):
             raise ValueError(f"The PostgreSQL table {self.table} was not created by Gatehouse: name another table.")
+        if self.embedding_dim is None:
+            self._dim = stored.get("embedding_dim", self._dim)
         other = {key: value for key, value in stored.items() if self._settings().get(key) != value}
         if other:
             named = ", ".join(f"{key} {value}" for key, value in sorted(other.items()))
             raise ValueError(f"The PostgreSQL table {self.table} was created with other settings ({named}): use "
                              "them, or another table.")
+
+    def shares_shard(self, other: Any) -> bool:
+        """Whether `other` is a store of the same table of the same database (one write then holds what both hold)."""
+        return isinstance(other, PostgresDocumentStore) and (other._url, other.table) == (self._url, self.table)
 
     # -- reading ----------------------------------------------------------------------------------------------
     def _documents(self, rows: list[tuple[Any, ...]]) -> list[Document]:
@@ -420,8 +430,8 @@ class PostgresDocumentStore:
     # -- helpers ----------------------------------------------------------------------------------------------
     def _vector(self, embedding: Any) -> np.ndarray:
         vector = np.asarray(embedding, dtype=np.float32)
-        if vector.shape != (self.embedding_dim,):
-            raise ValueError(f"The vector has {vector.size} values; the store holds vectors of {self.embedding_dim}.")
+        if vector.shape != (self._dim,):
+            raise ValueError(f"The vector has {vector.size} values; the store holds vectors of {self._dim}.")
         return vector
 
     def _rows(self, documents: list[Document], sentence_embeddings: dict[str, Any]) -> list[tuple[Any, ...]]:
