@@ -188,6 +188,16 @@ def test_an_unreachable_server_is_one_clear_line_without_the_password(table):
         PostgresDocumentStore(url=url, table=table)
     message = str(raised.value)
     assert "s3cret" not in message and "\n" not in message
-    assert message.startswith(f"the PostgreSQL store at {url.replace('s3cret', '***')} cannot be used (opening its ")
+    assert message.startswith(f"the PostgreSQL store at {url.replace('s3cret', '***')} cannot be used (connecting: ")
     assert message.endswith("start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
     assert isinstance(raised.value, DataDirError)  # one line and exit status 2 in the CLI, a 503 when serving
+
+
+def test_a_lost_connection_is_one_clear_error_then_the_store_reconnects(store, postgres):
+    store.write_documents([chunk("Rotate API keys from the console.")])
+    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:  # as a server restart would
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'gatehouse' "
+                      "AND pid <> pg_backend_pid()")
+    with pytest.raises(StoreUnavailableError, match="cannot be used \\(searching: "):
+        store.bm25_retrieval("rotate")
+    assert [d.content for d in store.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,19 @@ def test_run_a_write_to_a_kb_the_answer_depends_on_invalidates_it(cache, store):
     assert "miss" in cache.run(state=new_state("How do I rotate an API key?", kb="faq"))
     assert "miss" in cache.run(state=new_state("How do I rotate an API key?", tenant="globex", kb="faq"))
     assert len(cache) == 0
+
+
+def test_run_on_postgres_a_write_by_another_server_invalidates_it(postgres):
+    table = {"url": postgres.primary_url, "table": f"cache_{uuid.uuid4().hex[:12]}"}
+    cache = SemanticCache(document_store=LexicalDocumentStore(postgres=table))
+    assert cache.active  # the database keeps the write counters
+    other_server = LexicalDocumentStore(postgres=table)  # its own connections, as another process has
+    write(other_server, "public", "faq")
+    ask_and_store(cache, "How do I rotate an API key?", kb="faq")
+    write(other_server, "public", "ops")
+    assert "hit" in cache.run(state=new_state("How do I rotate an API key?", kb="faq"))
+    write(other_server, "public", "faq", "Rotation now needs two approvals.")
+    assert "miss" in cache.run(state=new_state("How do I rotate an API key?", kb="faq"))
 
 
 def test_run_a_write_by_another_store_invalidates_and_another_process_cannot_write(cache, store):

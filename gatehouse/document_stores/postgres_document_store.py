@@ -182,30 +182,36 @@ class PostgresDocumentStore:
     def _set_up(self) -> None:
         """Create the extensions, tables, sequence and indexes that are missing (once, under a lock)."""
         try:
-            with psycopg.connect(self._url, autocommit=True, connect_timeout=10) as connection:
-                installed = {row[0] for row in connection.execute("SELECT extname FROM pg_extension")}
-                for extension in EXTENSIONS:
-                    if extension not in installed:
-                        try:
-                            connection.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(
-                                sql.Identifier(extension)))
-                        except psycopg.Error as error:
-                            raise StoreUnavailableError(
-                                f"the PostgreSQL database at {_redacted(self._url)} lacks the {extension} extension "
-                                f"and this user cannot create it ({str(error).strip().splitlines()[0]}): run "
-                                f"CREATE EXTENSION {extension}; as a superuser in that database") from error
-                try:
-                    connection.execute("SELECT %s::regconfig", (self.language,))
-                except psycopg.errors.UndefinedObject as error:
-                    raise ValueError(f"Unknown text search language {self.language!r}: see "
-                                     "SELECT cfgname FROM pg_ts_config;") from error
-                if connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
-                    with connection.transaction():
-                        connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
-                        self._create(connection)
-                self._check(connection)
+            connection = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
         except psycopg.Error as error:
-            raise self._unavailable(error, "opening its tables") from error
+            raise self._unavailable(error, "connecting") from error
+        with connection:
+            try:
+                self._set_up_in(connection)
+            except psycopg.OperationalError as error:
+                raise self._unavailable(error, "setting up its tables") from error
+
+    def _set_up_in(self, connection: psycopg.Connection) -> None:
+        installed = {row[0] for row in connection.execute("SELECT extname FROM pg_extension")}
+        for extension in EXTENSIONS:
+            if extension not in installed:
+                try:
+                    connection.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension)))
+                except psycopg.Error as error:
+                    raise StoreUnavailableError(
+                        f"the PostgreSQL database at {_redacted(self._url)} lacks the {extension} extension and this "
+                        f"user cannot create it ({str(error).strip().splitlines()[0]}): run CREATE EXTENSION "
+                        f"{extension}; as a superuser in that database") from error
+        try:
+            connection.execute("SELECT %s::regconfig", (self.language,))
+        except psycopg.errors.UndefinedObject as error:
+            raise ValueError(f"Unknown text search language {self.language!r}: see "
+                             "SELECT cfgname FROM pg_ts_config;") from error
+        if connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
+            with connection.transaction():
+                connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
+                self._create(connection)
+        self._check(connection)
 
     def _create(self, connection: psycopg.Connection) -> None:
         text = self._indexed_text()
