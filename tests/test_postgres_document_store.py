@@ -44,6 +44,8 @@ def test_init_validates_its_settings(postgres, table):
         PostgresDocumentStore(url=postgres.primary_url, table=table, language="klingon")
     with pytest.raises(ValueError, match="needs GATEHOUSE_POSTGRES_URL"):
         PostgresDocumentStore(table=table)
+    with pytest.raises(ValueError, match="from 1 to 2000 \\(pgvector's HNSW index\\), got 4096"):
+        PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=4096)
 
 
 def test_init_from_the_environment_and_to_dict(postgres, table, monkeypatch):
@@ -191,6 +193,16 @@ def test_an_unreachable_server_is_one_clear_line_without_the_password(table):
     assert message.startswith(f"the PostgreSQL store at {url.replace('s3cret', '***')} cannot be used (connecting: ")
     assert message.endswith("start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
     assert isinstance(raised.value, DataDirError)  # one line and exit status 2 in the CLI, a 503 when serving
+    key_value = f"host=127.0.0.1 port={free_port()} user=gatehouse password=s3cret dbname=gatehouse"
+    with pytest.raises(StoreUnavailableError, match="password=\\*\\*\\* dbname") as raised:
+        PostgresDocumentStore(url=key_value, table=table)
+    assert "s3cret" not in str(raised.value)
+
+
+def test_a_standby_without_the_table_says_so_in_one_line(postgres, table):
+    with pytest.raises(StoreUnavailableError, match="setting up its tables: cannot execute CREATE TABLE in a "
+                                                    "read-only transaction"):
+        PostgresDocumentStore(url=postgres.standby_url, table=table)
 
 
 def test_a_lost_connection_is_one_clear_error_then_the_store_reconnects(store, postgres):

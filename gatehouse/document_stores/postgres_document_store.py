@@ -57,6 +57,8 @@ TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 FIELD = re.compile(r"content|meta\.[A-Za-z0-9_]+")
 WORDS = re.compile(r"\w+")
 MAX_QUERY_WORDS = 64
+MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimensions
+PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORECASE)
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 
 
@@ -70,7 +72,8 @@ def _where(filters: dict[str, Any] | None, extra: sql.Composable = sql.SQL("TRUE
 
 
 def _redacted(url: str) -> str:
-    """The URL without its password, to name the server in an error."""
+    """The URL (or `key=value` connection string) without its password, to name the server in an error."""
+    url = PASSWORD_PARAMETER.sub(r"\1***", url)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -112,8 +115,9 @@ class PostgresDocumentStore:
         if not TABLE_NAME.fullmatch(table):
             raise ValueError(f"Bad table name {table!r}: use lower-case letters, digits and _ (at most 41).")
         if embedding_dim is not None and (isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int)
-                                          or not 0 < embedding_dim <= 16000):
-            raise ValueError(f"embedding_dim must be a whole number from 1 to 16000, got {embedding_dim!r}.")
+                                          or not 0 < embedding_dim <= MAX_DIM):
+            raise ValueError(f"embedding_dim must be a whole number from 1 to {MAX_DIM} (pgvector's HNSW index), "
+                             f"got {embedding_dim!r}.")
         self.indexed_fields = indexed_fields or ["meta.title", "meta.section", "content"]
         bad = [field for field in self.indexed_fields if not isinstance(field, str) or not FIELD.fullmatch(field)]
         if bad:
@@ -188,7 +192,7 @@ class PostgresDocumentStore:
         with connection:
             try:
                 self._set_up_in(connection)
-            except psycopg.OperationalError as error:
+            except psycopg.Error as error:  # refused, lost, read-only (a standby before the table exists)
                 raise self._unavailable(error, "setting up its tables") from error
 
     def _set_up_in(self, connection: psycopg.Connection) -> None:
