@@ -14,6 +14,7 @@ from postgres_server import postgres_cluster
 
 with postgres_cluster() as cluster:
     cluster.primary_url                 # postgresql://postgres@127.0.0.1:<port>/gatehouse
+    cluster.new_database()              # the URL of a new empty database on the primary
     cluster.wait_for_standby()          # the standby has replayed everything the primary wrote so far
     cluster.standby_url                 # read-only
     cluster.timings                     # seconds per start-up step
@@ -28,6 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +79,12 @@ class PostgresCluster:
                                 timeout=SECONDS, cwd=self.folder)
         assert result.returncode == 0, f"{tool} {' '.join(args)} failed:\n{result.stdout}{result.stderr}"
         return result.stdout
+
+    def new_database(self) -> str:
+        """A new empty database on the primary (the store creates its extensions there); its URL."""
+        name = f"test_{uuid.uuid4().hex[:12]}"
+        self.sql(self.primary_port, f"CREATE DATABASE {name}", database="postgres")
+        return f"postgresql://{SERVER_USER}@127.0.0.1:{self.primary_port}/{name}"
 
     def wait_for_standby(self, seconds: float = 30) -> None:
         """Wait until the standby has replayed every change the primary had written when this was called."""

@@ -1,8 +1,8 @@
 """
 Knowledge-base lifecycle over real parts (MiniLM, a Qdrant local store and the BM25 store in a temporary data
-directory, the real `retrieve.yml`): `kb list` counts, `kb delete` and `ingest --prune` remove documents from both
-stores so that nothing of them is retrievable while other knowledge bases and tenants stay untouched — in the library,
-through the `gatehouse` command and over REST.
+directory, or a PostgreSQL database; the real `retrieve.yml`): `kb list` counts, `kb delete` and `ingest --prune`
+remove documents from both stores so that nothing of them is retrievable while other knowledge bases and tenants stay
+untouched — in the library, through the `gatehouse` command and over REST.
 """
 
 import json
@@ -48,6 +48,14 @@ def data_dir(tmp_path, monkeypatch):
     return tmp_path / "data"
 
 
+@pytest.fixture(params=["local", "postgres"])
+def backend(request, monkeypatch):
+    """The stores the pipelines open: the local shard, or a new PostgreSQL database (`GATEHOUSE_POSTGRES_URL`)."""
+    if request.param == "postgres":
+        monkeypatch.setenv("GATEHOUSE_POSTGRES_URL", request.getfixturevalue("postgres").new_database())
+    return request.param
+
+
 @pytest.fixture
 def retrieve(data_dir):
     """The real retrieval pipeline over the test's stores, loaded (and its BM25 index built) before any deletion."""
@@ -66,7 +74,7 @@ def catalogue() -> KnowledgeBaseCatalogue:
     return KnowledgeBaseCatalogue.from_index_pipeline(load_pipeline("index"))
 
 
-def test_kb_delete_removes_one_tenants_kb_from_both_stores_and_nothing_else(tmp_path, retrieve):
+def test_kb_delete_removes_one_tenants_kb_from_both_stores_and_nothing_else(tmp_path, backend, retrieve):
     office, it = write_folder(tmp_path / "office", OFFICE), write_folder(tmp_path / "it", IT)
     summary = ingest(path_groups([str(office)], "office", None) + path_groups([str(office)], "office", "acme")
                      + path_groups([str(it)], "it", None), progress=False)
@@ -92,7 +100,7 @@ def test_kb_delete_removes_one_tenants_kb_from_both_stores_and_nothing_else(tmp_
         kbs.delete(kb="office", tenant="public")
 
 
-def test_ingest_prune_removes_only_documents_whose_file_is_gone(tmp_path, retrieve):
+def test_ingest_prune_removes_only_documents_whose_file_is_gone(tmp_path, backend, retrieve):
     office, it = write_folder(tmp_path / "office", OFFICE), write_folder(tmp_path / "it", IT)
     groups = path_groups([str(office)], "office", None) + path_groups([str(it)], "it", None)
     ingest(groups + path_groups([str(office)], "office", "acme"), progress=False)
