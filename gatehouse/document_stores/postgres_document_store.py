@@ -1,13 +1,14 @@
 """
 The shared store: every chunk in one PostgreSQL table, with its dense vector (pgvector, HNSW), its sentences'
-vectors, a full-text vector and trigrams of its indexed text (pg_trgm), so several `gatehouse serve` processes can
-work over one database.
+vectors and its BM25 terms, so several `gatehouse serve` processes can work over one database.
 
 A chunk row holds `id`, `content`, `meta` (JSONB, with expression indexes on `tenant`, `kb` and `doc_id`),
-`embedding`, `sentences` (the vectors of its sentences, for the best-sentence score) and two generated columns over
-the `indexed_fields` (title, section and content): `indexed` (its text, trigram-indexed) and `search` (its
-`tsvector`). A second table holds one write counter per (tenant, kb), moved from a sequence in the same transaction
-as the chunks it counts, so caches of derived data (answer cache, KB profiles) in any process see every write.
+`embedding`, `sentences` (the vectors of its sentences, for the best-sentence score) and, per analysis of the local
+shard (`words`: stemmed terms without stopwords; `ngrams`: character trigrams of them, for spelling variants), a
+GIN-indexed `tsvector` of its terms' ids (positions give the term frequencies) and its length. BM25 is computed in
+SQL with the shard's formula and settings, so both stores rank alike. A second table holds one write counter per
+(tenant, kb), moved from a sequence in the same transaction as the chunks it counts, so caches of derived data
+(answer cache, KB profiles) in any process see every write.
 
 Every write is one transaction: `replace_documents` deletes a document's earlier chunks, inserts the new ones and
 moves the counters together (writers of one document wait for each other), so a killed process or server leaves
@@ -24,8 +25,8 @@ from gatehouse.document_stores.postgres_document_store import PostgresDocumentSt
 store = PostgresDocumentStore(url="postgresql://gatehouse@db.internal/gatehouse", embedding_dim=384)
 store.replace_documents("public/faq/keys.md", chunks, sentence_embeddings={chunk.id: vectors})
 store.embedding_retrieval(vector, filters={"field": "meta.tenant", "operator": "in", "value": ["public"]}, top_k=5)
-store.bm25_retrieval("rotate api key", filters=filters, top_k=5)               # full text, any of the words
-store.bm25_retrieval("rotaton", filters=filters, top_k=5, analysis="ngrams")    # trigrams: spelling variants
+store.bm25_retrieval("rotate api key", filters=filters, top_k=5)               # BM25 on stemmed words
+store.bm25_retrieval("rotaton", filters=filters, top_k=5, analysis="ngrams")    # BM25 on trigrams: spelling variants
 ```
 """
 
@@ -33,6 +34,7 @@ import contextlib
 import json
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,18 +50,42 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from gatehouse import settings
+from gatehouse.document_stores.analysis import Analyzer, term_index
 from gatehouse.document_stores.edge_document_store import SharedDocument
 from gatehouse.document_stores.edge_shard import ANALYSES
 from gatehouse.document_stores.errors import StoreUnavailableError
 
-EXTENSIONS = ("vector", "pg_trgm")
+EXTENSIONS = ("vector",)
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 FIELD = re.compile(r"content|meta\.[A-Za-z0-9_]+")
-WORDS = re.compile(r"\w+")
-MAX_QUERY_WORDS = 64
+#: The BM25 analysis, as the local shard's defaults (`edge_shard.shard_settings`): the same terms, the same formula.
+ANALYSIS = {"k1": 1.2, "b": 0.75, "stemmer": "english", "stopwords": "en", "char_ngrams": 3}
 MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimensions
 PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORECASE)
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
+
+
+#: BM25 of one analysis's column. Parameters: the query's term ids, their counts in the query, the term ids again
+#: (to keep only their positions in a candidate's vector), the candidates' tsquery, the filters' parameters, top_k.
+BM25 = """
+WITH query AS (SELECT term, count FROM unnest(%s::text[], %s::float8[]) AS query(term, count)),
+totals AS (SELECT count(*)::float8 AS chunks, greatest(coalesce(avg({length}), 1), 1)::float8 AS mean FROM {table}),
+weights AS (
+    SELECT query.term, query.count * ln(1 + (totals.chunks - df.n + 0.5) / (df.n + 0.5)) AS weight
+    FROM query CROSS JOIN totals
+    CROSS JOIN LATERAL (SELECT count(*)::float8 AS n FROM {table} WHERE {column} @@ query.term::tsquery) AS df),
+scored AS (
+    SELECT c.id, sum(weights.weight * hit.tf * ({k1} + 1)
+                     / (hit.tf + {k1} * (1 - {b} + {b} * c.{length} / totals.mean))) AS score
+    FROM {table} AS c CROSS JOIN totals
+    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf
+                        FROM unnest(ts_filter(setweight(c.{column}, 'A', %s::text[]), '{{a}}'))) AS hit
+    JOIN weights ON weights.term = hit.lexeme
+    {where}
+    GROUP BY c.id)
+SELECT t.id, t.content, t.meta, scored.score FROM scored JOIN {table} AS t USING (id) ORDER BY scored.score DESC, t.id
+LIMIT %s
+"""
 
 
 def _where(filters: dict[str, Any] | None, extra: sql.Composable = sql.SQL("TRUE")
@@ -86,7 +112,7 @@ def _redacted(url: str) -> str:
 
 class PostgresDocumentStore:
     """
-    Chunks with their dense, sentence, full-text and trigram search in one PostgreSQL table; write counters per
+    Chunks with their dense, sentence and BM25 (words, trigrams) search in one PostgreSQL table; write counters per
     (tenant, kb); one transaction per write. Filters use Haystack's syntax.
     """
 
@@ -96,7 +122,6 @@ class PostgresDocumentStore:
         url: str | None = None,
         table: str = "gatehouse_chunks",
         embedding_dim: int | None = None,
-        language: str = "english",
         indexed_fields: list[str] | None = None,
     ) -> None:
         """
@@ -105,12 +130,11 @@ class PostgresDocumentStore:
         :param table: The chunk table (lower-case letters, digits and `_`); the counters are `<table>_generations`.
         :param embedding_dim: Size of the dense and sentence vectors (384 for all-MiniLM-L6-v2); None takes the
             table's, or 384 for a new table.
-        :param language: PostgreSQL text search configuration of the full-text search (stemming, stopwords).
-        :param indexed_fields: What the full-text and trigram search cover: `content` and/or `meta.<key>`; defaults
-            to `["meta.title", "meta.section", "content"]`.
+        :param indexed_fields: What the BM25 search covers: `content` and/or `meta.<key>`; defaults to
+            `["meta.title", "meta.section", "content"]`.
         The table is created on first use; opening it with another vector size or other indexed fields is an error.
-        :raises ValueError: On a bad table name, vector size, language or indexed field.
-        :raises StoreUnavailableError: When the database cannot be reached or lacks the vector or pg_trgm extension.
+        :raises ValueError: On a bad table name, vector size or indexed field.
+        :raises StoreUnavailableError: When the database cannot be reached or lacks the vector extension.
         """
         if not TABLE_NAME.fullmatch(table):
             raise ValueError(f"Bad table name {table!r}: use lower-case letters, digits and _ (at most 41).")
@@ -125,7 +149,9 @@ class PostgresDocumentStore:
         self.url = url
         self.table = table
         self.embedding_dim = embedding_dim
-        self.language = language
+        self._analyzers = {name: Analyzer(stopwords=ANALYSIS["stopwords"], stemmer=ANALYSIS["stemmer"],
+                                          char_ngrams=ANALYSIS["char_ngrams"] if name == "ngrams" else None)
+                           for name in ANALYSES}
         self._dim = embedding_dim or DEFAULT_DIM  # the table's when None and it exists (`_check`)
         self._url = url or settings.postgres_url() or ""
         if not self._url:
@@ -177,11 +203,15 @@ class PostgresDocumentStore:
             connection.close()
 
     # -- schema -----------------------------------------------------------------------------------------------
-    def _indexed_text(self) -> sql.Composable:
-        parts = [sql.SQL("coalesce(content, '')") if field == "content" else
-                 sql.SQL("coalesce(meta->>{}, '')").format(sql.Literal(field.removeprefix("meta.")))
-                 for field in self.indexed_fields]
-        return sql.SQL(" || ' ' || ").join(parts)
+    def _indexed_text(self, document: Document) -> str:
+        """The text a chunk's BM25 terms come from (its `indexed_fields`), as the local shard takes it."""
+        values = [document.content if field == "content" else document.meta.get(field.removeprefix("meta."))
+                  for field in self.indexed_fields]
+        return "\n".join(str(value) for value in values if value)
+
+    def _terms(self, analysis: str, text: str) -> Counter[str]:
+        """The BM25 terms of `text` under `analysis`, as term ids (digits: one lexeme each in a `simple` tsvector)."""
+        return Counter(str(term_index(term)) for term in self._analyzers[analysis](text))
 
     def _set_up(self) -> None:
         """Create the extensions, tables, sequence and indexes that are missing (once, under a lock)."""
@@ -206,11 +236,6 @@ class PostgresDocumentStore:
                         f"the PostgreSQL database at {_redacted(self._url)} lacks the {extension} extension and this "
                         f"user cannot create it ({str(error).strip().splitlines()[0]}): run CREATE EXTENSION "
                         f"{extension}; as a superuser in that database") from error
-        try:
-            connection.execute("SELECT %s::regconfig", (self.language,))
-        except psycopg.errors.UndefinedObject as error:
-            raise ValueError(f"Unknown text search language {self.language!r}: see "
-                             "SELECT cfgname FROM pg_ts_config;") from error
         if connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
@@ -218,17 +243,14 @@ class PostgresDocumentStore:
         self._check(connection)
 
     def _create(self, connection: psycopg.Connection) -> None:
-        text = self._indexed_text()
-        names = {**self._names, "dim": sql.Literal(self._dim), "text": text,
-                 "language": sql.Literal(self.language), "settings": sql.Literal(json.dumps(self._settings()))}
+        names = {**self._names, "dim": sql.Literal(self._dim), "settings": sql.Literal(json.dumps(self._settings()))}
         statements = [
             "CREATE TABLE IF NOT EXISTS {table} (id text PRIMARY KEY, content text, meta jsonb NOT NULL, "
             "embedding vector({dim}), sentences vector({dim})[], "
-            "indexed text GENERATED ALWAYS AS ({text}) STORED, "
-            "search tsvector GENERATED ALWAYS AS (to_tsvector({language}::regconfig, {text})) STORED)",
+            "words tsvector, words_length integer NOT NULL, ngrams tsvector, ngrams_length integer NOT NULL)",
             "CREATE INDEX IF NOT EXISTS {table_embedding} ON {table} USING hnsw (embedding vector_cosine_ops)",
-            "CREATE INDEX IF NOT EXISTS {table_search} ON {table} USING gin (search)",
-            "CREATE INDEX IF NOT EXISTS {table_trigrams} ON {table} USING gin (indexed gin_trgm_ops)",
+            "CREATE INDEX IF NOT EXISTS {table_words} ON {table} USING gin (words)",
+            "CREATE INDEX IF NOT EXISTS {table_ngrams} ON {table} USING gin (ngrams)",
             "CREATE INDEX IF NOT EXISTS {table_tenant_kb} ON {table} ((meta->>'tenant'), (meta->>'kb'))",
             "CREATE INDEX IF NOT EXISTS {table_doc_id} ON {table} ((meta->>'doc_id'))",
             "CREATE TABLE IF NOT EXISTS {generations} (tenant text, kb text, value bigint NOT NULL, "
@@ -237,13 +259,13 @@ class PostgresDocumentStore:
             "COMMENT ON TABLE {table} IS {settings}",
         ]
         indexes = {f"table_{name}": sql.Identifier(f"{self.table}_{name}")
-                   for name in ("embedding", "search", "trigrams", "tenant_kb", "doc_id")}
+                   for name in ("embedding", "words", "ngrams", "tenant_kb", "doc_id")}
         for statement in statements:
             connection.execute(sql.SQL(statement).format(**names, **indexes))
 
     def _settings(self) -> dict[str, Any]:
         """What the table is created with and must be opened with (kept as the table's comment)."""
-        return {"embedding_dim": self._dim, "language": self.language, "indexed_fields": self.indexed_fields}
+        return {"embedding_dim": self._dim, "indexed_fields": self.indexed_fields, **ANALYSIS}
 
     def _check(self, connection: psycopg.Connection) -> None:
         """Refuse a table created with other settings, naming them."""
@@ -325,34 +347,27 @@ class PostgresDocumentStore:
         self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, analysis: str = "words"
     ) -> list[Document]:
         """
-        The `top_k` chunks by lexical score among those matching `filters`; chunks scoring 0 are left out.
+        The `top_k` chunks by BM25 score among those matching `filters`; chunks scoring 0 are left out.
 
-        :param analysis: `words` (full text: stemmed words, any of them, ranked by `ts_rank` normalised by length) or
-            `ngrams` (trigram word similarity of the query to the indexed text: spelling and word-form variants).
+        The terms are the local shard's (`words`: stemmed terms without stopwords; `ngrams`: character trigrams of
+        them) and so is the formula: IDF `ln(1 + (N - df + 0.5) / (df + 0.5))` over every chunk of the table, term
+        frequency saturated by `k1`, length normalised by `b` against the table's mean length.
+
+        :param analysis: `words` or `ngrams`.
         :returns: Documents with `score`, best first.
         """
         if analysis not in ANALYSES:
             raise ValueError(f"Unknown analysis '{analysis}'. Use one of: {', '.join(ANALYSES)}.")
-        words = list(dict.fromkeys(WORDS.findall(query.lower())))[:MAX_QUERY_WORDS]
-        if top_k <= 0 or not words:
+        counts = self._terms(analysis, query)
+        if top_k <= 0 or not counts:
             return []
-        if analysis == "words":
-            language = sql.Literal(self.language)
-            matched = sql.SQL("websearch_to_tsquery({}::regconfig, %s)").format(language)
-            score = sql.SQL("ts_rank(search, {}, 1)").format(matched)
-            where, params = _where(filters, sql.SQL("search @@ ") + matched)
-            text = " or ".join(words)
-            query_params: tuple[Any, ...] = (text, text, *params)
-        else:
-            score = sql.SQL("word_similarity(%s, indexed)")
-            where, params = _where(filters, sql.SQL("%s <%% indexed"))
-            text = " ".join(words)
-            query_params = (text, text, *params)
-        statement = (sql.SQL("SELECT id, content, meta, {score} AS score FROM {table}").format(score=score,
-                                                                                            **self._names)
-                     + where + sql.SQL(" ORDER BY score DESC, id LIMIT %s"))
+        terms, weights = list(counts), [float(count) for count in counts.values()]
+        where, params = _where(filters, sql.SQL("c.{column} @@ %s::tsquery").format(column=sql.Identifier(analysis)))
+        statement = sql.SQL(BM25).format(column=sql.Identifier(analysis), length=sql.Identifier(f"{analysis}_length"),
+                                         k1=sql.Literal(ANALYSIS["k1"]), b=sql.Literal(ANALYSIS["b"]), where=where,
+                                         **self._names)
         with self._transaction("searching") as cursor:
-            rows = cursor.execute(statement, (*query_params, top_k)).fetchall()
+            rows = cursor.execute(statement, (terms, weights, terms, " | ".join(terms), *params, top_k)).fetchall()
         return [document for document in self._documents(rows) if document.score > 0.0]
 
     def similarities(self, query_embedding: list[float], ids: list[str]) -> dict[str, tuple[float, float | None]]:
@@ -453,13 +468,19 @@ class PostgresDocumentStore:
             embedding = None if document.embedding is None else self._vector(document.embedding)
             sentences = sentence_embeddings.get(document.id)
             vectors = None if sentences is None or not len(sentences) else [self._vector(row) for row in sentences]
-            rows[document.id] = (document.id, document.content, Jsonb(document.meta), embedding, vectors)
+            text = self._indexed_text(document)
+            terms = {name: self._terms(name, text) for name in ANALYSES}
+            rows[document.id] = (document.id, document.content, Jsonb(document.meta), embedding, vectors,
+                                 *[value for name in ANALYSES for value in
+                                   (" ".join(terms[name].elements()), sum(terms[name].values()))])
         return list(rows.values())
 
     def _insert(self, cursor: psycopg.Cursor, rows: list[tuple[Any, ...]]) -> None:
         if rows:
-            cursor.executemany(sql.SQL("INSERT INTO {table} (id, content, meta, embedding, sentences) "
-                                       "VALUES (%s, %s, %s, %s, %s)").format(**self._names), rows)
+            cursor.executemany(sql.SQL(
+                "INSERT INTO {table} (id, content, meta, embedding, sentences, words, words_length, ngrams, "
+                "ngrams_length) VALUES (%s, %s, %s, %s, %s, to_tsvector('simple', %s), %s, to_tsvector('simple', %s), "
+                "%s)").format(**self._names), rows)
 
     def _delete_where(self, cursor: psycopg.Cursor, where: sql.Composable, params: tuple[Any, ...]
                       ) -> tuple[list[str], set[tuple[str, str]]]:
@@ -488,7 +509,7 @@ class PostgresDocumentStore:
     def to_dict(self) -> dict[str, Any]:
         """Serialise the store's settings as configured (not the URL read from the environment)."""
         return default_to_dict(self, url=self.url, table=self.table, embedding_dim=self.embedding_dim,
-                               language=self.language, indexed_fields=self.indexed_fields)
+                               indexed_fields=self.indexed_fields)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PostgresDocumentStore":
