@@ -65,24 +65,30 @@ PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORE
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 
 
-#: BM25 of one analysis's column. Parameters: the query's term ids, their counts in the query, the term ids again
-#: (to keep only their positions in a candidate's vector), the candidates' tsquery, the filters' parameters, top_k.
+#: BM25 of one analysis's column in one pass over the chunks holding any query term (every tenant's: IDF is over the
+#: whole table, as in the local shard), scoring those the filters keep. Parameters: the query's term ids, their counts
+#: in the query, the filters' parameters, the term ids again (to keep only their positions in a chunk's vector), the
+#: candidates' tsquery, top_k.
 BM25 = """
 WITH query AS (SELECT term, count FROM unnest(%s::text[], %s::float8[]) AS query(term, count)),
-totals AS (SELECT count(*)::float8 AS chunks, greatest(coalesce(avg({length}), 1), 1)::float8 AS mean FROM {table}),
+hits AS MATERIALIZED (
+    SELECT c.id, c.{length} AS length, hit.lexeme, hit.tf, ({kept}) AS kept
+    FROM {table} AS c
+    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf
+                        FROM unnest(ts_filter(setweight(c.{column}, 'A', %s::text[]), '{{a}}'))) AS hit
+    WHERE c.{column} @@ %s::tsquery),
+totals AS MATERIALIZED (
+    SELECT count(*)::float8 AS chunks, greatest(coalesce(avg({length}), 1), 1)::float8 AS mean FROM {table}),
 weights AS (
     SELECT query.term, query.count * ln(1 + (totals.chunks - df.n + 0.5) / (df.n + 0.5)) AS weight
     FROM query CROSS JOIN totals
-    CROSS JOIN LATERAL (SELECT count(*)::float8 AS n FROM {table} WHERE {column} @@ query.term::tsquery) AS df),
+    JOIN (SELECT lexeme, count(*)::float8 AS n FROM hits GROUP BY lexeme) AS df ON df.lexeme = query.term),
 scored AS (
-    SELECT c.id, sum(weights.weight * hit.tf * ({k1} + 1)
-                     / (hit.tf + {k1} * (1 - {b} + {b} * c.{length} / totals.mean))) AS score
-    FROM {table} AS c CROSS JOIN totals
-    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf
-                        FROM unnest(ts_filter(setweight(c.{column}, 'A', %s::text[]), '{{a}}'))) AS hit
-    JOIN weights ON weights.term = hit.lexeme
-    {where}
-    GROUP BY c.id)
+    SELECT hits.id, sum(weights.weight * hits.tf * ({k1} + 1)
+                        / (hits.tf + {k1} * (1 - {b} + {b} * hits.length / totals.mean))) AS score
+    FROM hits JOIN weights ON weights.term = hits.lexeme CROSS JOIN totals
+    WHERE hits.kept
+    GROUP BY hits.id)
 SELECT t.id, t.content, t.meta, scored.score FROM scored JOIN {table} AS t USING (id) ORDER BY scored.score DESC, t.id
 LIMIT %s
 """
@@ -361,13 +367,14 @@ class PostgresDocumentStore:
         counts = self._terms(analysis, query)
         if top_k <= 0 or not counts:
             return []
-        terms, weights = list(counts), [float(count) for count in counts.values()]
-        where, params = _where(filters, sql.SQL("c.{column} @@ %s::tsquery").format(column=sql.Identifier(analysis)))
+        terms, counted = list(counts), [float(count) for count in counts.values()]
+        kept, params = (_convert_filters_to_where_clause_and_params(filters, operator="AND") if filters
+                        else (sql.SQL(""), ()))
         statement = sql.SQL(BM25).format(column=sql.Identifier(analysis), length=sql.Identifier(f"{analysis}_length"),
-                                         k1=sql.Literal(ANALYSIS["k1"]), b=sql.Literal(ANALYSIS["b"]), where=where,
-                                         **self._names)
+                                         kept=sql.SQL("TRUE") + kept, k1=sql.Literal(ANALYSIS["k1"]),
+                                         b=sql.Literal(ANALYSIS["b"]), **self._names)
         with self._transaction("searching") as cursor:
-            rows = cursor.execute(statement, (terms, weights, terms, " | ".join(terms), *params, top_k)).fetchall()
+            rows = cursor.execute(statement, (terms, counted, *params, terms, " | ".join(terms), top_k)).fetchall()
         return [document for document in self._documents(rows) if document.score > 0.0]
 
     def similarities(self, query_embedding: list[float], ids: list[str]) -> dict[str, tuple[float, float | None]]:
