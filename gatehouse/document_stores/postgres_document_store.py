@@ -290,6 +290,11 @@ class PostgresDocumentStore:
             raise ValueError(f"The PostgreSQL table {self.table} was created with other settings ({named}): use "
                              "them, or another table.")
 
+    @property
+    def connection_url(self) -> str:
+        """The primary's URL this store connects to (from `url` or `GATEHOUSE_POSTGRES_URL`)."""
+        return self._url
+
     def shares_shard(self, other: Any) -> bool:
         """Whether `other` is a store of the same table of the same database (one write then holds what both hold)."""
         return isinstance(other, PostgresDocumentStore) and (other._url, other.table) == (self._url, self.table)

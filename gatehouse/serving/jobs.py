@@ -57,7 +57,8 @@ JobStatus = Literal["queued", "running", "cancelling", "done", "failed", "cancel
 UNFINISHED = ("queued", "running", "cancelling")
 RETRY_AFTER_UNKNOWN_S = 10  # the Retry-After of a full queue before any job has finished to estimate from
 RECENT_JOBS = 20  # how many finished jobs the Retry-After estimate looks at
-NOT_DEPLOYED = {503: {"description": "The index pipeline is not deployed"}}
+NOT_DEPLOYED = {503: {"description": "The index pipeline is not deployed, or the database holding the jobs cannot be "
+                                     "used"}}
 
 
 class FileResult(TypedDict):
@@ -185,6 +186,8 @@ class IngestJobs:
     """
     A bounded pool of ingest workers (daemon threads) with an in-memory, bounded job history.
 
+    The PostgreSQL store keeps its jobs in its database instead (`gatehouse.serving.db_jobs`), with this interface.
+
     The document stores let searches run beside a job's writes and serialise writes per store, so nothing here locks
     the stores; the pool only bounds how many uploads index at once (the pipelines are CPU-bound).
     """
@@ -206,6 +209,7 @@ class IngestJobs:
         self.max_queued_per_tenant = max_queued_per_tenant
         self.history = history
         self.status_path = status_path
+        self.forgotten = "jobs are kept in memory: a restart forgets them"
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._jobs: dict[str, _Job] = {}  # in submission order
@@ -385,6 +389,8 @@ def _job_router(name: str, keyring: KeyRing) -> APIRouter:
     """`GET /{name}/jobs`, `GET` and `DELETE /{name}/jobs/{job_id}` over the jobs of the deployed index pipeline `name`."""
     from hayhooks.server.pipelines.registry import registry
 
+    from gatehouse.serving.wrappers import data_dir_unavailable  # a database that went away: 503
+
     router = APIRouter(prefix=f"/{name}/jobs", tags=["ingest jobs"])
 
     def jobs() -> IngestJobs:
@@ -405,7 +411,8 @@ def _job_router(name: str, keyring: KeyRing) -> APIRouter:
         """
         if not 1 <= limit <= 1000:
             raise HTTPException(status_code=422, detail=f"limit is {limit}; use 1 to 1000")
-        return {"jobs": jobs().latest(_visible_tenants(keyring, request), limit)}
+        with data_dir_unavailable():
+            return {"jobs": jobs().latest(_visible_tenants(keyring, request), limit)}
 
     @router.get("/{job_id}", name=f"{name}_job", responses={
         404: {"description": "No such job, or a job of a tenant the API key does not hold"}, **NOT_DEPLOYED})
@@ -416,7 +423,9 @@ def _job_router(name: str, keyring: KeyRing) -> APIRouter:
         :param job_id: The id `POST /{name}/run` answered with.
         :returns: The job; 404 for an unknown job and for a job of a tenant the API key does not hold.
         """
-        return _found(jobs().get(job_id, _visible_tenants(keyring, request)), job_id)
+        with data_dir_unavailable():
+            found = jobs().get(job_id, _visible_tenants(keyring, request))
+        return _found(found, job_id, jobs())
 
     @router.delete("/{job_id}", name=f"{name}_cancel_job", responses={
         404: {"description": "No such job, or a job of a tenant the API key does not hold"}, **NOT_DEPLOYED})
@@ -429,15 +438,16 @@ def _job_router(name: str, keyring: KeyRing) -> APIRouter:
         :returns: The job after the request; 404 for an unknown job and for a job of a tenant the API key does not
             hold.
         """
-        return _found(jobs().cancel(job_id, _visible_tenants(keyring, request)), job_id)
+        with data_dir_unavailable():
+            found = jobs().cancel(job_id, _visible_tenants(keyring, request))
+        return _found(found, job_id, jobs())
 
     return router
 
 
-def _found(job: IngestJob | None, job_id: str) -> IngestJob:
+def _found(job: IngestJob | None, job_id: str, jobs: Any) -> IngestJob:
     if job is None:
-        raise HTTPException(status_code=404, detail=f"no ingest job {job_id!r} (jobs are kept in memory: a restart "
-                                                    "forgets them)")
+        raise HTTPException(status_code=404, detail=f"no ingest job {job_id!r} ({jobs.forgotten})")
     return job
 
 

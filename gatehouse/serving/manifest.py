@@ -90,6 +90,8 @@ class Manifest:
     max_queued_jobs: int = 10  # upload jobs waiting for a worker; one more is refused with 429
     max_queued_jobs_per_tenant: int = 5  # of those, how many one tenant may hold
     ingest_job_history: int = 1000  # finished upload jobs kept in memory (and reported); older ones are forgotten
+    ingest_job_lease_s: float = 30.0  # PostgreSQL jobs: a running job's lease; one not renewed is taken over
+    processes: int = 1  # server processes on one port (more than 1 needs the PostgreSQL store)
     openwebui_sources: bool = False  # streamed chat: Open WebUI `source` events, markers written `[n]`
 
 
@@ -278,6 +280,9 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         max_queued_jobs_per_tenant=_count(limits.get("max_queued_jobs_per_tenant", 5), path,
                                           "limits.max_queued_jobs_per_tenant"),
         ingest_job_history=int(limits.get("ingest_job_history", 1000)),
+        ingest_job_lease_s=float(_at_least(limits.get("ingest_job_lease_s", 30.0), 1, path,
+                                           "limits.ingest_job_lease_s", whole=False)),
+        processes=_at_least(raw.get("processes", 1), 1, path, "processes"),
         openwebui_sources=_flag(raw, "openwebui_sources", path),
     )
     _require(manifest.max_body_bytes > 0 and manifest.request_timeout_s > 0, path,

@@ -504,10 +504,17 @@ class IndexWrapper(GatehouseWrapper):
         name = next((name for name, deployed in self.manifest.pipelines.items()
                      if deployed.kind == "index" and deployed.pipeline == self.pipeline_file), self.pipeline_file.stem)
         manifest = self.manifest
-        self.jobs = IngestJobs(pipeline=self.pipeline, workers=manifest.ingest_workers,
-                               max_queued=manifest.max_queued_jobs,
-                               max_queued_per_tenant=manifest.max_queued_jobs_per_tenant,
-                               history=manifest.ingest_job_history, status_path=f"/{name}/jobs")
+        bounds = {"workers": manifest.ingest_workers, "max_queued": manifest.max_queued_jobs,
+                  "max_queued_per_tenant": manifest.max_queued_jobs_per_tenant,
+                  "history": manifest.ingest_job_history, "status_path": f"/{name}/jobs"}
+        store = shared_database(self.pipeline)
+        if store is None:  # the embedded store: one process, jobs in memory
+            self.jobs: Any = IngestJobs(pipeline=self.pipeline, **bounds)
+        else:  # PostgreSQL: the jobs in its database, seen and run by every server over it
+            from gatehouse.serving.db_jobs import DatabaseIngestJobs
+
+            self.jobs = DatabaseIngestJobs(url=store.connection_url, table=store.table, pipeline=self.pipeline,
+                                           lease_s=manifest.ingest_job_lease_s, **bounds)
 
     def run_api(
         self,
@@ -557,17 +564,29 @@ class IndexWrapper(GatehouseWrapper):
                                                         f"{', '.join(sorted(supported))}")
         require_writable_data_dir()
         try:
-            accepted = self.jobs.submit(kb=kb, tenant=tenant_name, force=force, files=streams)
+            with data_dir_unavailable():  # a database that went away: 503
+                accepted = self.jobs.submit(kb=kb, tenant=tenant_name, force=force, files=streams)
         except QueueFull as error:
             raise HTTPException(status_code=429, detail=str(error),
                                 headers={"Retry-After": str(error.retry_after)}) from error
         if not wait:
             return JSONResponse(status_code=202, content=accepted, headers={"Location": accepted["status_url"]})
-        job = self.jobs.wait(accepted["job_id"])
+        with data_dir_unavailable():
+            job = self.jobs.wait(accepted["job_id"])
         if job["status"] == "failed":
             require_writable_data_dir()  # the data directory turned read-only while the job ran: 503, as at once
             raise HTTPException(status_code=500, detail=f"ingest job {job['job_id']} failed: {job['error']}")
         return job["result"]
+
+
+def shared_database(pipeline: Pipeline) -> Any | None:
+    """The index pipeline's PostgreSQL store (its writer's), whose database then holds the ingest jobs; else None."""
+    try:
+        writer = pipeline.get_component("writer")
+    except ValueError:
+        return None
+    dense = getattr(writer, "dense_store", None)
+    return dense.store if getattr(dense, "active_backend", None) == "postgres" else None
 
 
 WRAPPERS: dict[str, type[GatehouseWrapper]] = {"ask": AskWrapper, "retrieve": RetrieveWrapper, "index": IndexWrapper}
