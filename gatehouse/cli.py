@@ -238,7 +238,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             check_bind(manifest, host, allow_remote_without_keys=args.allow_remote_without_keys)
             print(hayhooks_command(prepare_deployments(manifest), host, port))
             return 0
-        serve(manifest, host=host, port=port, allow_remote_without_keys=args.allow_remote_without_keys)
+        serve(manifest, host=host, port=port, allow_remote_without_keys=args.allow_remote_without_keys,
+              processes=args.processes, fd=args.fd)
     except (ManifestError, ServeError) as error:
         print(f"gatehouse: {error}", file=sys.stderr)
         return 2
@@ -438,6 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--manifest", help="serving manifest (default: hayhooks.yml in the project)")
     serve.add_argument("--allow-remote-without-keys", action="store_true",
                        help="bind beyond loopback although no auth key is configured")
+    serve.add_argument("--processes", type=int,
+                       help="server processes on the port (default: the manifest's processes, 1); more than one "
+                            "needs the PostgreSQL store (GATEHOUSE_POSTGRES_URL)")
+    serve.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a listening socket from --processes
     serve.add_argument("--prepare-only", action="store_true",
                        help="write the Hayhooks pipelines folder and print the equivalent `hayhooks run` command")
     serve.set_defaults(handler=cmd_serve)

@@ -99,6 +99,11 @@ def postgres_url() -> str | None:
     return os.environ.get("GATEHOUSE_POSTGRES_URL") or None
 
 
+def postgres_read_url() -> str | None:
+    """A hot standby of the PostgreSQL database that the searches read from, or None (the primary)."""
+    return os.environ.get("GATEHOUSE_POSTGRES_READ_URL") or None
+
+
 def llama_model_path() -> str | None:
     """The GGUF model for the local llama.cpp generator, or None when none is available."""
     configured = os.environ.get("GATEHOUSE_LLAMA_MODEL")

@@ -53,7 +53,8 @@ def test_init_from_the_environment_and_to_dict(postgres, table, monkeypatch):
     data = store.to_dict()
     assert data["type"] == "gatehouse.document_stores.postgres_document_store.PostgresDocumentStore"
     assert data["init_parameters"] == {"url": None, "table": table, "embedding_dim": DIM,
-                                       "indexed_fields": ["meta.title", "meta.section", "content"]}
+                                       "indexed_fields": ["meta.title", "meta.section", "content"],
+                                       "read_url": None, "max_lag_s": 1.0}
     assert PostgresDocumentStore.from_dict(data).count_documents() == 0
 
 

@@ -32,8 +32,10 @@ store.bm25_retrieval("rotaton", filters=filters, top_k=5, analysis="ngrams")    
 
 import contextlib
 import json
+import logging
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -63,6 +65,25 @@ ANALYSIS = {"k1": 1.2, "b": 0.75, "stemmer": "english", "stopwords": "en", "char
 MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimensions
 PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORECASE)
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
+READER_NAME = "gatehouse-reader"  # the application_name of the connections to the read URL (pg_stat_activity)
+DEFAULT_MAX_LAG_S = 1.0
+LAG_POLL_S = 0.01
+READ_RETRY_S = 30.0  # after a read URL could not be reached, how long searches go to the primary before trying again
+
+logger = logging.getLogger(__name__)
+#: The newest primary WAL position each process has seen per database (its own commits, the counters it read): a
+#: search on a standby waits until the standby has replayed that far. Process-wide: the index and the retrieve
+#: pipelines hold different store objects of one database.
+_SEEN: dict[str, int] = {}
+_SEEN_LOCK = threading.Lock()
+
+
+def _lsn(text: str | None) -> int:
+    """A WAL position (`16/B374D848`) as a number."""
+    if not text:
+        return 0
+    high, _, low = str(text).partition("/")
+    return (int(high, 16) << 32) + int(low, 16)
 
 
 #: BM25 of one analysis's column in one pass over the chunks holding any query term (every tenant's: IDF is over the
@@ -129,6 +150,8 @@ class PostgresDocumentStore:
         table: str = "gatehouse_chunks",
         embedding_dim: int | None = None,
         indexed_fields: list[str] | None = None,
+        read_url: str | None = None,
+        max_lag_s: float = DEFAULT_MAX_LAG_S,
     ) -> None:
         """
         :param url: The database URL (`postgresql://user:password@host:port/database`); None reads
@@ -138,6 +161,10 @@ class PostgresDocumentStore:
             table's, or 384 for a new table.
         :param indexed_fields: What the BM25 search covers: `content` and/or `meta.<key>`; defaults to
             `["meta.title", "meta.section", "content"]`.
+        :param read_url: A hot standby of that database for the searches (dense, BM25, sentence scores); None reads
+            `GATEHOUSE_POSTGRES_READ_URL`, unset: the primary. Writes, counters and listings stay on the primary.
+        :param max_lag_s: How long a search waits for the standby to replay what this process has seen on the
+            primary (its own writes, the counters it read) before it reads the primary instead.
         The table is created on first use; opening it with another vector size or other indexed fields is an error.
         :raises ValueError: On a bad table name, vector size or indexed field.
         :raises StoreUnavailableError: When the database cannot be reached or lacks the vector extension.
@@ -162,6 +189,9 @@ class PostgresDocumentStore:
         self._url = url or settings.postgres_url() or ""
         if not self._url:
             raise ValueError("The PostgreSQL store needs GATEHOUSE_POSTGRES_URL or url.")
+        self.read_url, self.max_lag_s = read_url, float(max_lag_s)
+        self._read_url = read_url or settings.postgres_read_url() or ""
+        self._read_down_until = 0.0
         self._local = threading.local()
         self._connections: list[psycopg.Connection] = []
         self._lock = threading.Lock()
@@ -192,14 +222,87 @@ class PostgresDocumentStore:
         return connection
 
     @contextlib.contextmanager
-    def _transaction(self, doing: str) -> Iterator[psycopg.Cursor]:
-        """A cursor in one transaction; a lost or refused connection becomes a `StoreUnavailableError`."""
+    def _transaction(self, doing: str, *, writes: bool = False) -> Iterator[psycopg.Cursor]:
+        """
+        A cursor in one transaction; a lost or refused connection becomes a `StoreUnavailableError`. With `writes`
+        and a read URL, the primary's WAL position after the commit is noted (`_SEEN`) for the standby reads.
+        """
         connection = self._connection()
         try:
             with connection.transaction(), connection.cursor() as cursor:
                 yield cursor
+            if writes and self._read_url:
+                self._saw(connection.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
         except psycopg.OperationalError as error:
             raise self._unavailable(error, doing) from error
+
+    def _saw(self, lsn: str) -> None:
+        with _SEEN_LOCK:
+            _SEEN[self._url] = max(_SEEN.get(self._url, 0), _lsn(lsn))
+
+    @contextlib.contextmanager
+    def _read(self, doing: str) -> Iterator[psycopg.Cursor]:
+        """
+        A cursor for a search: on the read URL once it has replayed what this process has seen on the primary
+        (waiting up to `max_lag_s`), else (no read URL, too far behind, unreachable) on the primary.
+        """
+        connection = self._reader() if self._read_url else None
+        if connection is not None:
+            try:
+                if not self._caught_up(connection):
+                    connection = None  # behind by more than max_lag_s: the primary answers
+            except psycopg.OperationalError as error:
+                self._reader_down(error)
+                connection = None
+        if connection is None:
+            with self._transaction(doing) as cursor:
+                yield cursor
+            return
+        try:
+            with connection.transaction(), connection.cursor() as cursor:
+                yield cursor
+        except psycopg.OperationalError as error:  # lost mid-search: this search fails, the next reads the primary
+            self._reader_down(error)
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise StoreUnavailableError(f"the PostgreSQL read URL {_redacted(self._read_url)} was lost ({doing}: "
+                                        f"{detail}); the next searches read the primary") from error
+
+    def _caught_up(self, connection: psycopg.Connection) -> bool:
+        """Whether the standby has replayed what this process has seen, waiting up to `max_lag_s` for it."""
+        with _SEEN_LOCK:
+            seen = _SEEN.get(self._url, 0)
+        deadline = time.monotonic() + self.max_lag_s
+        while seen and _lsn(connection.execute("SELECT pg_last_wal_replay_lsn()").fetchone()[0]) < seen:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(LAG_POLL_S)
+        return True
+
+    def _reader(self) -> psycopg.Connection | None:
+        """This thread's connection to the read URL (None while it is known to be unreachable)."""
+        connection = getattr(self._local, "reader", None)
+        if connection is not None and not connection.closed and not connection.broken:
+            return connection
+        if time.monotonic() < self._read_down_until:
+            return None
+        try:
+            connection = psycopg.connect(self._read_url, autocommit=True, connect_timeout=5,
+                                         application_name=READER_NAME)
+            register_vector(connection)
+            connection.execute("SET hnsw.iterative_scan = relaxed_order")
+        except psycopg.Error as error:
+            self._reader_down(error)
+            return None
+        self._local.reader = connection
+        with self._lock:
+            self._connections.append(connection)
+        return connection
+
+    def _reader_down(self, error: BaseException) -> None:
+        self._read_down_until = time.monotonic() + READ_RETRY_S
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        logger.warning("the PostgreSQL read URL %s cannot be used (%s): searches read the primary for %.0f s",
+                       _redacted(self._read_url), detail, READ_RETRY_S)
 
     def close(self) -> None:
         """Close every connection this store opened (each thread opens a new one when it next needs it)."""
@@ -236,7 +339,10 @@ class PostgresDocumentStore:
         for extension in EXTENSIONS:
             if extension not in installed:
                 try:
-                    connection.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension)))
+                    with connection.transaction():  # servers starting together over a new database: one creates it
+                        connection.execute("SELECT pg_advisory_xact_lock(hashtext('gatehouse extensions'))")
+                        connection.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(
+                            sql.Identifier(extension)))
                 except psycopg.Error as error:
                     raise StoreUnavailableError(
                         f"the PostgreSQL database at {_redacted(self._url)} lacks the {extension} extension and this "
@@ -334,7 +440,10 @@ class PostgresDocumentStore:
         """A write counter per (tenant, kb) that every write to or deletion from the KB moves, in any process."""
         query = sql.SQL("SELECT tenant, kb, value FROM {generations}").format(**self._names)
         with self._transaction("reading the write counters") as cursor:
-            return {(tenant, kb): value for tenant, kb, value in cursor.execute(query).fetchall()}
+            counters = {(tenant, kb): value for tenant, kb, value in cursor.execute(query).fetchall()}
+            if self._read_url:  # what derives from these counters (cached answers) must not be read from older data
+                self._saw(cursor.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
+        return counters
 
     def embedding_retrieval(
         self, query_embedding: list[float], filters: dict[str, Any] | None = None, top_k: int = 10
@@ -351,7 +460,7 @@ class PostgresDocumentStore:
         where, params = _where(filters, sql.SQL("embedding IS NOT NULL"))
         query = (sql.SQL("SELECT id, content, meta, 1 - (embedding <=> %s) FROM {table}").format(**self._names)
                  + where + sql.SQL(" ORDER BY embedding <=> %s LIMIT %s"))
-        with self._transaction("searching") as cursor:
+        with self._read("searching") as cursor:
             return self._documents(cursor.execute(query, (vector, *params, vector, top_k)).fetchall())
 
     def bm25_retrieval(
@@ -378,7 +487,7 @@ class PostgresDocumentStore:
         statement = sql.SQL(BM25).format(column=sql.Identifier(analysis), length=sql.Identifier(f"{analysis}_length"),
                                          kept=sql.SQL("TRUE") + kept, k1=sql.Literal(ANALYSIS["k1"]),
                                          b=sql.Literal(ANALYSIS["b"]), **self._names)
-        with self._transaction("searching") as cursor:
+        with self._read("searching") as cursor:
             rows = cursor.execute(statement, (terms, counted, *params, terms, " | ".join(terms), top_k)).fetchall()
         return [document for document in self._documents(rows) if document.score > 0.0]
 
@@ -395,7 +504,7 @@ class PostgresDocumentStore:
         query = sql.SQL("SELECT id, 1 - (embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) "
                         "FROM unnest(sentences) AS sentence) FROM {table} WHERE id = ANY(%s) "
                         "AND embedding IS NOT NULL").format(**self._names)
-        with self._transaction("searching") as cursor:
+        with self._read("searching") as cursor:
             rows = cursor.execute(query, (vector, vector, list(ids))).fetchall()
         return {chunk: (cosine, best) for chunk, cosine, best in rows}
 
@@ -415,7 +524,7 @@ class PostgresDocumentStore:
         rows = self._rows(documents, sentence_embeddings or {})
         if not rows:
             return 0
-        with self._transaction("writing") as cursor:
+        with self._transaction("writing", writes=True) as cursor:
             ids = [row[0] for row in rows]
             existing = {row[0] for row in cursor.execute(
                 sql.SQL("SELECT id FROM {table} WHERE id = ANY(%s) FOR UPDATE").format(**self._names), (ids,))}
@@ -442,7 +551,7 @@ class PostgresDocumentStore:
         if any(doc.meta.get("doc_id") != doc_id for doc in documents):
             raise ValueError(f"replace_documents: every chunk must have meta['doc_id'] == {doc_id!r}.")
         rows = self._rows(documents, sentence_embeddings or {})
-        with self._transaction("writing") as cursor:
+        with self._transaction("writing", writes=True) as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.table, doc_id))
             removed, kbs = self._delete_where(cursor, sql.SQL(" WHERE meta->>'doc_id' = %s OR id = ANY(%s)"),
                                               (doc_id, [row[0] for row in rows]))
@@ -453,13 +562,13 @@ class PostgresDocumentStore:
     def delete_documents(self, document_ids: list[str]) -> None:
         """Delete documents by id (unknown ids are ignored), moving their KBs' counters in the same transaction."""
         if document_ids:
-            with self._transaction("deleting") as cursor:
+            with self._transaction("deleting", writes=True) as cursor:
                 self._bump(cursor, self._delete_where(cursor, sql.SQL(" WHERE id = ANY(%s)"), (list(document_ids),))[1])
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
         """Delete the chunks matching `filters`, moving their KBs' counters; returns how many."""
         where, params = _where(filters)
-        with self._transaction("deleting") as cursor:
+        with self._transaction("deleting", writes=True) as cursor:
             removed, kbs = self._delete_where(cursor, where, params)
             self._bump(cursor, kbs)
         return len(removed)
@@ -521,7 +630,7 @@ class PostgresDocumentStore:
     def to_dict(self) -> dict[str, Any]:
         """Serialise the store's settings as configured (not the URL read from the environment)."""
         return default_to_dict(self, url=self.url, table=self.table, embedding_dim=self.embedding_dim,
-                               indexed_fields=self.indexed_fields)
+                               indexed_fields=self.indexed_fields, read_url=self.read_url, max_lag_s=self.max_lag_s)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PostgresDocumentStore":

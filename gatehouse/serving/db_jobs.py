@@ -337,7 +337,13 @@ class DatabaseIngestJobs:
                     break
                 position, data = upload
                 stream = ByteStream(data=bytes(data), meta={"file_name": current[1][position]})
-                report = ingest_file(self.pipeline, stream, kb=kb, tenant=tenant, force=force)
+                try:
+                    report = ingest_file(self.pipeline, stream, kb=kb, tenant=tenant, force=force)
+                except Exception as error:
+                    if not _database_lost(error):
+                        raise
+                    # a connection the database dropped (a restart, a fail-over) is replaced on the next call
+                    report = ingest_file(self.pipeline, stream, kb=kb, tenant=tenant, force=force)
                 record_ingest(report)
                 outcome = FileOutcome.of(report)
                 reason = None if outcome.status == "written" else outcome.reason
@@ -353,6 +359,10 @@ class DatabaseIngestJobs:
                     cursor.execute(self._sql("UPDATE {files} SET done = true, data = NULL WHERE job_id = %s "
                                              "AND position = %s"), (job_id, position))
         except Exception as error:  # a job's failure is reported in the job; the traceback goes to the log
+            if _database_lost(error):  # not the job's fault: it waits for the database, for any server
+                logger.warning("ingest job %s: %s; queued again", job_id, _database_lost(error))
+                self._release(job_id)
+                return
             logger.exception("ingest job %s (%s/%s) failed", job_id, tenant, kb)
             cause = find_data_dir_error(error, data_dir())
             status, error_message = "failed", (str(cause) if cause else "indexing stopped on an unexpected "
@@ -364,6 +374,20 @@ class DatabaseIngestJobs:
         finally:
             with self._running_lock:
                 self._running.pop(job_id, None)
+
+    def _release(self, job_id: str) -> None:
+        """Give a job back to the queue (this run not counted); if the database is still gone, its lease runs out."""
+        with self._running_lock:
+            self._running.pop(job_id, None)  # no more renewals
+        try:
+            with self._cursor("queueing a job again") as cursor:
+                cursor.execute(self._sql(
+                    "UPDATE {jobs} SET status = CASE WHEN status = 'cancelling' THEN 'cancelled' ELSE 'queued' END, "
+                    "finished_at = CASE WHEN status = 'cancelling' THEN now() END, owner = NULL, lease_until = NULL, "
+                    "attempts = attempts - 1 WHERE job_id = %s AND owner = %s"), (job_id, self.owner))
+        except StoreUnavailableError as error:
+            logger.warning("ingest job %s: %s", job_id, error)
+        time.sleep(IDLE_POLL_S)
 
     def _finish(self, job_id: str, status: str, error: str | None, seconds: float) -> None:
         """Mark this worker's job finished (a cancelling one cancelled), drop its bytes and old jobs."""
@@ -381,3 +405,14 @@ class DatabaseIngestJobs:
             cursor.execute(self._sql(
                 "DELETE FROM {jobs} WHERE status = ANY(%s) AND seq <= (SELECT seq FROM {jobs} WHERE status = ANY(%s) "
                 "ORDER BY seq DESC OFFSET %s LIMIT 1)"), (list(FINISHED), list(FINISHED), self.history))
+
+
+def _database_lost(error: BaseException) -> StoreUnavailableError | None:
+    """The `StoreUnavailableError` in an exception's chain (a pipeline wraps what its store raised), if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, StoreUnavailableError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

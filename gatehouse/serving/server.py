@@ -21,7 +21,13 @@ app = build_app(manifest, prepare_deployments(manifest))   # an ASGI app; `serve
 
 import contextlib
 import ipaddress
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -93,10 +99,17 @@ def prepare_deployments(manifest: Manifest, deploy_dir: Path | None = None) -> P
     for name, deployed in manifest.pipelines.items():
         target = deploy_dir / name
         target.mkdir(exist_ok=True)
-        shutil.copyfile(GENERIC_WRAPPER, target / "pipeline_wrapper.py")
         spec = {"kind": deployed.kind, "pipeline": str(deployed.pipeline), "manifest": str(manifest.path)}
-        (target / "gatehouse.yml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+        # written beside and renamed: servers sharing a data directory never read half a file
+        _write_atomically(target / "pipeline_wrapper.py", GENERIC_WRAPPER.read_text(encoding="utf-8"))
+        _write_atomically(target / "gatehouse.yml", yaml.safe_dump(spec, sort_keys=False))
     return deploy_dir
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
 
 
 def is_loopback(host: str) -> bool:
@@ -397,11 +410,15 @@ def hayhooks_command(deploy_dir: Path, host: str, port: int) -> str:
 
 
 def serve(manifest: Manifest, *, host: str | None = None, port: int | None = None,
-          allow_remote_without_keys: bool = False) -> None:
+          allow_remote_without_keys: bool = False, processes: int | None = None, fd: int | None = None) -> None:
     """
     Check the bind address, write the deployments and run the server until interrupted: uvicorn with the manifest's
     header bounds, believing `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default
     believes them from any local process, which could then choose its rate-limit bucket).
+
+    :param processes: Server processes on the port (default the manifest's `processes`); more than one runs
+        `serve_processes`.
+    :param fd: A listening socket inherited from `serve_processes` (one of its processes), instead of binding.
     """
     import uvicorn
 
@@ -411,11 +428,120 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
     host = host or manifest.host
     port = port or manifest.port
     check_bind(manifest, host, allow_remote_without_keys=allow_remote_without_keys)
+    processes = manifest.processes if processes is None else processes
+    if processes < 1:
+        raise ServeError(f"--processes is {processes}; use 1 or more")
+    if fd is None and processes > 1:
+        serve_processes(manifest, host=host, port=port, processes=processes,
+                        allow_remote_without_keys=allow_remote_without_keys)
+        return
     configure_logging(log_format=manifest.logging.format, level=manifest.log_level)
-    app = build_app(manifest, prepare_deployments(manifest), host=host, port=port)
+    deploy_dir = prepare_deployments(manifest) if fd is None else default_deploy_dir().resolve()
+    app = build_app(manifest, deploy_dir, host=host, port=port)
     # uvicorn's own records go to that handler unformatted by it; ObservabilityMiddleware writes the access records
     protocol = bounded_http_protocol(max_header_bytes=manifest.max_header_bytes, max_headers=manifest.max_headers,
                                      header_timeout_s=manifest.header_timeout_s)
-    uvicorn.run(app, host=host, port=port, log_level=manifest.log_level, log_config=None, access_log=False,
-                http=protocol, proxy_headers=bool(manifest.trusted_proxies),
-                forwarded_allow_ips=list(manifest.trusted_proxies))
+    config = uvicorn.Config(app, host=host, port=port, log_level=manifest.log_level, log_config=None,
+                            access_log=False, http=protocol, proxy_headers=bool(manifest.trusted_proxies),
+                            forwarded_allow_ips=list(manifest.trusted_proxies))
+    server = uvicorn.Server(config)
+    if fd is None:
+        server.run()
+    else:  # the socket's own family (uvicorn's `fd` option would take it for a Unix socket)
+        server.run(sockets=[socket.socket(fileno=fd)])
+    if not server.started:  # uvicorn.run's exit status 3, which `serve_processes` does not restart either
+        sys.exit(3)
+
+
+def shared_store_configured(manifest: Manifest) -> bool:
+    """
+    Whether the deployed pipelines keep their data in PostgreSQL (`GATEHOUSE_POSTGRES_URL`, or a `postgres: {url}`
+    in a deployed pipeline's YAML), which several server processes may share, upload jobs included.
+    """
+    from gatehouse.settings import postgres_url
+
+    if postgres_url():
+        return True
+
+    def names_database(node: Any) -> bool:
+        if isinstance(node, dict):
+            postgres = node.get("postgres")
+            if isinstance(postgres, dict) and postgres.get("url"):
+                return True
+            return any(names_database(value) for value in node.values())
+        if isinstance(node, list):
+            return any(names_database(value) for value in node)
+        return False
+
+    for deployed in manifest.pipelines.values():
+        try:
+            if names_database(yaml.safe_load(deployed.pipeline.read_text(encoding="utf-8"))):
+                return True
+        except (OSError, yaml.YAMLError):
+            continue
+    return False
+
+
+def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
+                    allow_remote_without_keys: bool = False) -> None:
+    """
+    Run `processes` server processes on one listening socket (the kernel hands each connection to one of them) until
+    interrupted; a process that dies (a crash, `kill -9`) is started again, one that exits with status 2 (it cannot
+    start as configured) stops them all.
+
+    :raises ServeError: When the store is the embedded one (only one process may open it), or the address cannot be
+        bound.
+    """
+    if not shared_store_configured(manifest):
+        raise ServeError(f"processes is {processes}, but the store is the embedded one, which only one process may "
+                         "open: set GATEHOUSE_POSTGRES_URL (or postgres: {url} in the pipelines), or run one process")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as error:
+        listener.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+    prepare_deployments(manifest)
+    command = [sys.executable, "-m", "gatehouse.cli", "serve", "--manifest", str(manifest.path), "--host", host,
+               "--port", str(port), "--processes", "1", "--fd", str(listener.fileno()),
+               *(["--allow-remote-without-keys"] if allow_remote_without_keys else [])]
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:
+        stopping.set()
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    children = [subprocess.Popen(command, pass_fds=[listener.fileno()]) for _ in range(processes)]
+    print(f"gatehouse serve: {processes} processes on http://{host}:{port} (pids "
+          f"{', '.join(str(child.pid) for child in children)})", file=sys.stderr, flush=True)
+    failed = None
+    try:
+        while not stopping.wait(0.5):
+            for index, child in enumerate(children):
+                status = child.poll()
+                if status is None:
+                    continue
+                if status in (2, 3):  # a configuration error, a failed start: starting again would fail again
+                    failed = f"process {index + 1} of {processes} could not start (see its message above)"
+                    stopping.set()
+                    break
+                children[index] = subprocess.Popen(command, pass_fds=[listener.fileno()])
+                print(f"gatehouse serve: process {index + 1} of {processes} (pid {child.pid}) exited with status "
+                      f"{status}; started pid {children[index].pid}", file=sys.stderr, flush=True)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        listener.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if failed:
+        raise ServeError(failed)

@@ -1,0 +1,309 @@
+"""
+Several `gatehouse serve` processes over one PostgreSQL database (the test cluster's primary and hot standby), on
+loopback, with the real pipelines and embedder:
+
+- A and B: ask, retrieve and index over the primary, sharing one data directory (profiles, deployment files), with
+  a short job lease, so a job of a killed server is taken over quickly;
+- C: `gatehouse serve --processes 2` (two processes on one port), ask and retrieve only, searching the standby
+  (`GATEHOUSE_POSTGRES_READ_URL`).
+
+Skipped (with the reason) only when the PostgreSQL server package cannot start a server here.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import yaml
+from server_process import free_port
+
+from gatehouse.settings import bundled_dir
+
+PIPELINES = bundled_dir() / "pipelines"
+KEYS = {"PG_TEST_ADMIN": "pg-admin-secret", "PG_TEST_ACME": "pg-acme-secret", "PG_TEST_INITECH": "pg-initech-secret"}
+ADMIN, ACME, INITECH = (f"Bearer {secret}" for secret in KEYS.values())
+LEASE_S = 2
+TABLE = "gatehouse_chunks"
+
+
+def _manifest(path: Path, kinds: tuple[str, ...], **extra) -> Path:
+    path.write_text(yaml.safe_dump({
+        "pipelines": {kind: {"pipeline": str(PIPELINES / f"{kind}.yml"), "kind": kind} for kind in kinds},
+        "auth": {"keys": [{"env": "PG_TEST_ADMIN", "tenants": ["public", "acme", "initech"], "admin": True},
+                          {"env": "PG_TEST_ACME", "tenants": ["acme"]},
+                          {"env": "PG_TEST_INITECH", "tenants": ["initech"]}]},
+        "mcp": False,
+        "limits": {"ingest_workers": 1, "max_queued_jobs": 20, "max_queued_jobs_per_tenant": 20,
+                   "ingest_job_lease_s": LEASE_S, "requests_per_minute": 0, "max_concurrent_requests": 0},
+        **extra,
+    }), encoding="utf-8")
+    return path
+
+
+class Server:
+    """A started `gatehouse serve` (or its `--processes` parent) and its URL."""
+
+    def __init__(self, name: str, manifest: Path, env: dict[str, str], workdir: Path, args: list[str] = ()) -> None:
+        self.name, self.port = name, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / f"{name}.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(self.port), "--manifest", str(manifest),
+             *args], env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT, cwd=workdir)
+        self.pipelines = len(yaml.safe_load(manifest.read_text())["pipelines"])
+
+    def client(self, key: str) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": key}, timeout=300)
+
+    def wait_ready(self, seconds: float) -> None:
+        """Wait until every pipeline is deployed (the server exiting first fails, with its log)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if len(httpx.get(f"{self.url}/status", timeout=2).json()["pipelines"]) == self.pipelines:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"{self.name} did not start in {seconds:.0f} s"
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, postgres) -> Iterator[dict]:
+    tmp = tmp_path_factory.mktemp("serve-postgres")
+    primary = postgres.new_database()
+    standby = primary.replace(f":{postgres.primary_port}/", f":{postgres.standby_port}/")
+    base = {**os.environ, **KEYS, "GATEHOUSE_POSTGRES_URL": primary}
+    shared = {**base, "GATEHOUSE_DATA_DIR": str(tmp / "shared-data")}  # A and B share a data directory
+    writer_manifest = _manifest(tmp / "writers.yml", ("ask", "retrieve", "index"))
+    reader_manifest = _manifest(tmp / "readers.yml", ("ask", "retrieve"))
+    servers = {
+        "a": Server("a", writer_manifest, shared, tmp),
+        "b": Server("b", writer_manifest, shared, tmp),
+        "c": Server("c", reader_manifest, {**base, "GATEHOUSE_DATA_DIR": str(tmp / "reader-data"),
+                                           "GATEHOUSE_POSTGRES_READ_URL": standby}, tmp, ["--processes", "2"]),
+    }
+    try:
+        for server in servers.values():
+            server.wait_ready(seconds=300)
+    except BaseException:
+        for server in servers.values():
+            server.process.kill()
+        raise
+    try:
+        yield {"servers": servers, "primary": primary, "standby": standby, "postgres": postgres, "tmp": tmp}
+    finally:
+        for server in servers.values():
+            if server.process.poll() is None:
+                server.process.terminate()
+        for server in servers.values():
+            try:
+                server.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.process.kill()
+
+
+def _md(name: str, text: str) -> tuple[str, tuple[str, bytes, str]]:
+    return ("files", (name, text.encode(), "text/markdown"))
+
+
+def _poll(client: httpx.Client, path: str, until, seconds: float = 300) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        response = client.get(path)
+        assert response.status_code == 200, response.text
+        if until(response.json()):
+            return response.json()
+        assert time.monotonic() < deadline, response.json()
+        time.sleep(0.2)
+
+
+def _finished(job: dict) -> bool:
+    return job["status"] in ("done", "failed", "cancelled")
+
+
+def _sources(response: httpx.Response) -> list[str]:
+    assert response.status_code == 200, response.text
+    return [document["meta"]["source"] for document in response.json()["result"]["documents"]]
+
+
+def test_an_upload_to_one_server_is_a_job_every_server_reports_and_answers(cluster):
+    a, b, c = (cluster["servers"][name] for name in "abc")
+    with a.client(ADMIN) as on_a, b.client(ADMIN) as on_b, c.client(ADMIN) as on_c:
+        posted = on_a.post("/index/run", data={"kb": "lockers", "tenant": "initech"}, files=[
+            _md("lockers.md", "# Lockers\n\nLockers at Initech are on level one, beside the lifts, and open at 7 am."),
+            _md("badges.md", "# Badges\n\nA lost badge is replaced at the front desk within one working day.")])
+        assert posted.status_code == 202, posted.text
+        job_id = posted.json()["job_id"]
+        seen_on_b = on_b.get(f"/index/jobs/{job_id}")  # the job, whichever server runs it
+        assert seen_on_b.status_code == 200, seen_on_b.text
+        assert seen_on_b.json()["files"] == ["lockers.md", "badges.md"]
+        job = _poll(on_b, f"/index/jobs/{job_id}", _finished)
+        assert job["status"] == "done" and job["error"] is None, job
+        assert (job["result"]["written"], job["progress"]) == (2, {"done": 2, "total": 2})
+        assert job_id in [listed["job_id"] for listed in on_a.get("/index/jobs").json()["jobs"]]
+        assert job == on_a.get(f"/index/jobs/{job_id}").json()
+
+        assert _sources(on_b.post("/retrieve/run", json={"query": "where are the lockers", "kbs": ["lockers"],
+                                                          "tenant": "initech", "top_k": 1})) == ["lockers.md"]
+        for server in (on_b, on_a, on_c):  # routed, no KB named: each server's profile of the new KB
+            answer = server.post("/ask/run", json={"query": "Where are the lockers at Initech?",
+                                                   "tenant": "initech"}).json()["result"]
+            assert "level one" in answer["answer"], answer
+        kbs = on_b.get("/kbs", params={"tenant": "initech"}).json()["knowledge_bases"]
+        assert {(kb["kb"], kb["documents"]) for kb in kbs} == {("lockers", 2)}
+    profiles = cluster["tmp"] / "shared-data" / "profiles" / "initech"
+    assert (profiles / "lockers.json").is_file() and not list(profiles.glob("*.tmp"))
+
+
+def test_tenants_stay_apart_across_servers(cluster):
+    a, b = cluster["servers"]["a"], cluster["servers"]["b"]
+    with a.client(ACME) as acme_a, b.client(ACME) as acme_b, b.client(INITECH) as initech_b:
+        posted = acme_a.post("/index/run", data={"kb": "quasar", "wait": "true"}, files=[
+            _md("quasar.md", "# Project Quasar\n\nProject Quasar ships the acme telescope mirror in March.")])
+        assert posted.status_code == 200, posted.text
+        assert posted.json()["result"]["tenant"] == "acme" and posted.json()["result"]["written"] == 1
+        job_id = acme_b.get("/index/jobs").json()["jobs"][0]["job_id"]
+        assert acme_b.get(f"/index/jobs/{job_id}").json()["tenant"] == "acme"
+
+        assert initech_b.get(f"/index/jobs/{job_id}").status_code == 404
+        assert initech_b.delete(f"/index/jobs/{job_id}").status_code == 404
+        assert job_id not in [job["job_id"] for job in initech_b.get("/index/jobs").json()["jobs"]]
+        assert initech_b.post("/retrieve/run", json={"query": "quasar", "tenant": "acme"}).status_code == 403
+        leaked = initech_b.post("/retrieve/run", json={"query": "Project Quasar telescope mirror", "top_k": 20})
+        assert "quasar.md" not in _sources(leaked)
+        assert _sources(acme_b.post("/retrieve/run", json={"query": "Project Quasar telescope mirror",
+                                                            "top_k": 1})) == ["quasar.md"]
+
+
+def test_a_job_is_cancelled_through_another_server(cluster):
+    a, b = cluster["servers"]["a"], cluster["servers"]["b"]
+    files = [_md(f"note-{index:02}.md", f"# Note {index}\n\n" + f"Shelf {index} holds binder {index}. " * 40)
+             for index in range(20)]
+    with a.client(ADMIN) as on_a, b.client(ADMIN) as on_b:
+        posted = on_a.post("/index/run", data={"kb": "notes"}, files=files)
+        assert posted.status_code == 202, posted.text
+        cancelled = on_b.delete(posted.json()["status_url"])
+        assert cancelled.status_code == 200 and cancelled.json()["status"] in ("cancelled", "cancelling")
+        job = _poll(on_a, posted.json()["status_url"], _finished)
+        assert job["status"] == "cancelled" and job["progress"]["done"] < 20, job
+
+
+def test_searches_read_the_standby_and_wait_for_what_the_server_has_seen(cluster):
+    a, c, postgres = cluster["servers"]["a"], cluster["servers"]["c"], cluster["postgres"]
+    database = cluster["primary"].rsplit("/", 1)[1]
+    postgres.wait_for_standby()  # the standby has everything the reader processes may have seen
+    postgres.sql(postgres.standby_port, "SELECT pg_wal_replay_pause()")
+    try:
+        with a.client(ADMIN) as on_a, c.client(ADMIN) as on_c:
+            posted = on_a.post("/index/run", data={"kb": "parking", "tenant": "public", "wait": "true"}, files=[
+                _md("parking.md", "# Parking\n\nVisitors park on level two of the garage behind the office.")])
+            assert posted.status_code == 200 and posted.json()["result"]["written"] == 1, posted.text
+            query = {"query": "where do visitors park", "kbs": ["parking"], "top_k": 1}
+            assert _sources(on_c.post("/retrieve/run", json=query)) == []  # the standby has not replayed it yet
+            # an ask reads the write counters (its answer cache) from the primary, so its search waits for the
+            # standby to replay that far (max_lag_s), then reads the primary: no answer older than its counters
+            answer = on_c.post("/ask/run", json={"query": "Where do visitors park?", "kb": "parking"}).json()
+            assert "level two" in answer["result"]["answer"], answer
+        readers = postgres.sql(postgres.standby_port, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                               f"= 'gatehouse-reader' AND datname = '{database}'", database="postgres")
+        assert int(readers) >= 1
+    finally:
+        postgres.sql(postgres.standby_port, "SELECT pg_wal_replay_resume()")
+    postgres.wait_for_standby()
+    with c.client(ADMIN) as on_c:
+        assert _sources(on_c.post("/retrieve/run", json=query)) == ["parking.md"]
+
+
+def test_a_killed_process_of_serve_processes_is_started_again(cluster):
+    c = cluster["servers"]["c"]
+    children = [int(pid) for pid in Path(f"/proc/{c.process.pid}/task/{c.process.pid}/children").read_text().split()]
+    assert len(children) == 2
+    os.kill(children[0], signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while "started pid" not in c.log.read_text():
+        assert time.monotonic() < deadline and c.process.poll() is None, c.log.read_text()
+        time.sleep(0.2)
+    with c.client(ADMIN) as on_c:
+        for _ in range(4):  # whichever process takes the connection answers
+            assert on_c.post("/retrieve/run", json={"query": "lockers", "tenant": "initech"}).status_code == 200
+
+
+def test_processes_are_refused_with_the_embedded_store(tmp_path):
+    manifest = _manifest(tmp_path / "m.yml", ("retrieve",))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GATEHOUSE_POSTGRES")}
+    done = subprocess.run([sys.executable, "-m", "gatehouse.cli", "serve", "--processes", "2", "--manifest",
+                           str(manifest), "--port", str(free_port())], env={**env, **KEYS}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "gatehouse: processes is 2, but the store is the embedded one, which only one process may open: set "
+        "GATEHOUSE_POSTGRES_URL (or postgres: {url} in the pipelines), or run one process"]
+
+
+def test_a_database_outage_is_one_line_and_503(cluster):
+    a, postgres = cluster["servers"]["a"], cluster["postgres"]
+    database = cluster["primary"].rsplit("/", 1)[1]
+    postgres.sql(postgres.primary_port, f"ALTER DATABASE {database} ALLOW_CONNECTIONS false", database="postgres")
+    postgres.sql(postgres.primary_port, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                 f"datname = '{database}'", database="postgres")
+    try:
+        with a.client(ADMIN) as on_a:
+            answers = [on_a.post("/retrieve/run", json={"query": "lockers", "tenant": "initech"}),
+                       on_a.post("/ask/run", json={"query": "Where are the lockers?", "tenant": "initech"}),
+                       on_a.get("/index/jobs"),
+                       on_a.post("/index/run", data={"kb": "later"}, files=[_md("later.md", "# Later\n\nText.")])]
+        for answer in answers:
+            assert answer.status_code == 503, answer.text
+            detail = answer.json()["detail"]
+            assert detail.startswith("the PostgreSQL store at postgresql://postgres@127.0.0.1:") and "\n" not in detail
+            assert "Traceback" not in answer.text
+    finally:
+        postgres.sql(postgres.primary_port, f"ALTER DATABASE {database} ALLOW_CONNECTIONS true", database="postgres")
+
+
+def test_a_job_of_a_killed_server_leaves_whole_documents_and_is_taken_over(cluster):
+    servers = cluster["servers"]
+    files = [_md(f"manual-{index:02}.md", "".join(f"## Part {part}\n\n" + f"Step {part} of manual {index} turns "
+                                                    f"valve {part}. " * 30 + "\n\n" for part in range(4)))
+             for index in range(12)]
+    with servers["a"].client(ADMIN) as on_a, psycopg.connect(cluster["primary"], autocommit=True) as database:
+        posted = on_a.post("/index/run", data={"kb": "manuals", "tenant": "initech"}, files=files)
+        assert posted.status_code == 202, posted.text
+        job_id = posted.json()["job_id"]
+        deadline = time.monotonic() + 300
+        while True:  # one file written, the job still running: kill its server
+            owner, done, status = database.execute(
+                f"SELECT owner, jsonb_array_length(results->'written'), status FROM {TABLE}_jobs WHERE job_id = %s",
+                (job_id,)).fetchone()
+            if owner and done >= 1:
+                break
+            assert status in ("queued", "running") and time.monotonic() < deadline, (owner, done, status)
+            time.sleep(0.05)
+        pid = int(owner.split(":")[1])
+        victim = next(server for server in (servers["a"], servers["b"]) if server.process.pid == pid)
+        survivor = servers["b"] if victim is servers["a"] else servers["a"]
+        victim.process.send_signal(signal.SIGKILL)
+        victim.process.wait(timeout=30)
+        chunks = "SELECT meta->>'doc_id', array_agg(id ORDER BY id) FROM gatehouse_chunks WHERE meta->>'kb' = " \
+                 "'manuals' GROUP BY 1"
+        at_kill = dict(database.execute(chunks).fetchall())
+        assert 1 <= len(at_kill) < 12
+
+    with survivor.client(ADMIN) as on_survivor:
+        job = _poll(on_survivor, f"/index/jobs/{job_id}", _finished)
+    assert job["status"] == "done", job
+    assert job["progress"] == {"done": 12, "total": 12} and job["result"]["failed"] == 0
+    with psycopg.connect(cluster["primary"], autocommit=True) as database:
+        final = dict(database.execute(chunks).fetchall())
+    assert len(final) == 12
+    for doc_id, chunk_ids in at_kill.items():  # each document written before the kill was whole
+        assert final[doc_id] == chunk_ids
