@@ -96,7 +96,7 @@ def cluster(tmp_path_factory, postgres) -> Iterator[dict]:
             server.wait_ready(seconds=300)
     except BaseException:
         for server in servers.values():
-            server.process.kill()
+            server.process.terminate()  # a --processes parent stops its processes
         raise
     try:
         yield {"servers": servers, "primary": primary, "standby": standby, "postgres": postgres, "tmp": tmp}

@@ -25,7 +25,9 @@ It prints ratios rather than absolute numbers alone, since those depend on the m
   back (never waiting on `Retry-After`), once from a key without limits and once from a key under the manifest's
   default per-key limits (`limits.requests_per_minute`, `limits.max_concurrent_requests`): the ratios of P50/P95 and
   the flooding key's answers by status; with `--flood-history-bytes B` each flooding ask sends a history of about B
-  bytes (a question and an answer of B/2 characters each: both among the turns the pipeline reads).
+  bytes (a question and an answer of B/2 characters each: both among the turns the pipeline reads); with
+  `--flood-processes 1,2` (the PostgreSQL store) once per number of server processes (`gatehouse serve --processes`),
+  then a table of the victim's ratios and the answered asks per second of both keys, against the first count's.
 
 Usage:
 ```
@@ -35,6 +37,7 @@ python -m gatehouse.serving.bench --url http://127.0.0.1:1416 --calls 50 [--conc
 python -m gatehouse.serving.bench --stream --llm-url http://127.0.0.1:8080/v1 --streams 5   # verified streaming
 python -m gatehouse.serving.bench --flood 8         # one key's asks while another key floods, limited or not
 python -m gatehouse.serving.bench --flood 16 --flood-history-bytes 1000000   # ... each flooding ask with a 1 MB history
+GATEHOUSE_POSTGRES_URL=... python -m gatehouse.serving.bench --flood 16 --flood-processes 1,2   # 1 and 2 processes
 ```
 """
 
@@ -261,14 +264,18 @@ def _flood(client: httpx.Client, stop: threading.Event, counts: dict[int, int], 
         index += 1
 
 
-def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int, history_bytes: int = 0) -> list[str]:
+def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int, history_bytes: int = 0,
+                 measured: dict[str, Any] | None = None) -> list[str]:
     """
     A victim key's sequential asks alone, then while `flooders` threads of another key ask back to back: once with
     a key that has no limits (the baseline) and once with a key under the manifest's default limits.
 
     :param keys: `victim`, `unlimited` and `limited` to their secrets.
     :param history_bytes: With each flooding ask, a history of about this many bytes (`long_history`); 0: none.
+    :param measured: Filled with the victim's series (`alone`, `unlimited`, `limited`: `Calls`) and the answered
+        asks per second of both keys during each flood (`throughput_unlimited`, `throughput_limited`).
     """
+    measured = {} if measured is None else measured
     history = long_history(history_bytes) if history_bytes else None
     sending = f" with {history_bytes:,}-byte histories" if history_bytes else ""
     def client(key: str) -> httpx.Client:
@@ -280,26 +287,67 @@ def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int, hist
         for index in range(len(QUESTIONS)):  # warm-up, not counted
             ask(victim)(index).raise_for_status()
         alone = timed_calls(ask(victim), calls)
+        measured["alone"] = alone
         for label in ("unlimited", "limited"):
             stop, lock, counts = threading.Event(), threading.Lock(), {}
             with client(keys[label]) as flooding, ThreadPoolExecutor(flooders) as pool:
                 for _ in range(flooders):
                     pool.submit(_flood, flooding, stop, counts, lock, history)
                 time.sleep(1)  # the flood is under way
+                with lock:
+                    before = counts.get(200, 0)
                 during = timed_calls(ask(victim), calls)
+                with lock:
+                    flooded = counts.get(200, 0) - before
                 stop.set()
+            measured[label] = during
+            measured[f"throughput_{label}"] = (flooded + len(during.latencies_ms) - during.errors) / during.wall_s
             answered = ", ".join(f"{status or 'no answer'}: {count}" for status, count in sorted(counts.items()))
             lines += [_ratio_line(f"victim's ask, {calls} calls", alone, during,
                                   f"while {flooders} threads of a key {'with' if label == 'limited' else 'without'} "
                                   f"limits ask back to back{sending}"),
-                      f"  the flooding key's answers: {answered}"]
+                      f"  the flooding key's answers: {answered}; both keys answered "
+                      f"{measured[f'throughput_{label}']:.2f} asks/s during the victim's series"]
+    return lines
+
+
+def flood_processes_report(folder: Path, calls: int, flooders: int, processes: list[int],
+                           history_bytes: int = 0) -> list[str]:
+    """
+    The flood benchmark once per number of server processes (`gatehouse serve --processes N`, which needs the
+    PostgreSQL store), then a table of the victim's P50/P95 ratios (flooded / quiet) and the throughput, with each
+    count's throughput against the first's.
+    """
+    rows, lines = [], []
+    for count in processes:
+        print(f"starting gatehouse serve --processes {count} ...", flush=True)
+        measured: dict[str, Any] = {}
+        with flood_server(folder / f"processes-{count}", processes=count) as served:
+            lines += [f"{count} process(es):", *flood_report(*served, calls=calls, flooders=flooders,
+                                                             history_bytes=history_bytes, measured=measured)]
+        rows.append((count, measured))
+    first = rows[0][1]["throughput_unlimited"]
+    lines += ["", "| processes | victim quiet P50 / P95 ms | flood without limits: P50 x, P95 x | with limits: P50 x, "
+                  "P95 x | asks/s (without limits) | vs first |", "| --- | --- | --- | --- | --- | --- |"]
+    for count, measured in rows:
+        alone = measured["alone"]
+
+        def ratios(label: str) -> str:
+            during = measured[label]
+            return (f"{during.percentile(0.5) / alone.percentile(0.5):.2f}, "
+                    f"{during.percentile(0.95) / alone.percentile(0.95):.2f}")
+
+        lines.append(f"| {count} | {alone.percentile(0.5):.0f} / {alone.percentile(0.95):.0f} | "
+                     f"{ratios('unlimited')} | {ratios('limited')} | {measured['throughput_unlimited']:.2f} | "
+                     f"x{measured['throughput_unlimited'] / first:.2f} |")
     return lines
 
 
 @contextlib.contextmanager
-def flood_server(folder: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def flood_server(folder: Path, processes: int = 1) -> Iterator[tuple[str, dict[str, str]]]:
     """`gatehouse serve` with ask (uncached) and three keys: `victim` and `limited` under the default limits,
-    `unlimited` without; yields its URL and the keys' secrets."""
+    `unlimited` without; yields its URL and the keys' secrets. `processes`: its `processes` setting."""
+    folder.mkdir(parents=True, exist_ok=True)
     names = {"victim": "BENCH_KEY_VICTIM", "unlimited": "BENCH_KEY_UNLIMITED", "limited": "BENCH_KEY_LIMITED"}
     secrets = {label: uuid.uuid4().hex for label in names}
     manifest = folder / "hayhooks.yml"
@@ -310,6 +358,7 @@ def flood_server(folder: Path) -> Iterator[tuple[str, dict[str, str]]]:
                           {"env": names["limited"], "tenants": ["public"]},
                           {"env": names["unlimited"], "tenants": ["public"], "requests_per_minute": 0,
                            "max_concurrent_requests": 0}]},
+        "processes": processes,
     }), encoding="utf-8")
     env = {**os.environ, **{names[label]: secret for label, secret in secrets.items()}}
     with serve_process(manifest, folder / "server.log", deployments=1, what="the flood benchmark", env=env) as url:
@@ -529,7 +578,16 @@ def main() -> None:
                              "with and without the default per-key limits (own server only)")
     parser.add_argument("--flood-history-bytes", type=int, default=0, metavar="BYTES",
                         help="with --flood: each flooding ask sends a history of about BYTES bytes")
+    parser.add_argument("--flood-processes", metavar="N,M",
+                        help="with --flood: run it once per number of server processes (e.g. 1,2: gatehouse serve "
+                             "--processes N, which needs GATEHOUSE_POSTGRES_URL) and compare their throughput")
     args = parser.parse_args()
+    if args.flood and args.flood_processes:
+        counts = [int(count) for count in args.flood_processes.split(",")]
+        with tempfile.TemporaryDirectory(prefix="gatehouse-bench-") as folder:
+            _print(flood_processes_report(Path(folder), calls=args.hang_calls, flooders=args.flood, processes=counts,
+                                          history_bytes=args.flood_history_bytes))
+        return
     if args.flood:
         print(f"starting gatehouse serve over {data_dir()} with three keys ...", flush=True)
         with tempfile.TemporaryDirectory(prefix="gatehouse-bench-") as folder, flood_server(Path(folder)) as served:

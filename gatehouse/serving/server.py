@@ -482,6 +482,14 @@ def shared_store_configured(manifest: Manifest) -> bool:
     return False
 
 
+def _die_with_parent() -> None:
+    """In a `serve_processes` child before it runs: end it when its parent dies, even by `kill -9` (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
                     allow_remote_without_keys: bool = False) -> None:
     """
@@ -514,7 +522,10 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         stopping.set()
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
-    children = [subprocess.Popen(command, pass_fds=[listener.fileno()]) for _ in range(processes)]
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(command, pass_fds=[listener.fileno()], preexec_fn=_die_with_parent)
+
+    children = [start() for _ in range(processes)]
     print(f"gatehouse serve: {processes} processes on http://{host}:{port} (pids "
           f"{', '.join(str(child.pid) for child in children)})", file=sys.stderr, flush=True)
     failed = None
@@ -528,7 +539,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
                     failed = f"process {index + 1} of {processes} could not start (see its message above)"
                     stopping.set()
                     break
-                children[index] = subprocess.Popen(command, pass_fds=[listener.fileno()])
+                children[index] = start()
                 print(f"gatehouse serve: process {index + 1} of {processes} (pid {child.pid}) exited with status "
                       f"{status}; started pid {children[index].pid}", file=sys.stderr, flush=True)
     finally:
