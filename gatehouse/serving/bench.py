@@ -323,8 +323,9 @@ def flood_processes_report(folder: Path, calls: int, flooders: int, processes: l
         print(f"starting gatehouse serve --processes {count} ...", flush=True)
         measured: dict[str, Any] = {}
         with flood_server(folder / f"processes-{count}", processes=count) as served:
-            lines += [f"{count} process(es):", *flood_report(*served, calls=calls, flooders=flooders,
+            report = [f"{count} process(es):", *flood_report(*served, calls=calls, flooders=flooders,
                                                              history_bytes=history_bytes, measured=measured)]
+        print("\n".join(report), flush=True)
         rows.append((count, measured))
     first = rows[0][1]["throughput_unlimited"]
     lines += ["", "| processes | victim quiet P50 / P95 ms | flood without limits: P50 x, P95 x | with limits: P50 x, "
@@ -339,7 +340,7 @@ def flood_processes_report(folder: Path, calls: int, flooders: int, processes: l
 
         lines.append(f"| {count} | {alone.percentile(0.5):.0f} / {alone.percentile(0.95):.0f} | "
                      f"{ratios('unlimited')} | {ratios('limited')} | {measured['throughput_unlimited']:.2f} | "
-                     f"x{measured['throughput_unlimited'] / first:.2f} |")
+                     f"x{measured['throughput_unlimited'] / first:.2f} |" if first else "no answers |")
     return lines
 
 
