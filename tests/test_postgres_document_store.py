@@ -3,6 +3,8 @@
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 
 import psycopg
@@ -14,6 +16,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.errors import DataDirError, StoreUnavailableError
 from gatehouse.document_stores.postgres_document_store import PostgresDocumentStore
+from gatehouse.document_stores.postgres_pool import PoolExhaustedError
 
 DIM = 3
 
@@ -45,6 +48,10 @@ def test_init_validates_its_settings(postgres, table):
         PostgresDocumentStore(table=table)
     with pytest.raises(ValueError, match="from 1 to 2000 \\(pgvector's HNSW index\\), got 4096"):
         PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=4096)
+    with pytest.raises(ValueError, match="pool_size must be a whole number of at least 1, got 0"):
+        PostgresDocumentStore(url=postgres.primary_url, table=table, pool_size=0)
+    with pytest.raises(ValueError, match="pool_timeout_s must be a positive number of seconds, got -1"):
+        PostgresDocumentStore(url=postgres.primary_url, table=table, pool_timeout_s=-1)
 
 
 def test_init_from_the_environment_and_to_dict(postgres, table, monkeypatch):
@@ -54,7 +61,8 @@ def test_init_from_the_environment_and_to_dict(postgres, table, monkeypatch):
     assert data["type"] == "gatehouse.document_stores.postgres_document_store.PostgresDocumentStore"
     assert data["init_parameters"] == {"url": None, "table": table, "embedding_dim": DIM,
                                        "indexed_fields": ["meta.title", "meta.section", "content"],
-                                       "read_url": None, "max_lag_s": 1.0}
+                                       "read_url": None, "max_lag_s": 1.0, "pool_size": None,
+                                       "pool_timeout_s": None}
     assert PostgresDocumentStore.from_dict(data).count_documents() == 0
 
 
@@ -230,3 +238,120 @@ def test_bm25_ranks_as_the_local_shard_does(store, tmp_path):
             assert [d.id for d in found] == [d.id for d in expected], (query, analysis)
             assert [d.score for d in found] == pytest.approx([d.score for d in expected], rel=1e-3), (query, analysis)
     local.close()
+
+
+def _backends(postgres, port: int, database: str, application_name: str | None = None) -> int:
+    """How many server processes serve `database` on the server at `port` (from another database's connection)."""
+    named = f" AND application_name = '{application_name}'" if application_name else ""
+    return int(postgres.sql(port, f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{database}'{named}",
+                            database="postgres"))
+
+
+def _no_backends_left(postgres, port: int, database: str) -> None:
+    """Wait until the set-up connections the stores closed have left the server (it ends them asynchronously)."""
+    deadline = time.monotonic() + 30
+    while _backends(postgres, port, database):
+        assert time.monotonic() < deadline, "set-up connections are still open after 30 s"
+        time.sleep(0.05)
+
+
+def test_many_threads_over_several_store_objects_share_one_bounded_pool(postgres):
+    """40 threads search through four store objects (two tables): never more than pool_size connections, all answer."""
+    url, size = postgres.new_database(), 4
+    database = url.rsplit("/", 1)[1]
+    tables = [f"test_{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    stores = [PostgresDocumentStore(url=url, table=tables[number % 2], embedding_dim=DIM, pool_size=size)
+              for number in range(4)]
+    for table_store in stores[:2]:
+        table_store.write_documents([chunk("Rotate API keys from the console.", doc_id="keys"),
+                                     chunk("Refunds take five days.", doc_id="refunds", vector=(0.0, 1.0, 0.0))])
+    stores[0].close()  # the pool's idle connections: the count below starts from none
+    _no_backends_left(postgres, postgres.primary_port, database)
+    peak, done, failures = [0], threading.Event(), []
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _backends(postgres, postgres.primary_port, database))
+
+    def search(number: int) -> None:
+        store = stores[number % len(stores)]
+        try:
+            for _ in range(5):
+                assert [d.content for d in store.bm25_retrieval("rotating keys", top_k=1)] == [
+                    "Rotate API keys from the console."]
+                assert store.bm25_retrieval("refnds", top_k=1, analysis="ngrams")[0].meta["doc_id"] == "refunds"
+                assert store.embedding_retrieval([0.0, 1.0, 0.0], top_k=1)[0].meta["doc_id"] == "refunds"
+                assert set(store.kb_generations()) == {("public", "faq")}
+        except Exception as error:  # reported below with the thread's number
+            failures.append((number, repr(error)))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=search, args=(number,)) for number in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    watcher.join()
+    assert failures == []
+    assert 1 <= peak[0] <= size, peak[0]
+    assert stores[0].pool is stores[3].pool and stores[0].pool.peak <= size
+    assert _backends(postgres, postgres.primary_port, database) <= size  # the idle ones stay open for the next calls
+
+
+def test_an_exhausted_pool_waits_then_fails_in_one_line(postgres, table):
+    url = postgres.new_database()
+    store = PostgresDocumentStore(url=url, table=table, embedding_dim=DIM, pool_size=1, pool_timeout_s=0.2)
+    store.write_documents([chunk("Rotate API keys from the console.")])
+    with store.pool.connection(timeout=10, doing="holding the only connection"):
+        with pytest.raises(PoolExhaustedError) as raised:
+            store.bm25_retrieval("rotate")
+    message = str(raised.value)
+    assert message == (f"the PostgreSQL store at {url} is busy (searching): this process's 1 pooled connection(s) "
+                       "stayed in use for 0.2 s; raise postgres.pool_size or GATEHOUSE_POSTGRES_POOL_SIZE (processes "
+                       "× pool size must stay under the server's max_connections) or postgres.pool_timeout_s")
+    assert isinstance(raised.value, StoreUnavailableError) and isinstance(raised.value, DataDirError)  # a 503
+    assert [d.content for d in store.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
+
+
+def test_a_restart_fails_one_call_then_the_pool_reconnects(postgres, table):
+    """Every idle pooled connection died with the server's backends: one call fails, the next opens a new one."""
+    url = postgres.new_database()
+    database = url.rsplit("/", 1)[1]
+    store = PostgresDocumentStore(url=url, table=table, embedding_dim=DIM, pool_size=4)
+    store.write_documents([chunk("Rotate API keys from the console.")])
+    held = [store.pool.get(10, "test") for _ in range(3)]
+    for connection in held:
+        store.pool.put(connection)
+    postgres.sql(postgres.primary_port, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                 f"datname = '{database}'", database="postgres")
+    with pytest.raises(StoreUnavailableError, match="cannot be used \\(searching: ") as raised:
+        store.bm25_retrieval("rotate")
+    assert "\n" not in str(raised.value)
+    for _ in range(3):
+        assert [d.content for d in store.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
+
+
+def test_searches_on_the_read_url_share_a_bounded_pool_too(postgres, table):
+    url = postgres.new_database()
+    database = url.rsplit("/", 1)[1]
+    read_url = url.replace(f":{postgres.primary_port}/", f":{postgres.standby_port}/")
+    writer = PostgresDocumentStore(url=url, table=table, embedding_dim=DIM)
+    writer.write_documents([chunk("Rotate API keys from the console.")])
+    postgres.wait_for_standby()
+    stores = [PostgresDocumentStore(url=url, table=table, embedding_dim=DIM, read_url=read_url, pool_size=2)
+              for _ in range(3)]
+    results: list[list[str]] = []
+
+    def search(store: PostgresDocumentStore) -> None:
+        results.append([d.content for d in store.bm25_retrieval("rotate")])
+
+    threads = [threading.Thread(target=search, args=(stores[number % 3],)) for number in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [["Rotate API keys from the console."]] * 12
+    assert 1 <= _backends(postgres, postgres.standby_port, database, "gatehouse-reader") <= 2
+    assert stores[0]._reader_pool() is stores[2]._reader_pool() and stores[0]._reader_pool().peak <= 2

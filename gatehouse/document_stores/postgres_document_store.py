@@ -12,8 +12,9 @@ SQL with the shard's formula and settings, so both stores rank alike. A second t
 
 Every write is one transaction: `replace_documents` deletes a document's earlier chunks, inserts the new ones and
 moves the counters together (writers of one document wait for each other), so a killed process or server leaves
-whole documents only. Each thread has its own connection; a database that cannot be reached or used is a
-`StoreUnavailableError` naming the server without its password.
+whole documents only. Each call checks a connection out of the process's pool for the database
+(`postgres_pool`: bounded, shared by every store object) and gives it back; a database that cannot be reached or
+used, or whose pooled connections all stay busy, is a `StoreUnavailableError` naming the server without its password.
 
 Haystack filters are translated by pgvector-haystack's filter module (`meta.<key>` as `meta->>'key'`: `==`, `!=`,
 `in`, `not in`, ranges, `AND`, `OR`).
@@ -56,6 +57,7 @@ from gatehouse.document_stores.analysis import Analyzer, term_index
 from gatehouse.document_stores.edge_document_store import SharedDocument
 from gatehouse.document_stores.edge_shard import ANALYSES
 from gatehouse.document_stores.errors import StoreUnavailableError
+from gatehouse.document_stores.postgres_pool import ConnectionPool, connection_pool
 
 EXTENSIONS = ("vector",)
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
@@ -76,6 +78,23 @@ logger = logging.getLogger(__name__)
 #: pipelines hold different store objects of one database.
 _SEEN: dict[str, int] = {}
 _SEEN_LOCK = threading.Lock()
+#: Until when (monotonic) each read URL is skipped after it could not be reached: every store object of the process.
+_READ_DOWN_UNTIL: dict[str, float] = {}
+
+
+def _configure(connection: psycopg.Connection) -> None:
+    """Set up a new pooled connection: vectors as numpy arrays; HNSW scans on until `top_k` rows pass the filters."""
+    register_vector(connection)
+    connection.execute("SET hnsw.iterative_scan = relaxed_order")  # a selective tenant filter fills top_k
+
+
+def primary_pool(url: str, size: int | None = None) -> ConnectionPool:
+    """
+    This process's pool of connections to the database at `url` (made on first use with `size`, default
+    `GATEHOUSE_POSTGRES_POOL_SIZE`; a larger size grows it): every store object and the job queue share it.
+    """
+    return connection_pool(url, size=size or settings.postgres_pool_size(), name="PostgreSQL store",
+                           shown_url=_redacted(url), configure=_configure)
 
 
 def _lsn(text: str | None) -> int:
@@ -152,6 +171,8 @@ class PostgresDocumentStore:
         indexed_fields: list[str] | None = None,
         read_url: str | None = None,
         max_lag_s: float = DEFAULT_MAX_LAG_S,
+        pool_size: int | None = None,
+        pool_timeout_s: float | None = None,
     ) -> None:
         """
         :param url: The database URL (`postgresql://user:password@host:port/database`); None reads
@@ -165,6 +186,11 @@ class PostgresDocumentStore:
             `GATEHOUSE_POSTGRES_READ_URL`, unset: the primary. Writes, counters and listings stay on the primary.
         :param max_lag_s: How long a search waits for the standby to replay what this process has seen on the
             primary (its own writes, the counters it read) before it reads the primary instead.
+        :param pool_size: How many connections this process may open to the database (and as many to the read
+            URL), shared by every store object and the job queue of the process; None reads
+            `GATEHOUSE_POSTGRES_POOL_SIZE` (default 8). The largest size asked for in a process wins.
+        :param pool_timeout_s: How long a call waits for a free connection before a `StoreUnavailableError`; None
+            reads `GATEHOUSE_POSTGRES_POOL_TIMEOUT_S` (default 10 s).
         The table is created on first use; opening it with another vector size or other indexed fields is an error.
         :raises ValueError: On a bad table name, vector size or indexed field.
         :raises StoreUnavailableError: When the database cannot be reached or lacks the vector extension.
@@ -191,10 +217,14 @@ class PostgresDocumentStore:
             raise ValueError("The PostgreSQL store needs GATEHOUSE_POSTGRES_URL or url.")
         self.read_url, self.max_lag_s = read_url, float(max_lag_s)
         self._read_url = read_url or settings.postgres_read_url() or ""
-        self._read_down_until = 0.0
-        self._local = threading.local()
-        self._connections: list[psycopg.Connection] = []
-        self._lock = threading.Lock()
+        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
+            raise ValueError(f"pool_size must be a whole number of at least 1, got {pool_size!r}.")
+        if pool_timeout_s is not None and (isinstance(pool_timeout_s, bool) or not isinstance(pool_timeout_s, int | float)
+                                           or pool_timeout_s <= 0):
+            raise ValueError(f"pool_timeout_s must be a positive number of seconds, got {pool_timeout_s!r}.")
+        self.pool_size, self.pool_timeout_s = pool_size, pool_timeout_s
+        self._pool_size = pool_size or settings.postgres_pool_size()
+        self._pool_timeout_s = float(pool_timeout_s or settings.postgres_pool_timeout_s())
         self._names = {"table": sql.Identifier(table), "generations": sql.Identifier(f"{table}_generations"),
                        "sequence": sql.Identifier(f"{table}_generation")}
         self._set_up()
@@ -205,29 +235,23 @@ class PostgresDocumentStore:
         return StoreUnavailableError(f"the PostgreSQL store at {_redacted(self._url)} cannot be used ({doing}: "
                                      f"{detail}): start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
 
-    def _connection(self) -> psycopg.Connection:
-        """This thread's connection (a new one when it has none or it broke)."""
-        connection = getattr(self._local, "connection", None)
-        if connection is not None and not connection.closed and not connection.broken:
-            return connection
-        try:
-            connection = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
-            register_vector(connection)
-            connection.execute("SET hnsw.iterative_scan = relaxed_order")  # a selective tenant filter fills top_k
-        except psycopg.Error as error:
-            raise self._unavailable(error, "connecting") from error
-        self._local.connection = connection
-        with self._lock:
-            self._connections.append(connection)
-        return connection
+    @property
+    def pool(self) -> ConnectionPool:
+        """This process's pool of connections to the primary, shared by every store object and the job queue."""
+        return primary_pool(self._url, self._pool_size)
 
     @contextlib.contextmanager
     def _transaction(self, doing: str, *, writes: bool = False) -> Iterator[psycopg.Cursor]:
         """
-        A cursor in one transaction; a lost or refused connection becomes a `StoreUnavailableError`. With `writes`
-        and a read URL, the primary's WAL position after the commit is noted (`_SEEN`) for the standby reads.
+        A cursor in one transaction on a connection checked out of the process's pool for it; a refused, lost or
+        busy database becomes a `StoreUnavailableError`. With `writes` and a read URL, the primary's WAL position
+        after the commit is noted (`_SEEN`) for the standby reads.
         """
-        connection = self._connection()
+        pool = self.pool
+        try:
+            connection = pool.get(self._pool_timeout_s, doing)
+        except psycopg.Error as error:
+            raise self._unavailable(error, "connecting") from error
         try:
             with connection.transaction(), connection.cursor() as cursor:
                 yield cursor
@@ -235,6 +259,8 @@ class PostgresDocumentStore:
                 self._saw(connection.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
         except psycopg.OperationalError as error:
             raise self._unavailable(error, doing) from error
+        finally:
+            pool.put(connection)
 
     def _saw(self, lsn: str) -> None:
         with _SEEN_LOCK:
@@ -246,13 +272,15 @@ class PostgresDocumentStore:
         A cursor for a search: on the read URL once it has replayed what this process has seen on the primary
         (waiting up to `max_lag_s`), else (no read URL, too far behind, unreachable) on the primary.
         """
-        connection = self._reader() if self._read_url else None
+        connection = self._reader(doing) if self._read_url else None
         if connection is not None:
             try:
-                if not self._caught_up(connection):
-                    connection = None  # behind by more than max_lag_s: the primary answers
+                caught_up = self._caught_up(connection)
             except psycopg.OperationalError as error:
                 self._reader_down(error)
+                caught_up = False
+            if not caught_up:  # behind by more than max_lag_s, or lost: the primary answers
+                self._reader_pool().put(connection)
                 connection = None
         if connection is None:
             with self._transaction(doing) as cursor:
@@ -266,6 +294,8 @@ class PostgresDocumentStore:
             detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise StoreUnavailableError(f"the PostgreSQL read URL {_redacted(self._read_url)} was lost ({doing}: "
                                         f"{detail}); the next searches read the primary") from error
+        finally:
+            self._reader_pool().put(connection)
 
     def _caught_up(self, connection: psycopg.Connection) -> bool:
         """Whether the standby has replayed what this process has seen, waiting up to `max_lag_s` for it."""
@@ -278,38 +308,35 @@ class PostgresDocumentStore:
             time.sleep(LAG_POLL_S)
         return True
 
-    def _reader(self) -> psycopg.Connection | None:
-        """This thread's connection to the read URL (None while it is known to be unreachable)."""
-        connection = getattr(self._local, "reader", None)
-        if connection is not None and not connection.closed and not connection.broken:
-            return connection
-        if time.monotonic() < self._read_down_until:
+    def _reader_pool(self) -> ConnectionPool:
+        return connection_pool(self._read_url, size=self._pool_size, name="PostgreSQL read URL",
+                               shown_url=_redacted(self._read_url), application_name=READER_NAME, connect_timeout=5,
+                               configure=_configure)
+
+    def _reader(self, doing: str) -> psycopg.Connection | None:
+        """A connection to the read URL checked out of its pool (None while it is known to be unreachable)."""
+        if time.monotonic() < _READ_DOWN_UNTIL.get(self._read_url, 0.0):
             return None
         try:
-            connection = psycopg.connect(self._read_url, autocommit=True, connect_timeout=5,
-                                         application_name=READER_NAME)
-            register_vector(connection)
-            connection.execute("SET hnsw.iterative_scan = relaxed_order")
+            return self._reader_pool().get(self._pool_timeout_s, doing)
         except psycopg.Error as error:
             self._reader_down(error)
             return None
-        self._local.reader = connection
-        with self._lock:
-            self._connections.append(connection)
-        return connection
 
     def _reader_down(self, error: BaseException) -> None:
-        self._read_down_until = time.monotonic() + READ_RETRY_S
+        _READ_DOWN_UNTIL[self._read_url] = time.monotonic() + READ_RETRY_S
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         logger.warning("the PostgreSQL read URL %s cannot be used (%s): searches read the primary for %.0f s",
                        _redacted(self._read_url), detail, READ_RETRY_S)
 
     def close(self) -> None:
-        """Close every connection this store opened (each thread opens a new one when it next needs it)."""
-        with self._lock:
-            connections, self._connections = self._connections, []
-        for connection in connections:
-            connection.close()
+        """
+        Close the idle connections of this process's pools to the store's database (shared with its other store
+        objects, which open new ones when they next need them; the checked-out ones go back to the pool).
+        """
+        self.pool.close_idle()
+        if self._read_url:
+            self._reader_pool().close_idle()
 
     # -- schema -----------------------------------------------------------------------------------------------
     def _indexed_text(self, document: Document) -> str:
@@ -630,7 +657,8 @@ class PostgresDocumentStore:
     def to_dict(self) -> dict[str, Any]:
         """Serialise the store's settings as configured (not the URL read from the environment)."""
         return default_to_dict(self, url=self.url, table=self.table, embedding_dim=self.embedding_dim,
-                               indexed_fields=self.indexed_fields, read_url=self.read_url, max_lag_s=self.max_lag_s)
+                               indexed_fields=self.indexed_fields, read_url=self.read_url, max_lag_s=self.max_lag_s,
+                               pool_size=self.pool_size, pool_timeout_s=self.pool_timeout_s)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PostgresDocumentStore":

@@ -52,7 +52,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from gatehouse.document_stores.errors import StoreUnavailableError, find_data_dir_error
-from gatehouse.document_stores.postgres_document_store import _redacted
+from gatehouse import settings
+from gatehouse.document_stores.postgres_document_store import _redacted, primary_pool
 from gatehouse.ingest import FileOutcome, ingest_file
 from gatehouse.serving.jobs import RECENT_JOBS, RETRY_AFTER_UNKNOWN_S, UNFINISHED, IngestJob, JobAccepted, QueueFull
 from gatehouse.serving.observability import record_ingest
@@ -63,7 +64,6 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3  # runs of one job (the first and two take-overs) before it is failed
 IDLE_POLL_S = 1.0  # how often an idle worker looks for a job another server queued
 WAIT_POLL_S = 0.2  # how often `wait` reads the job
-MAX_IDLE_CONNECTIONS = 4
 FINISHED = ("done", "failed", "cancelled")
 COLUMNS = ("job_id, kb, tenant, force, status_url, names, status, results, chunks_written, error, submitted_at, "
            "started_at, finished_at")
@@ -94,7 +94,8 @@ class DatabaseIngestJobs:
     forgotten = "finished jobs beyond limits.ingest_job_history are forgotten"
 
     def __init__(self, *, url: str, table: str, pipeline: Pipeline, workers: int, max_queued: int,
-                 max_queued_per_tenant: int, history: int, status_path: str, lease_s: float = 30.0) -> None:
+                 max_queued_per_tenant: int, history: int, status_path: str, lease_s: float = 30.0,
+                 pool_timeout_s: float | None = None) -> None:
         """
         :param url: The database (the store's primary).
         :param table: The store's chunk table; the jobs are `<table>_jobs` and `<table>_job_files`.
@@ -105,6 +106,8 @@ class DatabaseIngestJobs:
         :param history: How many finished jobs are kept (`limits.ingest_job_history`).
         :param status_path: Where a job is reported, without its id (`/index/jobs`).
         :param lease_s: How long a running job is its worker's without a renewal (`limits.ingest_job_lease_s`).
+        :param pool_timeout_s: How long a call waits for a connection of the process's pool (shared with the
+            stores); None reads `GATEHOUSE_POSTGRES_POOL_TIMEOUT_S`.
         :raises StoreUnavailableError: When the database cannot be reached to set up the tables.
         """
         self.url, self.pipeline, self.workers = url, pipeline, workers
@@ -113,8 +116,7 @@ class DatabaseIngestJobs:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._names = {"jobs": sql.Identifier(f"{table}_jobs"), "files": sql.Identifier(f"{table}_job_files"),
                        "lock": sql.Literal(f"{table}_jobs"), "jobs_status": sql.Identifier(f"{table}_jobs_status")}
-        self._idle: list[psycopg.Connection] = []
-        self._pool_lock = threading.Lock()
+        self.pool_timeout_s = float(pool_timeout_s or settings.postgres_pool_timeout_s())
         self._wake = threading.Event()
         self._running: dict[str, threading.Event] = {}  # job id -> set when the job is no longer ours (lease lost)
         self._running_lock = threading.Lock()
@@ -131,24 +133,22 @@ class DatabaseIngestJobs:
 
     @contextlib.contextmanager
     def _cursor(self, doing: str) -> Iterator[psycopg.Cursor]:
-        """A cursor in one transaction on a pooled connection; a lost database is a `StoreUnavailableError`."""
-        with self._pool_lock:
-            connection = self._idle.pop() if self._idle else None
+        """
+        A cursor in one transaction on a connection of the process's pool for the database (the stores' pool); a
+        lost or busy database is a `StoreUnavailableError`.
+        """
+        pool = primary_pool(self.url)
         try:
-            if connection is None:
-                connection = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            connection = pool.get(self.pool_timeout_s, doing)
+        except psycopg.Error as error:
+            raise self._unavailable(error, "connecting") from error
+        try:
             with connection.transaction(), connection.cursor() as cursor:
                 yield cursor
         except psycopg.OperationalError as error:
             raise self._unavailable(error, doing) from error
         finally:
-            if connection is not None:
-                with self._pool_lock:
-                    keep = not connection.closed and not connection.broken and len(self._idle) < MAX_IDLE_CONNECTIONS
-                    if keep:
-                        self._idle.append(connection)
-                if not keep:
-                    connection.close()
+            pool.put(connection)
 
     def _sql(self, statement: str) -> sql.Composed:
         return sql.SQL(statement).format(**self._names)

@@ -514,7 +514,8 @@ class IndexWrapper(GatehouseWrapper):
             from gatehouse.serving.db_jobs import DatabaseIngestJobs
 
             self.jobs = DatabaseIngestJobs(url=store.connection_url, table=store.table, pipeline=self.pipeline,
-                                           lease_s=manifest.ingest_job_lease_s, **bounds)
+                                           lease_s=manifest.ingest_job_lease_s, pool_timeout_s=store.pool_timeout_s,
+                                           **bounds)
 
     def run_api(
         self,
