@@ -219,8 +219,8 @@ class PostgresDocumentStore:
         self._read_url = read_url or settings.postgres_read_url() or ""
         if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
             raise ValueError(f"pool_size must be a whole number of at least 1, got {pool_size!r}.")
-        if pool_timeout_s is not None and (isinstance(pool_timeout_s, bool) or not isinstance(pool_timeout_s, int | float)
-                                           or pool_timeout_s <= 0):
+        if pool_timeout_s is not None and (isinstance(pool_timeout_s, bool)
+                                           or not isinstance(pool_timeout_s, int | float) or pool_timeout_s <= 0):
             raise ValueError(f"pool_timeout_s must be a positive number of seconds, got {pool_timeout_s!r}.")
         self.pool_size, self.pool_timeout_s = pool_size, pool_timeout_s
         self._pool_size = pool_size or settings.postgres_pool_size()
