@@ -27,7 +27,8 @@ It prints ratios rather than absolute numbers alone, since those depend on the m
   the flooding key's answers by status; with `--flood-history-bytes B` each flooding ask sends a history of about B
   bytes (a question and an answer of B/2 characters each: both among the turns the pipeline reads); with
   `--flood-processes 1,2` (the PostgreSQL store) once per number of server processes (`gatehouse serve --processes`),
-  then a table of the victim's ratios and the answered asks per second of both keys, against the first count's.
+  then a table of the victim's ratios and the answered asks per second of both keys, against the first count's, the
+  errors and the most connections the servers held to the database at once (`pg_stat_activity`).
 
 Usage:
 ```
@@ -301,6 +302,7 @@ def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int, hist
                     flooded = counts.get(200, 0) - before
                 stop.set()
             measured[label] = during
+            measured[f"answers_{label}"] = dict(counts)
             measured[f"throughput_{label}"] = (flooded + len(during.latencies_ms) - during.errors) / during.wall_s
             answered = ", ".join(f"{status or 'no answer'}: {count}" for status, count in sorted(counts.items()))
             lines += [_ratio_line(f"victim's ask, {calls} calls", alone, during,
@@ -311,26 +313,63 @@ def flood_report(url: str, keys: dict[str, str], calls: int, flooders: int, hist
     return lines
 
 
+@contextlib.contextmanager
+def database_connections(url: str | None) -> Iterator[dict[str, int]]:
+    """
+    While the block runs, the most connections (`peak`) to the database at `url` (PostgreSQL), sampled every 0.1 s
+    from `pg_stat_activity` (the sampler's own left out); nothing without `url`.
+    """
+    seen = {"peak": 0}
+    if not url:
+        yield seen
+        return
+    import psycopg
+
+    stop = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(url, autocommit=True) as connection:
+            while not stop.is_set():
+                count = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                           "AND pid <> pg_backend_pid()").fetchone()[0]
+                seen["peak"] = max(seen["peak"], count)
+                stop.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        sampler.join()
+
+
 def flood_processes_report(folder: Path, calls: int, flooders: int, processes: list[int],
                            history_bytes: int = 0) -> list[str]:
     """
     The flood benchmark once per number of server processes (`gatehouse serve --processes N`, which needs the
-    PostgreSQL store), then a table of the victim's P50/P95 ratios (flooded / quiet) and the throughput, with each
-    count's throughput against the first's.
+    PostgreSQL store), then a table of the victim's P50/P95 ratios (flooded / quiet), the throughput, with each
+    count's throughput against the first's, the answers that were errors (5xx or none; 429s are the limits) and the
+    most connections the servers held to the database at once.
     """
+    from gatehouse.settings import postgres_url
+
     rows, lines = [], []
     for count in processes:
         print(f"starting gatehouse serve --processes {count} ...", flush=True)
         measured: dict[str, Any] = {}
-        with flood_server(folder / f"processes-{count}", processes=count) as served:
+        with flood_server(folder / f"processes-{count}", processes=count) as served, \
+                database_connections(postgres_url()) as connections:
             report = [f"{count} process(es):", *flood_report(*served, calls=calls, flooders=flooders,
                                                              history_bytes=history_bytes, measured=measured)]
+        report.append(f"  at most {connections['peak']} connection(s) to the database at once")
         print("\n".join(report), flush=True)
-        rows.append((count, measured))
+        rows.append((count, measured, connections["peak"]))
     first = rows[0][1]["throughput_unlimited"]
     lines += ["", "| processes | victim quiet P50 / P95 ms | flood without limits: P50 x, P95 x | with limits: P50 x, "
-                  "P95 x | asks/s (without limits) | vs first |", "| --- | --- | --- | --- | --- | --- |"]
-    for count, measured in rows:
+                  "P95 x | asks/s (without limits) | vs first | errors (5xx, none) | database connections, most |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for count, measured, peak in rows:
         alone = measured["alone"]
 
         def ratios(label: str) -> str:
@@ -338,9 +377,13 @@ def flood_processes_report(folder: Path, calls: int, flooders: int, processes: l
             return (f"{during.percentile(0.5) / alone.percentile(0.5):.2f}, "
                     f"{during.percentile(0.95) / alone.percentile(0.95):.2f}")
 
+        errors = sum(measured[label].errors for label in ("alone", "unlimited", "limited")) + sum(
+            number for label in ("unlimited", "limited") for status, number in measured[f"answers_{label}"].items()
+            if status == 0 or status >= 500)
+        versus = f"x{measured['throughput_unlimited'] / first:.2f}" if first else "no answers"
         lines.append(f"| {count} | {alone.percentile(0.5):.0f} / {alone.percentile(0.95):.0f} | "
                      f"{ratios('unlimited')} | {ratios('limited')} | {measured['throughput_unlimited']:.2f} | "
-                     f"x{measured['throughput_unlimited'] / first:.2f} |" if first else "no answers |")
+                     f"{versus} | {errors} | {peak} |")
     return lines
 
 
