@@ -313,6 +313,10 @@ def test_an_exhausted_pool_waits_then_fails_in_one_line(postgres, table):
                        "× pool size must stay under the server's max_connections) or postgres.pool_timeout_s")
     assert isinstance(raised.value, StoreUnavailableError) and isinstance(raised.value, DataDirError)  # a 503
     assert [d.content for d in store.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
+    larger = PostgresDocumentStore(url=url, table=table, embedding_dim=DIM, pool_size=2, pool_timeout_s=0.2)
+    assert larger.pool is store.pool and store.pool.size == 2  # the largest size asked for in the process wins
+    with store.pool.connection(timeout=10, doing="holding one connection"):
+        assert [d.content for d in store.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
 
 
 def test_a_restart_fails_one_call_then_the_pool_reconnects(postgres, table):

@@ -78,12 +78,6 @@ class ConnectionPool:
                 self.size = size
                 self._condition.notify_all()
 
-    @property
-    def in_use(self) -> int:
-        """Connections checked out now (or being opened)."""
-        with self._condition:
-            return self._open - len(self._idle)
-
     def get(self, timeout: float, doing: str) -> psycopg.Connection:
         """
         An idle connection, or a new one while fewer than `size` are open, or the first one given back within
