@@ -40,14 +40,13 @@ class HybridRetriever(MovedSettings):
     chunk's vector), `lexical` (BM25 on words) and `ngrams` (BM25 on character n-grams of words, for spelling and
     word-form variants), each `candidates` deep.
 
-    On the local store the candidates of all three lists are re-scored by their best sentence: the `dense` list
-    becomes every candidate, scored by the query's cosine to the chunk's vector or to its best sentence, whichever is
-    higher (short questions often match one sentence of a long passage far better than the passage's one vector).
-    Then the lists are fused (`fusion`: method, weights, normalisation; per document with `group_by`) and only the
-    chunks kept are read from the store. The whole search works on ids and scores, so a query costs a few engine
-    calls and the documents it returns. With server stores (PostgreSQL, Qdrant, Elasticsearch) the three lists come
-    from the servers and are fused the same way; PostgreSQL keeps sentence vectors, so its candidates are re-scored by
-    their best sentence too.
+    On the local store, and on PostgreSQL (both lists' facades on one table), the candidates of all three lists are
+    re-scored by their best sentence: the `dense` list becomes every candidate, scored by the query's cosine to the
+    chunk's vector or to its best sentence, whichever is higher (short questions often match one sentence of a long
+    passage far better than the passage's one vector). Then the lists are fused (`fusion`: method, weights,
+    normalisation; per document with `group_by`) and only the chunks kept are read from the store. The whole search
+    works on ids and scores, so a query costs a few store calls and the documents it returns. With other server stores
+    (Qdrant, Elasticsearch) the three lists come from the servers as documents and are fused the same way.
 
     Each chunk returned carries `meta["<list>_score"]` for the lists that found it (`dense_score` is the chunk
     vector's cosine), `meta["<list>_rank"]`, `meta["sentence_score"]` (local store, PostgreSQL) and the fused `score`
@@ -108,10 +107,14 @@ class HybridRetriever(MovedSettings):
         return {name: stores[name] for name in self.fusion["weights"]}
 
     def _local(self) -> EdgeDocumentStore | None:
-        """The one local shard all the searched stores share, if they do."""
+        """
+        The one store all the searched stores share, if they do and it searches on ids (`ranked_ids`,
+        `similarities`, `documents_by_point`): the local shard, or one PostgreSQL table.
+        """
         backends = [store.store for store in self._stores().values()]
         first = backends[0]
-        if isinstance(first, EdgeDocumentStore) and all(first.shares_shard(other) for other in backends[1:]):
+        if (all(hasattr(first, method) for method in ("ranked_ids", "similarities", "documents_by_point"))
+                and all(first.shares_shard(other) for other in backends[1:])):
             return first
         return None
 
