@@ -332,6 +332,12 @@ def test_ranked_ids_in_parts_at_once_match_the_single_searches(store, monkeypatc
         assert [hit[0] for hit in whole[name]] == [d.id for d in expected]
         assert [hit[1] for hit in whole[name]] == [d.meta["doc_id"] for d in expected]
     assert len(whole["ngrams"]) == 12 and all(hit[2] > 0 for hit in whole["lexical"])
+    lists, similar = store.ranked_ids_and_similarities(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters,
+                                                       12, group_by="doc_id")
+    assert lists == store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12,
+                                     group_by="doc_id")
+    union = {hit[0] for hits in lists.values() for hit in hits}
+    assert similar == pytest.approx(store.similarities([1.0, 0.3, 0.5], list(union)))
     with pytest.raises(ValueError, match="Unknown search 'sparse'"):
         store.ranked_ids({"x": "sparse"}, [1.0, 0.0, 0.0], "key", None, 5)
 

@@ -142,9 +142,15 @@ class HybridRetriever(MovedSettings):
         self, store: EdgeDocumentStore, query: str, query_embedding: list[float], filters: dict[str, Any], limit: int
     ) -> list[Document]:
         searches = {name: "dense" if name == "dense" else store_.analysis for name, store_ in self._stores().items()}
-        lists = store.ranked_ids(searches, query_embedding, query, filters, self.candidates, group_by=self.group_by)
+        similar = None
+        if self.sentences and "dense" in searches and hasattr(store, "ranked_ids_and_similarities"):
+            lists, similar = store.ranked_ids_and_similarities(searches, query_embedding, query, filters,
+                                                               self.candidates, group_by=self.group_by)
+        else:
+            lists = store.ranked_ids(searches, query_embedding, query, filters, self.candidates,
+                                     group_by=self.group_by)
         scores = {name: {chunk: score for chunk, _, score in hits} for name, hits in lists.items()}
-        sentence_scores = self._by_best_sentence(store, lists, query_embedding)
+        sentence_scores = self._by_best_sentence(store, lists, query_embedding, similar)
         kept = self._fusion.rank(lists, limit)
         ranks = {name: {hit[0]: rank for rank, hit in enumerate(hits, start=1)} for name, hits in lists.items()}
         extras = []
@@ -161,18 +167,21 @@ class HybridRetriever(MovedSettings):
         return store.documents_by_point(extras)
 
     def _by_best_sentence(self, store: Any, lists: dict[str, list[tuple[Any, Any, float]]],
-                          query_embedding: list[float]) -> dict[Any, float | None]:
+                          query_embedding: list[float],
+                          similar: dict[Any, tuple[float, float | None]] | None = None) -> dict[Any, float | None]:
         """
         Make the `dense` list every candidate of every list, scored by the query's cosine to the chunk's vector or to
         its best sentence, whichever is higher (when `sentences` is on and the dense list is searched).
 
         :param store: The store with `similarities` (the local shard or PostgreSQL).
+        :param similar: The candidates' similarities when the search gave them (`ranked_ids_and_similarities`).
         :returns: Each candidate's best-sentence cosine (None without sentence vectors).
         """
         if not self.sentences or "dense" not in lists:
             return {}
         union = {chunk: group for hits in lists.values() for chunk, group, _ in hits}
-        similar = store.similarities(query_embedding, list(union))
+        if similar is None:
+            similar = store.similarities(query_embedding, list(union))
         rescored = [(chunk, union[chunk], max(cosine, best if best is not None else cosine))
                     for chunk, (cosine, best) in similar.items()]
         order = {chunk: position for position, chunk in enumerate(union)}

@@ -75,6 +75,9 @@ MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimension
 #: Parts a BM25 list is scored in at once (each a range of chunks, on its own connection), per analysis: a query's
 #: trigrams have about ten times the postings of its words (SciFact: 111,000 against 10,000 over 7,126 chunks).
 PARTS = {"words": 1, "ngrams": 2}
+#: A hit's cosine to the query vector (the first parameter) and its best sentence's (the second), for the hybrid
+#: search's best-sentence scores; null without a vector.
+SIMILAR = (", 1 - (c.embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) FROM unnest(c.sentences) AS sentence)")
 PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORECASE)
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 
@@ -87,7 +90,7 @@ BM25_LAYOUT = "postings"
 #: (an index-only scan per term: the cost is the postings of the query's terms, never a scan of the chunks), their
 #: weights summed per chunk; then the chunks in score order, the filters ({where}) checked on each until `top_k` pass
 #: (ties by id in byte order, as Python orders them). {chunks} can restrict the chunks to a range of `pk`, so one list
-#: can be scored in parts at once (`PARTS`).
+#: can be scored in parts at once (`PARTS`); {similar} adds each hit's `SIMILAR` columns.
 #: Each step is fixed (materialised, lateral), so the plan does not depend on the table's statistics (none right
 #: after a bulk ingest).
 BM25 = """
@@ -101,8 +104,8 @@ scored AS MATERIALIZED (
     FROM weights AS w
     CROSS JOIN LATERAL (SELECT chunk, weight FROM {postings} WHERE analysis = %s AND term = w.term{chunks}) AS p
     GROUP BY p.chunk)
-SELECT c.id, c.grp, s.score FROM (SELECT chunk, score FROM scored ORDER BY score DESC) AS s
-CROSS JOIN LATERAL (SELECT id, {group} AS grp FROM {table} WHERE pk = s.chunk{where}) AS c
+SELECT c.id, c.grp, s.score{similar} FROM (SELECT chunk, score FROM scored ORDER BY score DESC) AS s
+CROSS JOIN LATERAL (SELECT id, {group} AS grp, embedding, sentences FROM {table} WHERE pk = s.chunk{where}) AS c
 ORDER BY s.score DESC, c.id COLLATE "C" LIMIT %s
 """
 
@@ -416,8 +419,8 @@ class PostgresDocumentStore:
         return self.documents_by_point([(chunk, score, {}) for chunk, _, score in hits])
 
     def _bm25_statement(self, analysis: str, query: str, filters: dict[str, Any] | None, top_k: int,
-                        group_by: str | None = None, chunks: tuple[int, int] | None = None
-                        ) -> tuple[sql.Composable, tuple[Any, ...]] | None:
+                        group_by: str | None = None, chunks: tuple[int, int] | None = None,
+                        similar_to: np.ndarray | None = None) -> tuple[sql.Composable, tuple[Any, ...]] | None:
         """The BM25 statement of one list and its parameters; None when the query has no term of `analysis`."""
         if analysis not in ANALYSES:
             raise ValueError(f"Unknown analysis '{analysis}'. Use one of: {', '.join(ANALYSES)}.")
@@ -432,37 +435,43 @@ class PostgresDocumentStore:
             where = clause
         group = sql.SQL("meta->>{}").format(sql.Literal(group_by)) if group_by else sql.SQL("NULL")
         part = sql.SQL(" AND chunk >= %s AND chunk < %s") if chunks else sql.SQL("")
+        similar = sql.SQL(SIMILAR) if similar_to is not None else sql.SQL("")
         params = (list(counts), [float(count) for count in counts.values()], analysis_number, analysis_number,
-                  *(chunks or ()), *values, top_k)
-        return sql.SQL(BM25).format(where=where, group=group, chunks=part, **self._names), params
+                  *(chunks or ()), *((similar_to, similar_to) if similar_to is not None else ()), *values, top_k)
+        return sql.SQL(BM25).format(where=where, group=group, chunks=part, similar=similar, **self._names), params
 
     def _bm25_ids(self, analysis: str, query: str, filters: dict[str, Any] | None, top_k: int,
-                  group_by: str | None = None, chunks: tuple[int, int] | None = None) -> list[tuple[str, Any, float]]:
+                  group_by: str | None = None, chunks: tuple[int, int] | None = None,
+                  similar_to: np.ndarray | None = None) -> list[tuple[Any, ...]]:
         """
         One BM25 list as `(chunk id, group value, score)`, best first, chunks scoring 0 left out.
 
         :param chunks: Score only the chunks whose `pk` is in this range (start included, end excluded).
+        :param similar_to: A query vector: each hit also carries its cosine to it and its best sentence's.
         """
-        statement = self._bm25_statement(analysis, query, filters, top_k, group_by, chunks)
+        statement = self._bm25_statement(analysis, query, filters, top_k, group_by, chunks, similar_to)
         if statement is None:
             return []
         with self._transaction("searching") as cursor:
             cursor.execute("SET LOCAL enable_memoize = off")  # a cache of each term's postings, read once: no use
             rows = cursor.execute(*statement).fetchall()
-        return [(chunk, group, score) for chunk, group, score in rows if score > 0.0]
+        return [tuple(row) for row in rows if row[2] > 0.0]
 
     def _dense_ids(self, query_embedding: list[float], filters: dict[str, Any] | None, top_k: int,
-                   group_by: str | None = None) -> list[tuple[str, Any, float]]:
-        """The dense list as `(chunk id, group value, cosine)`, nearest first."""
+                   group_by: str | None = None, similar: bool = False) -> list[tuple[Any, ...]]:
+        """The dense list as `(chunk id, group value, cosine)`, nearest first (with `similar`, the `SIMILAR` too)."""
         if top_k <= 0:
             return []
         vector = self._vector(query_embedding)
         where, params = _where(filters, sql.SQL("embedding IS NOT NULL"))
         group = sql.SQL("meta->>{}").format(sql.Literal(group_by)) if group_by else sql.SQL("NULL")
-        query = (sql.SQL("SELECT id, {group}, 1 - (embedding <=> %s) FROM {table}").format(group=group, **self._names)
-                 + where + sql.SQL(" ORDER BY embedding <=> %s LIMIT %s"))
+        extra = sql.SQL(SIMILAR) if similar else sql.SQL("")
+        query = (sql.SQL("SELECT id, {group}, 1 - (embedding <=> %s){extra} FROM {table} AS c").format(
+            group=group, extra=extra, **self._names) + where + sql.SQL(" ORDER BY embedding <=> %s LIMIT %s"))
         with self._transaction("searching") as cursor:
-            return [tuple(row) for row in cursor.execute(query, (vector, *params, vector, top_k)).fetchall()]
+            rows = cursor.execute(query, (vector, *((vector, vector) if similar else ()), *params, vector,
+                                          top_k)).fetchall()
+        return [tuple(row) for row in rows]
 
     def nearest_ids(self, query_embedding: list[float], filters: dict[str, Any] | None = None, top_k: int = 10
                     ) -> list[str]:
@@ -483,10 +492,28 @@ class PostgresDocumentStore:
         :param group_by: A metadata key whose value each hit carries (e.g. `doc_id`).
         :returns: List name to `(chunk id, group value, score)` triples, best first (BM25 hits scoring 0 left out).
         """
+        return self._ranked(searches, query_embedding, query, filters, top_k, group_by, similar=False)[0]
+
+    def ranked_ids_and_similarities(
+        self, searches: dict[str, str], query_embedding: list[float], query: str, filters: dict[str, Any] | None,
+        top_k: int, group_by: str | None = None,
+    ) -> tuple[dict[str, list[tuple[Any, Any, float]]], dict[str, tuple[float, float | None]]]:
+        """
+        `ranked_ids`, and `similarities` of every hit computed by the searches themselves (one round trip less, and
+        the work shared among their connections).
+
+        :returns: The lists, and chunk id to `(chunk similarity, best sentence similarity)` for every hit.
+        """
+        return self._ranked(searches, query_embedding, query, filters, top_k, group_by, similar=True)
+
+    def _ranked(
+        self, searches: dict[str, str], query_embedding: list[float], query: str, filters: dict[str, Any] | None,
+        top_k: int, group_by: str | None, similar: bool,
+    ) -> tuple[dict[str, list[tuple[Any, Any, float]]], dict[str, tuple[float, float | None]]]:
         unknown = sorted(using for using in searches.values() if using != "dense" and using not in ANALYSES)
         if unknown:
             raise ValueError(f"Unknown search '{unknown[0]}'. Use dense or one of: {', '.join(ANALYSES)}.")
-
+        similar_to = self._vector(query_embedding) if similar else None
         tasks: list[tuple[str, str, tuple[int, int] | None]] = []
         bounds = self._chunk_bounds() if any(PARTS.get(using, 1) > 1 for using in searches.values()) else None
         for name, using in searches.items():
@@ -498,20 +525,22 @@ class PostgresDocumentStore:
             edges = [low + (high - low) * part // parts for part in range(parts)] + [high]
             tasks.extend((name, using, (start, end)) for start, end in zip(edges[:-1], edges[1:], strict=True))
 
-        def search(task: tuple[str, str, tuple[int, int] | None]) -> list[tuple[Any, Any, float]]:
+        def search(task: tuple[str, str, tuple[int, int] | None]) -> list[tuple[Any, ...]]:
             _, using, chunks = task
             if using == "dense":
-                return self._dense_ids(query_embedding, filters, top_k, group_by)
-            return self._bm25_ids(using, query, filters, top_k, group_by, chunks)
+                return self._dense_ids(query_embedding, filters, top_k, group_by, similar)
+            return self._bm25_ids(using, query, filters, top_k, group_by, chunks, similar_to)
 
         found = [search(task) for task in tasks] if len(tasks) == 1 else list(self._parallel(search, tasks))
-        results: dict[str, list[tuple[Any, Any, float]]] = {name: [] for name in searches}
+        results: dict[str, list[tuple[Any, ...]]] = {name: [] for name in searches}
         for (name, _, _), hits in zip(tasks, found, strict=True):
             results[name].extend(hits)
         for name in searches:  # a list scored in parts: the parts' best, merged (ties by id, as each part orders them)
             if sum(task[0] == name for task in tasks) > 1:
                 results[name] = sorted(results[name], key=lambda hit: (-hit[2], hit[0]))[:top_k]
-        return results
+        similarities = {hit[0]: (hit[3], hit[4]) for hits in results.values() for hit in hits
+                        if similar and hit[3] is not None}
+        return {name: [hit[:3] for hit in hits] for name, hits in results.items()}, similarities
 
     def _parallel(self, work: Any, items: list[Any]) -> Iterator[Any]:
         """`work(item)` for every item at once, each on a thread of this store (with its own connection), in order."""
