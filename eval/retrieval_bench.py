@@ -12,7 +12,16 @@ The retrieval benchmark: a BEIR-format dataset through the real `index.yml` and 
    sentences ingest encoded for the first documents) and on one text per document.
 2. **Retrieve.** Every judged query of the split runs through the retrieval pipeline (`retrieve.yml` by default),
    asked for `depth` documents; per-query latency P50/P95 is recorded. Two references run over the same index:
-   plain BM25 (`eval/pipelines/bm25_reference.yml`) and dense only (`eval/pipelines/dense_reference.yml`).
+   plain BM25 (`eval/pipelines/bm25_reference.yml`) and dense only (`eval/pipelines/dense_reference.yml`). The floor
+   under them is encoding the query plus the store's bare dense search.
+   With `postgres_url` (the CLI's `--postgres-url`, default `GATEHOUSE_POSTGRES_URL`) steps 1-2 run twice in the
+   same run: on the embedded store (`<workdir>/data/store`) and on that PostgreSQL database (the same index.yml and
+   retrieve.yml, the store chosen by `GATEHOUSE_POSTGRES_URL`, the same embedding cache).
+   The plain-Haystack reference is what a Haystack user builds first: the same chunks in Haystack's
+   `InMemoryDocumentStore`, `InMemoryBM25Retriever` and `InMemoryEmbeddingRetriever` joined by
+   `DocumentJoiner(join_mode="reciprocal_rank_fusion")`, the query embedded by `SentenceTransformersTextEmbedder` with
+   the same model (the chunks' vectors are the same model's, read from the benchmark's embedding cache), each
+   retriever taking `2 × depth` chunks (200 at depth 100, as many as Gatehouse's hybrid takes per list).
 3. **Score.** Chunk hits become document hits in the pipeline's own order (a document ranks where its first
    chunk does); nDCG@10, recall@100 and MRR@10 come from `gatehouse.eval.metrics_ir`.
 
@@ -22,7 +31,8 @@ from gatehouse.eval.retrieval_bench import format_table, run_benchmark
 
 report = run_benchmark("../shared/data/scifact", split="test", workdir="data/bench/scifact")
 print(format_table(report))
-report["systems"]["gatehouse"]["ndcg@10"]
+report["systems"]["gatehouse"]["ndcg@10"]       # the embedded store; report["systems"]["haystack"]: plain Haystack
+report = run_benchmark("../shared/data/scifact", postgres_url="postgresql://...")   # + report["postgres"]["systems"]
 ```
 """
 
@@ -47,7 +57,9 @@ from gatehouse.stats import percentile
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "pipelines"
 REFERENCES = {"bm25": REFERENCE_DIR / "bm25_reference.yml", "dense": REFERENCE_DIR / "dense_reference.yml"}
-SYSTEM_LABELS = {"bm25": "BM25 (reference)", "dense": "dense only (reference)", "gatehouse": "Gatehouse hybrid"}
+SYSTEM_LABELS = {"bm25": "BM25 (reference)", "dense": "dense only (reference)", "gatehouse": "Gatehouse hybrid",
+                 "haystack": "plain Haystack: BM25+dense RRF"}
+POSTGRES_URL = "GATEHOUSE_POSTGRES_URL"
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 
 
@@ -196,17 +208,25 @@ def export_corpus(dataset: BeirDataset, folder: str | Path) -> list[Path]:
 
 
 @contextmanager
-def data_dir(path: Path) -> Iterator[None]:
-    """Point `GATEHOUSE_DATA_DIR` at the benchmark's own folder for the duration of the run."""
-    previous = os.environ.get("GATEHOUSE_DATA_DIR")
-    os.environ["GATEHOUSE_DATA_DIR"] = str(path)
+def environment(name: str, value: str | None) -> Iterator[None]:
+    """Set (or, with None, unset) an environment variable for the duration of the block."""
+    previous = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
     try:
         yield
     finally:
         if previous is None:
-            os.environ.pop("GATEHOUSE_DATA_DIR", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["GATEHOUSE_DATA_DIR"] = previous
+            os.environ[name] = previous
+
+
+def data_dir(path: Path) -> Any:
+    """Point `GATEHOUSE_DATA_DIR` at the benchmark's own folder for the duration of the run."""
+    return environment("GATEHOUSE_DATA_DIR", str(path))
 
 
 def kb_name(dataset: BeirDataset) -> str:
@@ -301,16 +321,22 @@ def embedder_throughput(dataset: BeirDataset, sample: int, kb: str) -> dict[str,
     return {**timed([f"{doc['title']}\n{doc['text']}" for doc in documents]), "ingest_texts": timed(ingest_texts)}
 
 
-def engine_floor(dataset: BeirDataset, kb: str, depth: int) -> dict[str, Any]:
+def engine_floor(dataset: BeirDataset, kb: str, depth: int, postgres_url: str | None = None) -> dict[str, Any]:
     """
     The floor under a retrieval pipeline, per query: encoding the query (no cache) and the bare engine search of the
-    local store (dense, filtered to the knowledge base, ids only), P50/P95 in ms.
+    store (dense, filtered to the knowledge base, ids only: the local shard, or PostgreSQL at `postgres_url`),
+    P50/P95 in ms.
     """
     from gatehouse.components.embedders.embedding import EmbeddingBackend
     from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 
     backend = EmbeddingBackend.get(cache_dir="off")
-    store = EdgeDocumentStore()
+    if postgres_url:
+        from gatehouse.document_stores.postgres_store_of import postgres_store
+
+        store: Any = postgres_store({"url": postgres_url})
+    else:
+        store = EdgeDocumentStore()
     kb_filter = {"field": "meta.kb", "operator": "==", "value": kb}
     embed_ms, search_ms = [], []
     for text in dataset.queries.values():
@@ -321,6 +347,8 @@ def engine_floor(dataset: BeirDataset, kb: str, depth: int) -> dict[str, Any]:
         embed_ms.append((embedded - started) * 1000)
         search_ms.append((time.perf_counter() - embedded) * 1000)
     total = [a + b for a, b in zip(embed_ms, search_ms, strict=True)]
+    if postgres_url:
+        store.close()
     return {name: {"p50": round(percentile(values, 0.5), 2), "p95": round(percentile(values, 0.95), 2)}
             for name, values in (("embed_ms", embed_ms), ("search_ms", search_ms), ("total_ms", total))}
 
@@ -350,7 +378,7 @@ def _pipeline_inputs(pipeline: Pipeline, query: str, kb: str, keep_chunks: int, 
 
 def run_queries(
     pipeline: Pipeline, dataset: BeirDataset, kb: str, depth: int, keep_chunks: int, label: str = "retrieve",
-    progress: bool = True,
+    progress: bool = True, inputs_of: Any = None,
 ) -> tuple[dict[str, list[str]], list[float]]:
     """
     Run a retrieval pipeline for every query of the dataset.
@@ -362,6 +390,8 @@ def run_queries(
     :param keep_chunks: The run-time `top_k` of the stages after retrieval: enough chunks for `depth` documents.
     :param label: Progress bar label.
     :param progress: Show a progress bar.
+    :param inputs_of: The pipeline's inputs for a query text; None gives what `RetrievalPipeline` gives
+        (`_pipeline_inputs`).
     :returns: Query id to ranked BEIR document ids (at most `depth`; a document ranks where its first chunk does),
         and per-query latencies in ms.
     :raises ValueError: If the pipeline has no single `documents` output.
@@ -373,13 +403,81 @@ def run_queries(
     run: dict[str, list[str]] = {}
     latencies: list[float] = []
     for query_id, text in tqdm(dataset.queries.items(), desc=label, unit="q", disable=not progress):
-        inputs = _pipeline_inputs(pipeline, text, kb, keep_chunks, depth)
+        inputs = inputs_of(text) if inputs_of else _pipeline_inputs(pipeline, text, kb, keep_chunks, depth)
         started = time.perf_counter()
         result = pipeline.run(inputs)
         latencies.append((time.perf_counter() - started) * 1000)
         chunks = next(iter(result.values()))["documents"]
         run[query_id] = list(dict.fromkeys(beir_id(chunk) for chunk in chunks))[:depth]
     return run, latencies
+
+
+def haystack_reference(chunks: list[Document], top_k: int) -> Pipeline:
+    """
+    The hybrid retrieval a Haystack user builds first, over `chunks` (with their `embedding`): Haystack's
+    `InMemoryDocumentStore`, `InMemoryBM25Retriever` (its defaults) and `InMemoryEmbeddingRetriever` (cosine),
+    `top_k` each, joined by `DocumentJoiner(join_mode="reciprocal_rank_fusion")`; the query embedded by
+    `SentenceTransformersTextEmbedder` with the configured embedding model. Inputs: `query_embedder.text`,
+    `bm25.query`.
+
+    :param chunks: The documents to search, each with its embedding.
+    :param top_k: Chunks taken from each retriever.
+    :returns: The pipeline, warmed up.
+    """
+    from haystack.components.joiners import DocumentJoiner
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+    from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
+
+    store = InMemoryDocumentStore(embedding_similarity_function="cosine")
+    store.write_documents(chunks)
+    pipeline = Pipeline()
+    pipeline.add_component("query_embedder", SentenceTransformersTextEmbedder(model=settings.embedding_model(),
+                                                                              progress_bar=False))
+    pipeline.add_component("bm25", InMemoryBM25Retriever(store, top_k=top_k))
+    pipeline.add_component("dense", InMemoryEmbeddingRetriever(store, top_k=top_k))
+    pipeline.add_component("joiner", DocumentJoiner(join_mode="reciprocal_rank_fusion"))
+    pipeline.connect("query_embedder.embedding", "dense.query_embedding")
+    pipeline.connect("bm25.documents", "joiner.documents")
+    pipeline.connect("dense.documents", "joiner.documents")
+    pipeline.warm_up()
+    return pipeline
+
+
+def embedded_chunks(writer: Any, kb: str) -> list[Document]:
+    """
+    The knowledge base's chunks as index.yml stored them, each with the vector its embedder gave it (the same model
+    on the same text, from the embedding cache).
+    """
+    from gatehouse.components.embedders.document_embedder import embedded_text
+    from gatehouse.components.embedders.embedding import EmbeddingBackend
+    from gatehouse.pipelines import load_pipeline
+
+    embedder = load_pipeline("index").get_component("embedder")
+    chunks = _kb_chunks(writer, kb)
+    texts = [embedded_text(chunk, embedder.meta_fields_to_embed, embedder.embedding_separator) for chunk in chunks]
+    vectors = EmbeddingBackend.get().embed(texts) if texts else []
+    return [Document(id=chunk.id, content=chunk.content, meta=dict(chunk.meta), embedding=[float(x) for x in vector])
+            for chunk, vector in zip(chunks, vectors, strict=True)]
+
+
+def _store_runs(dataset: BeirDataset, pipeline: str | Path, kb: str, workdir: Path, depth: int, *, reuse_index: bool,
+                references: bool, progress: bool, postgres_url: str | None) -> dict[str, Any]:
+    """Ingest into one store (the embedded one, or PostgreSQL at `postgres_url`), run the systems, take the floor."""
+    from gatehouse.pipelines import load_pipeline
+
+    with environment(POSTGRES_URL, postgres_url):
+        ingest_report = ingest_dataset(dataset, workdir, kb, reuse_index=reuse_index, progress=progress)
+        keep_chunks = depth * max(ingest_report["max_chunks_per_document"], 1)
+        systems: dict[str, Any] = {}
+        pipelines = {"gatehouse": pipeline, **(REFERENCES if references else {})}
+        suffix = " (PostgreSQL)" if postgres_url else ""
+        for name, source in pipelines.items():
+            run, latencies = run_queries(load_pipeline(source), dataset, kb, depth, keep_chunks, label=name + suffix,
+                                         progress=progress)
+            systems[name] = _system(run, latencies, dataset)
+        floor = engine_floor(dataset, kb, depth, postgres_url)
+    return {"ingest": ingest_report, "systems": systems, "floor": floor, "keep_chunks": keep_chunks}
 
 
 def _system(run: dict[str, list[str]], latencies: list[float], dataset: BeirDataset) -> dict[str, Any]:
@@ -408,6 +506,7 @@ def run_benchmark(
     embedder_sample: int = 256,
     references: bool = True,
     progress: bool = True,
+    postgres_url: str | None = None,
 ) -> dict[str, Any]:
     """
     Run the whole benchmark (see the module docstring).
@@ -423,9 +522,13 @@ def run_benchmark(
     :param max_docs: Benchmark a slice of at most this many documents (see `slice_dataset`).
     :param max_queries: Score at most this many queries.
     :param embedder_sample: Texts the bare embedder's throughput is measured on (0 skips it).
-    :param references: Also run the BM25 and dense-only references.
+    :param references: Also run the BM25 and dense-only references (per store) and the plain-Haystack reference.
     :param progress: Show progress bars.
-    :returns: The report: `dataset`, `ingest`, `embedder`, `systems` (`gatehouse`, `bm25`, `dense`), `config`.
+    :param postgres_url: Also ingest into and search this PostgreSQL database (its `gatehouse_chunks` table), in the
+        same run; None runs the embedded store only (whatever `GATEHOUSE_POSTGRES_URL` says).
+    :returns: The report: `dataset`, `ingest`, `embedder`, `systems` (`gatehouse`, `bm25`, `dense` on the embedded
+        store, `haystack`: the plain-Haystack reference), `floor`, `postgres` (`url` without its password, `ingest`,
+        `systems`, `floor`; with `postgres_url`), `config`.
     :raises DatasetError: If the dataset cannot be read.
     """
     from gatehouse.pipelines import load_pipeline, pipeline_path, pipelines_dir
@@ -439,67 +542,99 @@ def run_benchmark(
     if work.is_relative_to(shipped) and not work.is_relative_to(shipped / "data"):
         raise ValueError(f"The benchmark workdir {work} would be inside Gatehouse's own files: use a folder under data/.")
     kb = kb_name(dataset)
+    postgres = None
     with data_dir(work / "data"):
-        ingest_report = ingest_dataset(dataset, work, kb, reuse_index=reuse_index, progress=progress)
-        embedder = embedder_throughput(dataset, embedder_sample, kb) if embedder_sample > 0 else None
-        keep_chunks = depth * max(ingest_report["max_chunks_per_document"], 1)
-        systems: dict[str, Any] = {}
-        pipelines = {"gatehouse": pipeline, **(REFERENCES if references else {})}
-        for name, source in pipelines.items():
-            run, latencies = run_queries(load_pipeline(source), dataset, kb, depth, keep_chunks, label=name,
-                                         progress=progress)
-            systems[name] = _system(run, latencies, dataset)
-        floor = engine_floor(dataset, kb, depth)
+        local = _store_runs(dataset, pipeline, kb, work, depth, reuse_index=reuse_index, references=references,
+                            progress=progress, postgres_url=None)
+        systems = local["systems"]
+        with environment(POSTGRES_URL, None):
+            embedder = embedder_throughput(dataset, embedder_sample, kb) if embedder_sample > 0 else None
+            if references:
+                writer = load_pipeline("index").get_component("writer")
+                reference = haystack_reference(embedded_chunks(writer, kb), 2 * depth)
+                run, latencies = run_queries(
+                    reference, dataset, kb, depth, 2 * depth, label="haystack", progress=progress,
+                    inputs_of=lambda text: {"query_embedder": {"text": text}, "bm25": {"query": text}})
+                systems["haystack"] = _system(run, latencies, dataset)
+        if postgres_url:
+            from gatehouse.document_stores.postgres_document_store import _redacted
+
+            postgres = {"url": _redacted(postgres_url),
+                        **_store_runs(dataset, pipeline, kb, work, depth, reuse_index=reuse_index,
+                                      references=references, progress=progress, postgres_url=postgres_url)}
+            postgres.pop("keep_chunks")
     retrieve_path = pipeline_path(pipeline)
-    return {
+    report = {
         "dataset": {"name": dataset.name, "path": str(Path(dataset_dir).resolve()), "split": split,
                     "documents": len(dataset.corpus), "queries": len(dataset.queries), "sliced": dataset.sliced},
         "kb": kb,
         "workdir": str(work),
         "depth": depth,
-        "ingest": ingest_report,
+        "ingest": local["ingest"],
         "embedder": embedder,
         "systems": systems,
-        "floor": floor,
+        "floor": local["floor"],
         "config": {"retrieve": str(retrieve_path), "retrieve_sha": _sha(retrieve_path.resolve()),
                    "index_sha": _sha(pipelines_dir() / "index.yml")},
     }
+    if postgres is not None:
+        report["postgres"] = postgres
+    return report
+
+
+def _system_lines(systems: dict[str, Any], floor: dict[str, Any] | None, names: tuple[str, ...]) -> list[str]:
+    """The table rows of `names` among `systems`, then the floor under the hybrid's P50."""
+    lines = []
+    for name in names:
+        if name not in systems:
+            continue
+        system = systems[name]
+        lines.append(
+            f"{SYSTEM_LABELS[name]:<31}{system['ndcg@10']:>9.4f}{system['recall@100']:>9.4f}{system['mrr@10']:>9.4f}"
+            f"{system['latency_ms']['p50']:>9.1f}{system['latency_ms']['p95']:>9.1f}"
+        )
+    if floor and "gatehouse" in systems:
+        p50 = systems["gatehouse"]["latency_ms"]["p50"]
+        lines.append(
+            f"{'floor: embed + bare search':<31}{'':>27}{floor['total_ms']['p50']:>9.1f}{floor['total_ms']['p95']:>9.1f}"
+            f"   (embed {floor['embed_ms']['p50']:.1f} + search {floor['search_ms']['p50']:.2f} ms P50; hybrid P50 "
+            f"= x{p50 / max(floor['total_ms']['p50'], 1e-9):.1f} the floor)"
+        )
+    return lines
+
+
+def _ingest_line(ingest: dict[str, Any], store: str) -> str:
+    if ingest["written"]:
+        return (f"ingest (index.yml){store}: {ingest['written']} documents, {ingest['chunks']} chunks in "
+                f"{ingest['seconds']} s = {ingest['docs_per_s']} docs/s; {ingest['encoded']} texts encoded, the rest "
+                "from the embedding cache")
+    return f"ingest (index.yml){store}: reused, {ingest['skipped_unchanged']} documents unchanged"
 
 
 def format_table(report: dict[str, Any]) -> str:
     """The report as the table the command prints."""
     data = report["dataset"]
+    postgres = report.get("postgres")
     lines = [
         (f"BEIR {data['name']} · split {data['split']} · {data['queries']} queries · {data['documents']} documents"
          f"{' (slice)' if data['sliced'] else ''} · depth {report['depth']}"),
         "",
-        f"{'system':<26}{'nDCG@10':>9}{'R@100':>9}{'MRR@10':>9}{'P50 ms':>9}{'P95 ms':>9}",
+        f"{'system':<31}{'nDCG@10':>9}{'R@100':>9}{'MRR@10':>9}{'P50 ms':>9}{'P95 ms':>9}",
     ]
-    for name in ("bm25", "dense", "gatehouse"):
-        if name not in report["systems"]:
-            continue
-        system = report["systems"][name]
-        lines.append(
-            f"{SYSTEM_LABELS[name]:<26}{system['ndcg@10']:>9.4f}{system['recall@100']:>9.4f}{system['mrr@10']:>9.4f}"
-            f"{system['latency_ms']['p50']:>9.1f}{system['latency_ms']['p95']:>9.1f}"
-        )
-    floor = report.get("floor")
-    if floor:
-        p50 = report["systems"]["gatehouse"]["latency_ms"]["p50"]
-        lines.append(
-            f"{'floor: embed + bare search':<26}{'':>27}{floor['total_ms']['p50']:>9.1f}{floor['total_ms']['p95']:>9.1f}"
-            f"   (embed {floor['embed_ms']['p50']:.1f} + search {floor['search_ms']['p50']:.2f} ms P50; hybrid P50 "
-            f"= x{p50 / max(floor['total_ms']['p50'], 1e-9):.1f} the floor)"
-        )
+    if postgres:
+        lines.append("embedded store (local shard)")
+    lines += _system_lines(report["systems"], report.get("floor"), ("bm25", "dense", "gatehouse"))
+    if postgres:
+        lines.append(f"PostgreSQL ({postgres['url']})")
+        lines += _system_lines(postgres["systems"], postgres.get("floor"), ("bm25", "dense", "gatehouse"))
+    if "haystack" in report["systems"]:
+        lines.append("reference a Haystack user builds first (InMemory BM25 + embedding retrievers, RRF joiner)")
+        lines += _system_lines(report["systems"], None, ("haystack",))
     ingest = report["ingest"]
     lines.append("")
-    if ingest["written"]:
-        lines.append(
-            f"ingest (index.yml): {ingest['written']} documents, {ingest['chunks']} chunks in {ingest['seconds']} s"
-            f" = {ingest['docs_per_s']} docs/s; {ingest['encoded']} texts encoded, the rest from the embedding cache"
-        )
-    else:
-        lines.append(f"ingest (index.yml): reused, {ingest['skipped_unchanged']} documents unchanged")
+    lines.append(_ingest_line(ingest, ", embedded store" if postgres else ""))
+    if postgres:
+        lines.append(_ingest_line(postgres["ingest"], ", PostgreSQL"))
     if report.get("embedder"):
         embedder = report["embedder"]
         same = embedder["ingest_texts"]

@@ -289,10 +289,13 @@ def _bench(module: str, args: argparse.Namespace, **options: Any) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """`gatehouse bench retrieval`: a BEIR dataset through the real index.yml and retrieve.yml, scored."""
+    from gatehouse import settings
+
     return _bench(
         "retrieval_bench", args, dataset_dir=args.dataset, split=args.split, workdir=args.workdir, pipeline=args.pipeline,
         depth=args.depth, reuse_index=args.reuse_index, max_docs=args.max_docs, max_queries=args.max_queries,
         embedder_sample=args.embedder_sample, references=not args.no_references, progress=not args.quiet,
+        postgres_url=args.postgres_url or settings.postgres_url(),
     )
 
 
@@ -490,7 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--max-queries", type=int, help="score at most this many queries")
     retrieval.add_argument("--embedder-sample", type=int, default=256,
                            help="texts the bare embedder's throughput is measured on (0 skips it)")
-    retrieval.add_argument("--no-references", action="store_true", help="skip the BM25 and dense-only references")
+    retrieval.add_argument("--no-references", action="store_true",
+                           help="skip the BM25, dense-only and plain-Haystack references")
+    retrieval.add_argument("--postgres-url",
+                           help="also ingest into and search this PostgreSQL database in the same run, beside the "
+                                "embedded store (default GATEHOUSE_POSTGRES_URL)")
     retrieval.add_argument("--quiet", action="store_true", help="no progress bars")
     retrieval.set_defaults(handler=cmd_bench)
     claims = benches.add_parser("claims", help="citation verifier on SciFact claims (supported / contradicted / unrelated)")

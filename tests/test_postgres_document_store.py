@@ -1,5 +1,6 @@
 """PostgresDocumentStore against a real PostgreSQL primary and hot standby (the `postgres` fixture), no mocks."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 from haystack import Document
 from haystack.document_stores.errors import DuplicateDocumentError
 from haystack.document_stores.types import DuplicatePolicy
+from psycopg import sql
 
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.errors import DataDirError, StoreUnavailableError
@@ -359,3 +361,133 @@ def test_searches_on_the_read_url_share_a_bounded_pool_too(postgres, table):
     assert results == [["Rotate API keys from the console."]] * 12
     assert 1 <= _backends(postgres, postgres.standby_port, database, "gatehouse-reader") <= 2
     assert stores[0]._reader_pool() is stores[2]._reader_pool() and stores[0]._reader_pool().peak <= 2
+
+
+def _ranked(store, query, analysis, filters=None):
+    """The BM25 hits as (id, score), equal scores (to 6 digits) in id order: the stores break ties differently."""
+    hits = store.bm25_retrieval(query, filters=filters, top_k=20, analysis=analysis)
+    return sorted(((d.id, d.score) for d in hits), key=lambda hit: (-round(hit[1], 6), hit[0]))
+
+
+def test_bm25_stays_the_local_shards_through_writes_drift_replacements_and_deletions(store, tmp_path):
+    """
+    Gap 2 of the notes: the same chunks written the same way to both stores rank alike (scores to 1e-5, ties in id
+    order) and are encoded with the same average lengths, through a first write, a drift that re-encodes, a
+    replacement and deletions. The shard's IDF keeps counting deleted chunks until its engine compacts them, so after
+    a deletion PostgreSQL is compared with a new shard holding the chunks that remain.
+    """
+    short = ["Rotate API keys.", "Invoices monthly.", "Refunds take days.", "SAML sign-on.", "Keys expire."]
+    long = ["Rotating an API key from the console revokes the old key after a grace period of one day; the new key "
+            "is shown once, so store it in a secret manager before closing the dialog.",
+            "Monthly invoices list every seat and every add-on; annual plans are invoiced once, and a refund of an "
+            "annual plan is prorated to the unused months of the term.",
+            "Single sign-on with SAML or OIDC needs an identity provider that sends the user's e-mail address; "
+            "groups map to roles when the provider sends them as an attribute.",
+            "Audit logs keep every key rotation, every sign-in and every change of a role for a year, and can be "
+            "exported as JSON lines to a storage bucket the account owns."]
+    queries = ["rotate api keys", "refund annual plan", "singel sign-on with saml", "the console key", "audit log"]
+    filters = {"field": "meta.kb", "operator": "==", "value": "faq"}
+
+    def same(local: EdgeDocumentStore) -> None:
+        for query in queries:
+            for analysis in ("words", "ngrams"):
+                for where in (None, filters):
+                    expected, found = _ranked(local, query, analysis, where), _ranked(store, query, analysis, where)
+                    assert [i for i, _ in found] == [i for i, _ in expected], (query, analysis, where)
+                    assert [s for _, s in found] == pytest.approx([s for _, s in expected], rel=1e-5)
+        totals = store._lock_totals(store._connection().cursor())
+        assert totals["avg"] == pytest.approx(local._shard.avg_len, rel=1e-12)  # the same encoding averages
+
+    local = EdgeDocumentStore(path=str(tmp_path / "store"), embedding_dim=DIM)
+    first = [chunk(text, doc_id=f"s{n}", kb="faq" if n % 2 else "billing") for n, text in enumerate(short)]
+    for written in (local, store):
+        written.write_documents(first)  # fixes the averages (short chunks)
+    same(local)
+    averages = store._lock_totals(store._connection().cursor())["avg"]
+    second = [chunk(text, doc_id=f"l{n}") for n, text in enumerate(long)]
+    for written in (local, store):
+        written.write_documents(second)  # the average drifts: every weight is re-encoded
+    assert store._lock_totals(store._connection().cursor())["avg"]["words"] > 1.5 * averages["words"]
+    same(local)
+    local.close()
+
+    replacement = [chunk("Keys rotate weekly now; the console shows the next rotation.", doc_id="l0")]
+    store.replace_documents("l0", replacement)
+    store.delete_documents([first[1].id])
+    store.delete_by_filter({"field": "meta.kb", "operator": "==", "value": "billing"})
+    remaining = [doc for doc in first if doc.meta["kb"] == "faq" and doc.id != first[1].id] + second[1:] + replacement
+    assert sorted(doc.id for doc in store.filter_documents()) == sorted(doc.id for doc in remaining)
+    fresh = EdgeDocumentStore(path=str(tmp_path / "fresh"), embedding_dim=DIM)
+    fresh.write_documents(remaining)
+    same(fresh)  # PostgreSQL's statistics are those of the chunks it holds (its averages re-encoded on the way)
+    fresh.close()
+
+
+def test_the_document_frequencies_follow_every_write(store):
+    store.write_documents([chunk("alpha beta", doc_id="a", title=""), chunk("alpha gamma", doc_id="b", title="")])
+    store.replace_documents("b", [chunk("gamma delta", doc_id="b", title="")])
+    with store._transaction("test") as cursor:
+        rows = cursor.execute(f"SELECT term, df FROM {store.table}_terms WHERE analysis = 0 AND df > 0").fetchall()
+        counted = cursor.execute(f"SELECT term, count(*) FROM {store.table}_postings WHERE analysis = 0 "
+                                 "GROUP BY term").fetchall()
+        totals = cursor.execute(f"SELECT chunks, words FROM {store.table}_totals").fetchone()
+    assert sorted(rows) == sorted(counted) and len(rows) == 4  # alpha 1, beta 1, gamma 1, delta 1
+    assert totals == (2, 4)
+    store.delete_by_filter({"field": "meta.doc_id", "operator": "in", "value": ["a", "b"]})
+    with store._transaction("test") as cursor:
+        assert cursor.execute(f"SELECT count(*) FROM {store.table}_terms WHERE df <> 0").fetchone()[0] == 0
+        assert cursor.execute(f"SELECT count(*) FROM {store.table}_postings").fetchone()[0] == 0
+        assert cursor.execute(f"SELECT chunks, words, ngrams FROM {store.table}_totals").fetchone() == (0, 0, 0)
+
+
+def test_ranked_ids_in_parts_at_once_match_the_single_searches(store, monkeypatch):
+    import gatehouse.document_stores.postgres_document_store as module
+
+    texts = [f"Report {n}: key rotation {'and refunds ' * (n % 3)}for team {n % 4}, region {n % 5}."
+             for n in range(40)]
+    store.write_documents([chunk(text, doc_id=f"doc{n % 10}", vector=(1.0, n / 40, 0.5))
+                           for n, text in enumerate(texts)])
+    searches = {"dense": "dense", "lexical": "words", "ngrams": "ngrams"}
+    filters = {"field": "meta.tenant", "operator": "in", "value": ["public"]}
+    monkeypatch.setitem(module.PARTS, "ngrams", 1)
+    whole = store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12, group_by="doc_id")
+    for parts in (2, 3, 7):
+        monkeypatch.setitem(module.PARTS, "ngrams", parts)
+        split = store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12, group_by="doc_id")
+        assert [hit[:2] for hit in split["ngrams"]] == [hit[:2] for hit in whole["ngrams"]], parts
+        assert [hit[2] for hit in split["ngrams"]] == pytest.approx([hit[2] for hit in whole["ngrams"]], rel=1e-9)
+    assert [hit[0] for hit in whole["dense"]] == [d.id for d in store.embedding_retrieval([1.0, 0.3, 0.5], filters, 12)]
+    for name, analysis in (("lexical", "words"), ("ngrams", "ngrams")):
+        expected = store.bm25_retrieval("refunds of key rotaton", filters, 12, analysis=analysis)
+        assert [hit[0] for hit in whole[name]] == [d.id for d in expected]
+        assert [hit[1] for hit in whole[name]] == [d.meta["doc_id"] for d in expected]
+    assert len(whole["ngrams"]) == 12 and all(hit[2] > 0 for hit in whole["lexical"])
+    lists, similar = store.ranked_ids_and_similarities(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters,
+                                                       12, group_by="doc_id")
+    assert lists == store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12,
+                                     group_by="doc_id")
+    union = {hit[0] for hits in lists.values() for hit in hits}
+    assert similar == pytest.approx(store.similarities([1.0, 0.3, 0.5], list(union)))
+    with pytest.raises(ValueError, match="Unknown search 'sparse'"):
+        store.ranked_ids({"x": "sparse"}, [1.0, 0.0, 0.0], "key", None, 5)
+
+
+def test_documents_by_point_keeps_the_order_adds_meta_and_skips_deleted_ids(store):
+    documents = [chunk("one", doc_id="a"), chunk("two", doc_id="b"), chunk("three", doc_id="c")]
+    store.write_documents(documents)
+    store.delete_documents([documents[1].id])
+    found = store.documents_by_point([(documents[2].id, 0.9, {"dense_rank": 1}), (documents[1].id, 0.5, {}),
+                                      (documents[0].id, 0.1, {"lexical_score": 2.0})])
+    assert [(d.content, d.score) for d in found] == [("three", 0.9), ("one", 0.1)]
+    assert found[0].meta["dense_rank"] == 1 and found[0].meta["doc_id"] == "c"
+    assert found[1].meta["lexical_score"] == 2.0
+
+
+def test_a_table_of_the_earlier_bm25_layout_is_refused_naming_it(store, postgres, table):
+    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:  # as the branch's first tables were made
+        comment = admin.execute("SELECT obj_description(%s::regclass, 'pg_class')", (table,)).fetchone()[0]
+        earlier = {key: value for key, value in json.loads(comment).items() if key != "bm25"}
+        admin.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table),
+                                                                  sql.Literal(json.dumps(earlier))))
+    with pytest.raises(ValueError, match="created with other settings \\(bm25 None\\)"):
+        PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)

@@ -18,6 +18,7 @@ from gatehouse.eval.retrieval_bench import (
     export_corpus,
     file_name,
     format_table,
+    haystack_reference,
     load_beir,
     run_benchmark,
     slice_dataset,
@@ -148,6 +149,7 @@ def test_cli_then_cached_rerun_on_the_tiny_fixture(tmp_path, monkeypatch):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     for label in ("BM25 (reference)", "dense only (reference)", "Gatehouse hybrid", "ingest (index.yml)",
+                  "plain Haystack: BM25+dense RRF", "InMemory BM25 + embedding retrievers, RRF joiner",
                   "bare embedder", "ingest / bare embedder: x", "nDCG@10", "R@100", "MRR@10", "P50 ms", "P95 ms"):
         assert label in result.stdout
     report = json.loads(output.read_text())
@@ -164,6 +166,7 @@ def test_cli_then_cached_rerun_on_the_tiny_fixture(tmp_path, monkeypatch):
     assert again["ingest"]["encoded"] == 0  # ...from the embedding cache on disk
     assert again["embedder"] is None
     assert again["systems"]["gatehouse"]["ndcg@10"] == 1.0
+    assert set(again["systems"]) == {"gatehouse", "bm25", "dense", "haystack"} and "postgres" not in again
     reused = run_benchmark(TINY, split="test", workdir=workdir, embedder_sample=0, reuse_index=True,
                            references=False, progress=False)
     assert reused["ingest"]["written"] == 0 and reused["ingest"]["skipped_unchanged"] == 6
@@ -188,3 +191,55 @@ def test_scifact_slice_smoke(tmp_path, monkeypatch):
         assert 0.5 < system["ndcg@10"] <= 1.0 and 0.5 < system["recall@100"] <= 1.0
     hybrid = report["systems"]["gatehouse"]
     assert hybrid["ndcg@10"] >= max(report["systems"]["bm25"]["ndcg@10"], report["systems"]["dense"]["ndcg@10"]) - 0.02
+
+
+def test_the_plain_haystack_reference_is_haystacks_in_memory_hybrid_with_the_same_model():
+    from haystack import Document
+    from haystack.components.joiners import DocumentJoiner
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+
+    from gatehouse.components.embedders.embedding import EmbeddingBackend
+
+    texts = {"keys": "Rotate an API key from the console; the old key stops working after a day.",
+             "refunds": "Annual plans are refunded pro rata for the unused months.",
+             "sso": "Single sign-on works with SAML identity providers.",
+             "exports": "Audit logs can be exported as JSON lines to a storage bucket."}
+    vectors = EmbeddingBackend.get(cache_dir="off").embed(list(texts.values()))
+    chunks = [Document(id=name, content=text, meta={"source": f"{name}.md"}, embedding=[float(x) for x in vector])
+              for (name, text), vector in zip(texts.items(), vectors, strict=True)]
+    pipeline = haystack_reference(chunks, top_k=3)
+    kinds = {name: type(pipeline.get_component(name)) for name in ("bm25", "dense", "joiner")}
+    assert kinds == {"bm25": InMemoryBM25Retriever, "dense": InMemoryEmbeddingRetriever, "joiner": DocumentJoiner}
+    assert pipeline.get_component("joiner").join_mode.value == "reciprocal_rank_fusion"
+    for query, expected in (("How do I rotate my API key?", "keys"), ("Can I get my money back for a yearly plan?",
+                                                                        "refunds")):
+        found = pipeline.run({"query_embedder": {"text": query}, "bm25": {"query": query}})["joiner"]["documents"]
+        assert found[0].id == expected and len(found) <= 4  # each retriever's top 3, fused
+        assert [d.score for d in found] == sorted((d.score for d in found), reverse=True)
+    # the query embedder is Haystack's, with the same model as Gatehouse's: the same vector
+    embedded = pipeline.get_component("query_embedder").run(text=texts["sso"])["embedding"]
+    assert embedded == pytest.approx(chunks[2].embedding, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_the_embedded_store_and_postgresql_side_by_side_in_one_run(tmp_path, monkeypatch, postgres):
+    monkeypatch.delenv("GATEHOUSE_EMBEDDING_CACHE")
+    monkeypatch.setenv("GATEHOUSE_POSTGRES_URL", "postgresql://nobody@127.0.0.1:1/none")  # unused: the option wins
+    url = postgres.new_database().replace("postgresql://postgres@", "postgresql://postgres:hunter2@")  # trust auth
+    report = run_benchmark(TINY, split="test", workdir=tmp_path / "work", embedder_sample=0, progress=False,
+                           postgres_url=url)
+    assert report["ingest"]["written"] == 6 and report["postgres"]["ingest"]["written"] == 6
+    assert report["postgres"]["ingest"]["encoded"] == 0  # the embedded store's run filled the embedding cache
+    assert set(report["postgres"]["systems"]) == {"gatehouse", "bm25", "dense"}
+    for system in [*report["systems"].values(), *report["postgres"]["systems"].values()]:
+        assert (system["ndcg@10"], system["recall@100"], system["mrr@10"]) == (1.0, 1.0, 1.0)
+    assert "hunter2" not in json.dumps(report) and "***" in report["postgres"]["url"]
+    table = format_table(report)
+    assert "embedded store (local shard)" in table and f"PostgreSQL ({report['postgres']['url']})" in table
+    assert "ingest (index.yml), embedded store: 6 documents" in table
+    assert "ingest (index.yml), PostgreSQL: 6 documents" in table
+    assert table.count("floor: embed + bare search") == 2
+    import psycopg
+
+    with psycopg.connect(url) as connection:  # the PostgreSQL run wrote there, and the local run did not
+        assert connection.execute("SELECT count(*) FROM gatehouse_chunks").fetchone()[0] == 6

@@ -40,14 +40,13 @@ class HybridRetriever(MovedSettings):
     chunk's vector), `lexical` (BM25 on words) and `ngrams` (BM25 on character n-grams of words, for spelling and
     word-form variants), each `candidates` deep.
 
-    On the local store the candidates of all three lists are re-scored by their best sentence: the `dense` list
-    becomes every candidate, scored by the query's cosine to the chunk's vector or to its best sentence, whichever is
-    higher (short questions often match one sentence of a long passage far better than the passage's one vector).
-    Then the lists are fused (`fusion`: method, weights, normalisation; per document with `group_by`) and only the
-    chunks kept are read from the store. The whole search works on ids and scores, so a query costs a few engine
-    calls and the documents it returns. With server stores (PostgreSQL, Qdrant, Elasticsearch) the three lists come
-    from the servers and are fused the same way; PostgreSQL keeps sentence vectors, so its candidates are re-scored by
-    their best sentence too.
+    On the local store, and on PostgreSQL (both lists' facades on one table), the candidates of all three lists are
+    re-scored by their best sentence: the `dense` list becomes every candidate, scored by the query's cosine to the
+    chunk's vector or to its best sentence, whichever is higher (short questions often match one sentence of a long
+    passage far better than the passage's one vector). Then the lists are fused (`fusion`: method, weights,
+    normalisation; per document with `group_by`) and only the chunks kept are read from the store. The whole search
+    works on ids and scores, so a query costs a few store calls and the documents it returns. With other server stores
+    (Qdrant, Elasticsearch) the three lists come from the servers as documents and are fused the same way.
 
     Each chunk returned carries `meta["<list>_score"]` for the lists that found it (`dense_score` is the chunk
     vector's cosine), `meta["<list>_rank"]`, `meta["sentence_score"]` (local store, PostgreSQL) and the fused `score`
@@ -108,10 +107,14 @@ class HybridRetriever(MovedSettings):
         return {name: stores[name] for name in self.fusion["weights"]}
 
     def _local(self) -> EdgeDocumentStore | None:
-        """The one local shard all the searched stores share, if they do."""
+        """
+        The one store all the searched stores share, if they do and it searches on ids (`ranked_ids`,
+        `similarities`, `documents_by_point`): the local shard, or one PostgreSQL table.
+        """
         backends = [store.store for store in self._stores().values()]
         first = backends[0]
-        if isinstance(first, EdgeDocumentStore) and all(first.shares_shard(other) for other in backends[1:]):
+        if (all(hasattr(first, method) for method in ("ranked_ids", "similarities", "documents_by_point"))
+                and all(first.shares_shard(other) for other in backends[1:])):
             return first
         return None
 
@@ -139,9 +142,15 @@ class HybridRetriever(MovedSettings):
         self, store: EdgeDocumentStore, query: str, query_embedding: list[float], filters: dict[str, Any], limit: int
     ) -> list[Document]:
         searches = {name: "dense" if name == "dense" else store_.analysis for name, store_ in self._stores().items()}
-        lists = store.ranked_ids(searches, query_embedding, query, filters, self.candidates, group_by=self.group_by)
+        similar = None
+        if self.sentences and "dense" in searches and hasattr(store, "ranked_ids_and_similarities"):
+            lists, similar = store.ranked_ids_and_similarities(searches, query_embedding, query, filters,
+                                                               self.candidates, group_by=self.group_by)
+        else:
+            lists = store.ranked_ids(searches, query_embedding, query, filters, self.candidates,
+                                     group_by=self.group_by)
         scores = {name: {chunk: score for chunk, _, score in hits} for name, hits in lists.items()}
-        sentence_scores = self._by_best_sentence(store, lists, query_embedding)
+        sentence_scores = self._by_best_sentence(store, lists, query_embedding, similar)
         kept = self._fusion.rank(lists, limit)
         ranks = {name: {hit[0]: rank for rank, hit in enumerate(hits, start=1)} for name, hits in lists.items()}
         extras = []
@@ -158,18 +167,21 @@ class HybridRetriever(MovedSettings):
         return store.documents_by_point(extras)
 
     def _by_best_sentence(self, store: Any, lists: dict[str, list[tuple[Any, Any, float]]],
-                          query_embedding: list[float]) -> dict[Any, float | None]:
+                          query_embedding: list[float],
+                          similar: dict[Any, tuple[float, float | None]] | None = None) -> dict[Any, float | None]:
         """
         Make the `dense` list every candidate of every list, scored by the query's cosine to the chunk's vector or to
         its best sentence, whichever is higher (when `sentences` is on and the dense list is searched).
 
         :param store: The store with `similarities` (the local shard or PostgreSQL).
+        :param similar: The candidates' similarities when the search gave them (`ranked_ids_and_similarities`).
         :returns: Each candidate's best-sentence cosine (None without sentence vectors).
         """
         if not self.sentences or "dense" not in lists:
             return {}
         union = {chunk: group for hits in lists.values() for chunk, group, _ in hits}
-        similar = store.similarities(query_embedding, list(union))
+        if similar is None:
+            similar = store.similarities(query_embedding, list(union))
         rescored = [(chunk, union[chunk], max(cosine, best if best is not None else cosine))
                     for chunk, (cosine, best) in similar.items()]
         order = {chunk: position for position, chunk in enumerate(union)}

@@ -2,17 +2,26 @@
 The shared store: every chunk in one PostgreSQL table, with its dense vector (pgvector, HNSW), its sentences'
 vectors and its BM25 terms, so several `gatehouse serve` processes can work over one database.
 
-A chunk row holds `id`, `content`, `meta` (JSONB, with expression indexes on `tenant`, `kb` and `doc_id`),
-`embedding`, `sentences` (the vectors of its sentences, for the best-sentence score) and, per analysis of the local
-shard (`words`: stemmed terms without stopwords; `ngrams`: character trigrams of them, for spelling variants), a
-GIN-indexed `tsvector` of its terms' ids (positions give the term frequencies) and its length. BM25 is computed in
-SQL with the shard's formula and settings, so both stores rank alike. A second table holds one write counter per
-(tenant, kb), moved from a sequence in the same transaction as the chunks it counts, so caches of derived data
-(answer cache, KB profiles) in any process see every write.
+A chunk row holds `id`, `pk` (a number the other tables use), `content`, `meta` (JSONB, with expression indexes on
+`tenant`, `kb` and `doc_id`), `embedding`, `sentences` (the vectors of its sentences, for the best-sentence score) and
+its length under each analysis of the local shard (`words`: stemmed terms without stopwords; `ngrams`: character
+trigrams of them, for spelling variants). BM25 is the shard's, kept the shard's way: `<table>_postings` holds one row
+per (analysis, term, chunk) with the term frequency and the BM25 document weight `tf·(k1+1) / (tf + k1·(1 − b +
+b·len/avg_len))`, encoded with the average length of the last encoding; `<table>_terms` holds each term's document
+frequency and `<table>_totals` the number of chunks, their total lengths and the encoding averages, all moved in the
+write's transaction. A first write fixes the averages; when the true average drifts more than `DRIFT` from one, that
+analysis's weights are re-encoded in the same transaction (as the shard's `rebalance`). A search reads the query
+terms' frequencies and postings only: IDF `ln(1 + (N − df + 0.5) / (df + 0.5))` times the stored weight, summed per
+chunk, so its cost is the postings of the query's terms, not a scan of the chunks. Another table holds one write
+counter per (tenant, kb), moved from a sequence in the same transaction as the chunks it counts, so caches of derived
+data (answer cache, KB profiles) in any process see every write.
+
+Hybrid search works on ids and scores (`ranked_ids`: the dense, words and ngrams lists, each on its own connection
+at once; `similarities`; then `documents_by_point` reads only the chunks kept), as on the local shard.
 
 Every write is one transaction: `replace_documents` deletes a document's earlier chunks, inserts the new ones and
-moves the counters together (writers of one document wait for each other), so a killed process or server leaves
-whole documents only. Each call checks a connection out of the process's pool for the database
+moves the counters and BM25 statistics together (writers wait for each other on the totals row), so a killed process
+or server leaves whole documents only. Each call checks a connection out of the process's pool for the database
 (`postgres_pool`: bounded, shared by every store object) and gives it back; a database that cannot be reached or
 used, or whose pooled connections all stay busy, is a `StoreUnavailableError` naming the server without its password.
 
@@ -39,6 +48,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,9 +64,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from gatehouse import settings
-from gatehouse.document_stores.analysis import Analyzer, term_index
+from gatehouse.document_stores.analysis import Analyzer, Bm25Encoder, term_index
 from gatehouse.document_stores.edge_document_store import SharedDocument
-from gatehouse.document_stores.edge_shard import ANALYSES
+from gatehouse.document_stores.edge_shard import ANALYSES, DRIFT
 from gatehouse.document_stores.errors import StoreUnavailableError
 from gatehouse.document_stores.postgres_pool import ConnectionPool, connection_pool
 
@@ -65,6 +76,12 @@ FIELD = re.compile(r"content|meta\.[A-Za-z0-9_]+")
 #: The BM25 analysis, as the local shard's defaults (`edge_shard.shard_settings`): the same terms, the same formula.
 ANALYSIS = {"k1": 1.2, "b": 0.75, "stemmer": "english", "stopwords": "en", "char_ngrams": 3}
 MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimensions
+#: Parts a BM25 list is scored in at once (each a range of chunks, on its own connection), per analysis: a query's
+#: trigrams have about ten times the postings of its words (SciFact: 111,000 against 10,000 over 7,126 chunks).
+PARTS = {"words": 1, "ngrams": 2}
+#: A hit's cosine to the query vector (the first parameter) and its best sentence's (the second), for the hybrid
+#: search's best-sentence scores; null without a vector.
+SIMILAR = (", 1 - (c.embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) FROM unnest(c.sentences) AS sentence)")
 PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORECASE)
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 READER_NAME = "gatehouse-reader"  # the application_name of the connections to the read URL (pg_stat_activity)
@@ -105,33 +122,44 @@ def _lsn(text: str | None) -> int:
     return (int(high, 16) << 32) + int(low, 16)
 
 
-#: BM25 of one analysis's column in one pass over the chunks holding any query term (every tenant's: IDF is over the
-#: whole table, as in the local shard), scoring those the filters keep. Parameters: the query's term ids, their counts
-#: in the query, the filters' parameters, the term ids again (to keep only their positions in a chunk's vector), the
-#: candidates' tsquery, top_k.
+#: The layout of the BM25 tables, kept in the table's settings: a table of another layout is refused, naming it.
+BM25_LAYOUT = "postings"
+
+#: The BM25 list of one analysis, ids and scores only: the query's terms (ids, counts) with their document
+#: frequencies and IDF over the whole table (every tenant's chunks, as in the local shard), then each term's postings
+#: (an index-only scan per term: the cost is the postings of the query's terms, never a scan of the chunks), their
+#: weights summed per chunk; then the chunks in score order, the filters ({where}) checked on each until `top_k` pass
+#: (ties by id in byte order, as Python orders them). {chunks} can restrict the chunks to a range of `pk`, so one list
+#: can be scored in parts at once (`PARTS`); {similar} adds each hit's `SIMILAR` columns.
+#: Each step is fixed (materialised, lateral), so the plan does not depend on the table's statistics (none right
+#: after a bulk ingest).
 BM25 = """
-WITH query AS (SELECT term, count FROM unnest(%s::text[], %s::float8[]) AS query(term, count)),
-hits AS MATERIALIZED (
-    SELECT c.id, c.{length} AS length, hit.lexeme, hit.tf, ({kept}) AS kept
-    FROM {table} AS c
-    CROSS JOIN LATERAL (SELECT lexeme, array_length(positions, 1)::float8 AS tf
-                        FROM unnest(ts_filter(setweight(c.{column}, 'A', %s::text[]), '{{a}}'))) AS hit
-    WHERE c.{column} @@ %s::tsquery),
-totals AS MATERIALIZED (
-    SELECT count(*)::float8 AS chunks, greatest(coalesce(avg({length}), 1), 1)::float8 AS mean FROM {table}),
-weights AS (
-    SELECT query.term, query.count * ln(1 + (totals.chunks - df.n + 0.5) / (df.n + 0.5)) AS weight
-    FROM query CROSS JOIN totals
-    JOIN (SELECT lexeme, count(*)::float8 AS n FROM hits GROUP BY lexeme) AS df ON df.lexeme = query.term),
-scored AS (
-    SELECT hits.id, sum(weights.weight * hits.tf * ({k1} + 1)
-                        / (hits.tf + {k1} * (1 - {b} + {b} * hits.length / totals.mean))) AS score
-    FROM hits JOIN weights ON weights.term = hits.lexeme CROSS JOIN totals
-    WHERE hits.kept
-    GROUP BY hits.id)
-SELECT t.id, t.content, t.meta, scored.score FROM scored JOIN {table} AS t USING (id) ORDER BY scored.score DESC, t.id
-LIMIT %s
+WITH weights AS MATERIALIZED (
+    SELECT d.term, q.count * ln(1.0::float8 + (t.chunks - d.df + 0.5::float8) / (d.df + 0.5::float8)) AS idf
+    FROM unnest(%s::integer[], %s::float8[]) AS q(term, count)
+    JOIN {terms} AS d ON d.analysis = %s AND d.term = q.term AND d.df > 0
+    CROSS JOIN {totals} AS t),
+scored AS MATERIALIZED (
+    SELECT p.chunk, sum(w.idf * p.weight)::real AS score
+    FROM weights AS w
+    CROSS JOIN LATERAL (SELECT chunk, weight FROM {postings} WHERE analysis = %s AND term = w.term{chunks}) AS p
+    GROUP BY p.chunk)
+SELECT c.id, c.grp, s.score{similar} FROM (SELECT chunk, score FROM scored ORDER BY score DESC) AS s
+CROSS JOIN LATERAL (SELECT id, {group} AS grp, embedding, sentences FROM {table} WHERE pk = s.chunk{where}) AS c
+ORDER BY s.score DESC, c.id COLLATE "C" LIMIT %s
 """
+
+
+@dataclass
+class _Row:
+    """A chunk to insert: its columns and its BM25 term counts per analysis (term id to count)."""
+
+    id: str
+    content: str | None
+    meta: Any
+    embedding: Any
+    sentences: Any
+    terms: dict[str, Counter[int]]
 
 
 def _where(filters: dict[str, Any] | None, extra: sql.Composable = sql.SQL("TRUE")
@@ -208,9 +236,12 @@ class PostgresDocumentStore:
         self.url = url
         self.table = table
         self.embedding_dim = embedding_dim
-        self._analyzers = {name: Analyzer(stopwords=ANALYSIS["stopwords"], stemmer=ANALYSIS["stemmer"],
-                                          char_ngrams=ANALYSIS["char_ngrams"] if name == "ngrams" else None)
-                           for name in ANALYSES}
+        self._encoders = {name: Bm25Encoder(Analyzer(stopwords=ANALYSIS["stopwords"], stemmer=ANALYSIS["stemmer"],
+                                                     char_ngrams=ANALYSIS["char_ngrams"] if name == "ngrams" else None),
+                                            k1=ANALYSIS["k1"], b=ANALYSIS["b"])
+                          for name in ANALYSES}
+        self._executor: ThreadPoolExecutor | None = None  # the hybrid lists at once, each on a pooled connection
+        self._lock = threading.Lock()
         self._dim = embedding_dim or DEFAULT_DIM  # the table's when None and it exists (`_check`)
         self._url = url or settings.postgres_url() or ""
         if not self._url:
@@ -226,7 +257,9 @@ class PostgresDocumentStore:
         self._pool_size = pool_size or settings.postgres_pool_size()
         self._pool_timeout_s = float(pool_timeout_s or settings.postgres_pool_timeout_s())
         self._names = {"table": sql.Identifier(table), "generations": sql.Identifier(f"{table}_generations"),
-                       "sequence": sql.Identifier(f"{table}_generation")}
+                       "sequence": sql.Identifier(f"{table}_generation"),
+                       "postings": sql.Identifier(f"{table}_postings"), "terms": sql.Identifier(f"{table}_terms"),
+                       "totals": sql.Identifier(f"{table}_totals")}
         self._set_up()
 
     # -- connections ------------------------------------------------------------------------------------------
@@ -337,6 +370,10 @@ class PostgresDocumentStore:
         self.pool.close_idle()
         if self._read_url:
             self._reader_pool().close_idle()
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
 
     # -- schema -----------------------------------------------------------------------------------------------
     def _indexed_text(self, document: Document) -> str:
@@ -345,9 +382,9 @@ class PostgresDocumentStore:
                   for field in self.indexed_fields]
         return "\n".join(str(value) for value in values if value)
 
-    def _terms(self, analysis: str, text: str) -> Counter[str]:
-        """The BM25 terms of `text` under `analysis`, as term ids (digits: one lexeme each in a `simple` tsvector)."""
-        return Counter(str(term_index(term)) for term in self._analyzers[analysis](text))
+    def _terms(self, analysis: str, text: str) -> Counter[int]:
+        """The BM25 terms of `text` under `analysis`, as term ids (the shard's: CRC-32, 31 bits) and their counts."""
+        return Counter(term_index(term) for term in self._encoders[analysis].analyzer(text))
 
     def _set_up(self) -> None:
         """Create the extensions, tables, sequence and indexes that are missing (once, under a lock)."""
@@ -384,27 +421,38 @@ class PostgresDocumentStore:
     def _create(self, connection: psycopg.Connection) -> None:
         names = {**self._names, "dim": sql.Literal(self._dim), "settings": sql.Literal(json.dumps(self._settings()))}
         statements = [
-            "CREATE TABLE IF NOT EXISTS {table} (id text PRIMARY KEY, content text, meta jsonb NOT NULL, "
-            "embedding vector({dim}), sentences vector({dim})[], "
-            "words tsvector, words_length integer NOT NULL, ngrams tsvector, ngrams_length integer NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS {table} (id text PRIMARY KEY, "
+            "pk bigint GENERATED ALWAYS AS IDENTITY UNIQUE, content text, meta jsonb NOT NULL, "
+            "embedding vector({dim}), sentences vector({dim})[], words_length integer NOT NULL, "
+            "ngrams_length integer NOT NULL)",
             "CREATE INDEX IF NOT EXISTS {table_embedding} ON {table} USING hnsw (embedding vector_cosine_ops)",
-            "CREATE INDEX IF NOT EXISTS {table_words} ON {table} USING gin (words)",
-            "CREATE INDEX IF NOT EXISTS {table_ngrams} ON {table} USING gin (ngrams)",
             "CREATE INDEX IF NOT EXISTS {table_tenant_kb} ON {table} ((meta->>'tenant'), (meta->>'kb'))",
             "CREATE INDEX IF NOT EXISTS {table_doc_id} ON {table} ((meta->>'doc_id'))",
+            # BM25: a posting per (analysis, term, chunk) with its encoded weight, read by term (index-only scans)
+            "CREATE TABLE IF NOT EXISTS {postings} (analysis smallint NOT NULL, term integer NOT NULL, "
+            "chunk bigint NOT NULL, tf real NOT NULL, weight real NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS {postings_term} ON {postings} (analysis, term, chunk) INCLUDE (weight)",
+            "CREATE INDEX IF NOT EXISTS {postings_chunk} ON {postings} (chunk)",
+            "CREATE TABLE IF NOT EXISTS {terms} (analysis smallint, term integer, df integer NOT NULL, "
+            "PRIMARY KEY (analysis, term))",
+            "CREATE TABLE IF NOT EXISTS {totals} (singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), "
+            "chunks bigint NOT NULL, words bigint NOT NULL, ngrams bigint NOT NULL, words_avg float8, "
+            "ngrams_avg float8)",
+            "INSERT INTO {totals} (chunks, words, ngrams) VALUES (0, 0, 0) ON CONFLICT DO NOTHING",
             "CREATE TABLE IF NOT EXISTS {generations} (tenant text, kb text, value bigint NOT NULL, "
             "PRIMARY KEY (tenant, kb))",
             "CREATE SEQUENCE IF NOT EXISTS {sequence}",
             "COMMENT ON TABLE {table} IS {settings}",
         ]
         indexes = {f"table_{name}": sql.Identifier(f"{self.table}_{name}")
-                   for name in ("embedding", "words", "ngrams", "tenant_kb", "doc_id")}
+                   for name in ("embedding", "tenant_kb", "doc_id")}
+        indexes |= {f"postings_{name}": sql.Identifier(f"{self.table}_postings_{name}") for name in ("term", "chunk")}
         for statement in statements:
             connection.execute(sql.SQL(statement).format(**names, **indexes))
 
     def _settings(self) -> dict[str, Any]:
         """What the table is created with and must be opened with (kept as the table's comment)."""
-        return {"embedding_dim": self._dim, "indexed_fields": self.indexed_fields, **ANALYSIS}
+        return {"embedding_dim": self._dim, "indexed_fields": self.indexed_fields, **ANALYSIS, "bm25": BM25_LAYOUT}
 
     def _check(self, connection: psycopg.Connection) -> None:
         """Refuse a table created with other settings, naming them."""
@@ -417,7 +465,11 @@ class PostgresDocumentStore:
             raise ValueError(f"The PostgreSQL table {self.table} was not created by Gatehouse: name another table.")
         if self.embedding_dim is None:
             self._dim = stored.get("embedding_dim", self._dim)
-        other = {key: value for key, value in stored.items() if self._settings().get(key) != value}
+        wanted = self._settings()
+        other = {key: stored.get(key) for key in {*stored, *wanted}
+                 if key != "embedding_dim" and stored.get(key) != wanted.get(key)}
+        if self.embedding_dim is not None and stored.get("embedding_dim") != self.embedding_dim:
+            other["embedding_dim"] = stored.get("embedding_dim")
         if other:
             named = ", ".join(f"{key} {value}" for key, value in sorted(other.items()))
             raise ValueError(f"The PostgreSQL table {self.table} was created with other settings ({named}): use "
@@ -497,26 +549,173 @@ class PostgresDocumentStore:
         The `top_k` chunks by BM25 score among those matching `filters`; chunks scoring 0 are left out.
 
         The terms are the local shard's (`words`: stemmed terms without stopwords; `ngrams`: character trigrams of
-        them) and so is the formula: IDF `ln(1 + (N - df + 0.5) / (df + 0.5))` over every chunk of the table, term
-        frequency saturated by `k1`, length normalised by `b` against the table's mean length.
+        them) and so is the formula: IDF `ln(1 + (N - df + 0.5) / (df + 0.5))` over every chunk of the table, times
+        each chunk's stored weight (term frequency saturated by `k1`, length normalised by `b` against the average
+        length the weights were encoded with).
 
         :param analysis: `words` or `ngrams`.
         :returns: Documents with `score`, best first.
         """
         if analysis not in ANALYSES:
             raise ValueError(f"Unknown analysis '{analysis}'. Use one of: {', '.join(ANALYSES)}.")
+        hits = self.ranked_ids({analysis: analysis}, [], query, filters, top_k)[analysis]
+        return self.documents_by_point([(chunk, score, {}) for chunk, _, score in hits])
+
+    def _bm25_statement(self, analysis: str, query: str, filters: dict[str, Any] | None, top_k: int,
+                        group_by: str | None = None, chunks: tuple[int, int] | None = None,
+                        similar_to: np.ndarray | None = None) -> tuple[sql.Composable, tuple[Any, ...]] | None:
+        """The BM25 statement of one list and its parameters; None when the query has no term of `analysis`."""
+        if analysis not in ANALYSES:
+            raise ValueError(f"Unknown analysis '{analysis}'. Use one of: {', '.join(ANALYSES)}.")
         counts = self._terms(analysis, query)
         if top_k <= 0 or not counts:
+            return None
+        analysis_number = ANALYSES.index(analysis)
+        where: sql.Composable = sql.SQL("")
+        values: tuple[Any, ...] = ()
+        if filters:
+            clause, values = _convert_filters_to_where_clause_and_params(filters, operator="AND")
+            where = clause
+        group = sql.SQL("meta->>{}").format(sql.Literal(group_by)) if group_by else sql.SQL("NULL")
+        part = sql.SQL(" AND chunk >= %s AND chunk < %s") if chunks else sql.SQL("")
+        similar = sql.SQL(SIMILAR) if similar_to is not None else sql.SQL("")
+        params = (list(counts), [float(count) for count in counts.values()], analysis_number, analysis_number,
+                  *(chunks or ()), *((similar_to, similar_to) if similar_to is not None else ()), *values, top_k)
+        return sql.SQL(BM25).format(where=where, group=group, chunks=part, similar=similar, **self._names), params
+
+    def _bm25_ids(self, analysis: str, query: str, filters: dict[str, Any] | None, top_k: int,
+                  group_by: str | None = None, chunks: tuple[int, int] | None = None,
+                  similar_to: np.ndarray | None = None) -> list[tuple[Any, ...]]:
+        """
+        One BM25 list as `(chunk id, group value, score)`, best first, chunks scoring 0 left out.
+
+        :param chunks: Score only the chunks whose `pk` is in this range (start included, end excluded).
+        :param similar_to: A query vector: each hit also carries its cosine to it and its best sentence's.
+        """
+        statement = self._bm25_statement(analysis, query, filters, top_k, group_by, chunks, similar_to)
+        if statement is None:
             return []
-        terms, counted = list(counts), [float(count) for count in counts.values()]
-        kept, params = (_convert_filters_to_where_clause_and_params(filters, operator="AND") if filters
-                        else (sql.SQL(""), ()))
-        statement = sql.SQL(BM25).format(column=sql.Identifier(analysis), length=sql.Identifier(f"{analysis}_length"),
-                                         kept=sql.SQL("TRUE") + kept, k1=sql.Literal(ANALYSIS["k1"]),
-                                         b=sql.Literal(ANALYSIS["b"]), **self._names)
         with self._read("searching") as cursor:
-            rows = cursor.execute(statement, (terms, counted, *params, terms, " | ".join(terms), top_k)).fetchall()
-        return [document for document in self._documents(rows) if document.score > 0.0]
+            cursor.execute("SET LOCAL enable_memoize = off")  # a cache of each term's postings, read once: no use
+            rows = cursor.execute(*statement).fetchall()
+        return [tuple(row) for row in rows if row[2] > 0.0]
+
+    def _dense_ids(self, query_embedding: list[float], filters: dict[str, Any] | None, top_k: int,
+                   group_by: str | None = None, similar: bool = False) -> list[tuple[Any, ...]]:
+        """The dense list as `(chunk id, group value, cosine)`, nearest first (with `similar`, the `SIMILAR` too)."""
+        if top_k <= 0:
+            return []
+        vector = self._vector(query_embedding)
+        where, params = _where(filters, sql.SQL("embedding IS NOT NULL"))
+        group = sql.SQL("meta->>{}").format(sql.Literal(group_by)) if group_by else sql.SQL("NULL")
+        extra = sql.SQL(SIMILAR) if similar else sql.SQL("")
+        query = (sql.SQL("SELECT id, {group}, 1 - (embedding <=> %s){extra} FROM {table} AS c").format(
+            group=group, extra=extra, **self._names) + where + sql.SQL(" ORDER BY embedding <=> %s LIMIT %s"))
+        with self._read("searching") as cursor:
+            rows = cursor.execute(query, (vector, *((vector, vector) if similar else ()), *params, vector,
+                                          top_k)).fetchall()
+        return [tuple(row) for row in rows]
+
+    def nearest_ids(self, query_embedding: list[float], filters: dict[str, Any] | None = None, top_k: int = 10
+                    ) -> list[str]:
+        """The ids of the `top_k` chunks nearest to `query_embedding`: the bare search, without documents."""
+        return [chunk for chunk, _, _ in self._dense_ids(query_embedding, filters, top_k)]
+
+    def ranked_ids(
+        self, searches: dict[str, str], query_embedding: list[float], query: str, filters: dict[str, Any] | None,
+        top_k: int, group_by: str | None = None,
+    ) -> dict[str, list[tuple[Any, Any, float]]]:
+        """
+        Several searches at once, without reading documents: for hybrid search, which fuses the lists and then reads
+        only the chunks it keeps (`documents_by_point`). Each list runs on its own connection, so the database works
+        on them in parallel.
+
+        :param searches: List name to what it searches: `dense` (`query_embedding`), `words` or `ngrams` (BM25 of
+            `query`).
+        :param group_by: A metadata key whose value each hit carries (e.g. `doc_id`).
+        :returns: List name to `(chunk id, group value, score)` triples, best first (BM25 hits scoring 0 left out).
+        """
+        return self._ranked(searches, query_embedding, query, filters, top_k, group_by, similar=False)[0]
+
+    def ranked_ids_and_similarities(
+        self, searches: dict[str, str], query_embedding: list[float], query: str, filters: dict[str, Any] | None,
+        top_k: int, group_by: str | None = None,
+    ) -> tuple[dict[str, list[tuple[Any, Any, float]]], dict[str, tuple[float, float | None]]]:
+        """
+        `ranked_ids`, and `similarities` of every hit computed by the searches themselves (one round trip less, and
+        the work shared among their connections).
+
+        :returns: The lists, and chunk id to `(chunk similarity, best sentence similarity)` for every hit.
+        """
+        return self._ranked(searches, query_embedding, query, filters, top_k, group_by, similar=True)
+
+    def _ranked(
+        self, searches: dict[str, str], query_embedding: list[float], query: str, filters: dict[str, Any] | None,
+        top_k: int, group_by: str | None, similar: bool,
+    ) -> tuple[dict[str, list[tuple[Any, Any, float]]], dict[str, tuple[float, float | None]]]:
+        unknown = sorted(using for using in searches.values() if using != "dense" and using not in ANALYSES)
+        if unknown:
+            raise ValueError(f"Unknown search '{unknown[0]}'. Use dense or one of: {', '.join(ANALYSES)}.")
+        similar_to = self._vector(query_embedding) if similar else None
+        tasks: list[tuple[str, str, tuple[int, int] | None]] = []
+        bounds = self._chunk_bounds() if any(PARTS.get(using, 1) > 1 for using in searches.values()) else None
+        for name, using in searches.items():
+            parts = PARTS.get(using, 1) if bounds else 1
+            if parts == 1:
+                tasks.append((name, using, None))
+                continue
+            low, high = bounds
+            edges = [low + (high - low) * part // parts for part in range(parts)] + [high]
+            tasks.extend((name, using, (start, end)) for start, end in zip(edges[:-1], edges[1:], strict=True))
+
+        def search(task: tuple[str, str, tuple[int, int] | None]) -> list[tuple[Any, ...]]:
+            _, using, chunks = task
+            if using == "dense":
+                return self._dense_ids(query_embedding, filters, top_k, group_by, similar)
+            return self._bm25_ids(using, query, filters, top_k, group_by, chunks, similar_to)
+
+        found = [search(task) for task in tasks] if len(tasks) == 1 else list(self._parallel(search, tasks))
+        results: dict[str, list[tuple[Any, ...]]] = {name: [] for name in searches}
+        for (name, _, _), hits in zip(tasks, found, strict=True):
+            results[name].extend(hits)
+        for name in searches:  # a list scored in parts: the parts' best, merged (ties by id, as each part orders them)
+            if sum(task[0] == name for task in tasks) > 1:
+                results[name] = sorted(results[name], key=lambda hit: (-hit[2], hit[0]))[:top_k]
+        similarities = {hit[0]: (hit[3], hit[4]) for hits in results.values() for hit in hits
+                        if similar and hit[3] is not None}
+        return {name: [hit[:3] for hit in hits] for name, hits in results.items()}, similarities
+
+    def _parallel(self, work: Any, items: list[Any]) -> Iterator[Any]:
+        """`work(item)` for every item at once, each on a thread of this store (with its own connection), in order."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=2 + sum(PARTS.values()),
+                                                    thread_name_prefix="gatehouse-pg")
+            executor = self._executor
+        return executor.map(work, items)
+
+    def _chunk_bounds(self) -> tuple[int, int] | None:
+        """The range of the chunks' `pk` (first, last + 1), or None without chunks."""
+        query = sql.SQL("SELECT min(pk), max(pk) + 1 FROM {table}").format(**self._names)
+        with self._read("searching") as cursor:
+            low, high = cursor.execute(query).fetchone()
+        return None if low is None else (low, high)
+
+    def documents_by_point(self, hits: list[tuple[Any, float, dict[str, Any]]]) -> list[Document]:
+        """
+        The stored chunks of these ids, in this order, each with the given score and metadata added (ids deleted
+        since the search are left out).
+
+        :param hits: `(chunk id, score, metadata to add)` triples.
+        """
+        if not hits:
+            return []
+        query = sql.SQL("SELECT id, content, meta FROM {table} WHERE id = ANY(%s)").format(**self._names)
+        with self._read("reading") as cursor:
+            stored = {row[0]: row for row in cursor.execute(query, ([hit[0] for hit in hits],)).fetchall()}
+        return [SharedDocument(id=chunk, content=stored[chunk][1], meta={**(stored[chunk][2] or {}), **extra},
+                               score=score)
+                for chunk, score, extra in hits if chunk in stored]
 
     def similarities(self, query_embedding: list[float], ids: list[str]) -> dict[str, tuple[float, float | None]]:
         """
@@ -552,16 +751,16 @@ class PostgresDocumentStore:
         if not rows:
             return 0
         with self._transaction("writing", writes=True) as cursor:
-            ids = [row[0] for row in rows]
+            totals = self._lock_totals(cursor)
+            ids = [row.id for row in rows]
             existing = {row[0] for row in cursor.execute(
                 sql.SQL("SELECT id FROM {table} WHERE id = ANY(%s) FOR UPDATE").format(**self._names), (ids,))}
             if existing and policy in (DuplicatePolicy.NONE, DuplicatePolicy.FAIL):
                 raise DuplicateDocumentError(f"A document with id '{min(existing)}' already exists.")
             if policy == DuplicatePolicy.SKIP:
-                rows = [row for row in rows if row[0] not in existing]
-            written = {row[0] for row in rows}
-            kbs = self._delete_where(cursor, sql.SQL(" WHERE id = ANY(%s)"), (list(written),))[1]
-            self._insert(cursor, rows)
+                rows = [row for row in rows if row.id not in existing]
+            written = {row.id for row in rows}
+            kbs = self._replace(cursor, totals, sql.SQL(" WHERE id = ANY(%s)"), (list(written),), rows)
             self._bump(cursor, kbs | self._kbs([doc for doc in documents if doc.id in written]))
         return len(rows)
 
@@ -570,7 +769,7 @@ class PostgresDocumentStore:
     ) -> int:
         """
         Make `documents` the chunks of `meta.doc_id == doc_id` in one transaction: the earlier chunks go, the new
-        ones come and the counters move together (writers of one document wait for each other).
+        ones come and the counters and BM25 statistics move together (writers wait for each other).
 
         :param doc_id: The source document's id; every one of `documents` must carry it in `meta["doc_id"]`.
         :returns: How many chunks of the earlier version were removed.
@@ -579,25 +778,28 @@ class PostgresDocumentStore:
             raise ValueError(f"replace_documents: every chunk must have meta['doc_id'] == {doc_id!r}.")
         rows = self._rows(documents, sentence_embeddings or {})
         with self._transaction("writing", writes=True) as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.table, doc_id))
-            removed, kbs = self._delete_where(cursor, sql.SQL(" WHERE meta->>'doc_id' = %s OR id = ANY(%s)"),
-                                              (doc_id, [row[0] for row in rows]))
-            self._insert(cursor, rows)
+            totals = self._lock_totals(cursor)
+            removed: list[str] = []
+            kbs = self._replace(cursor, totals, sql.SQL(" WHERE meta->>'doc_id' = %s OR id = ANY(%s)"),
+                                (doc_id, [row.id for row in rows]), rows, removed)
             self._bump(cursor, kbs | self._kbs(documents))
-        return len(set(removed) - {row[0] for row in rows})
+        return len(set(removed) - {row.id for row in rows})
 
     def delete_documents(self, document_ids: list[str]) -> None:
         """Delete documents by id (unknown ids are ignored), moving their KBs' counters in the same transaction."""
         if document_ids:
             with self._transaction("deleting", writes=True) as cursor:
-                self._bump(cursor, self._delete_where(cursor, sql.SQL(" WHERE id = ANY(%s)"), (list(document_ids),))[1])
+                totals = self._lock_totals(cursor)
+                self._bump(cursor, self._replace(cursor, totals, sql.SQL(" WHERE id = ANY(%s)"),
+                                                 (list(document_ids),), []))
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
         """Delete the chunks matching `filters`, moving their KBs' counters; returns how many."""
         where, params = _where(filters)
+        removed: list[str] = []
         with self._transaction("deleting", writes=True) as cursor:
-            removed, kbs = self._delete_where(cursor, where, params)
-            self._bump(cursor, kbs)
+            totals = self._lock_totals(cursor)
+            self._bump(cursor, self._replace(cursor, totals, where, params, [], removed))
         return len(removed)
 
     # -- helpers ----------------------------------------------------------------------------------------------
@@ -607,36 +809,110 @@ class PostgresDocumentStore:
             raise ValueError(f"The vector has {vector.size} values; the store holds vectors of {self._dim}.")
         return vector
 
-    def _rows(self, documents: list[Document], sentence_embeddings: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """The rows of `documents` (a repeated id keeps the last)."""
+    def _rows(self, documents: list[Document], sentence_embeddings: dict[str, Any]) -> list["_Row"]:
+        """The rows of `documents` (a repeated id keeps the last), with their BM25 term counts."""
         if not isinstance(documents, list) or any(not isinstance(doc, Document) for doc in documents):
             raise ValueError("write_documents expects a list of Documents.")
-        rows: dict[str, tuple[Any, ...]] = {}
+        rows: dict[str, _Row] = {}
         for document in documents:
             embedding = None if document.embedding is None else self._vector(document.embedding)
             sentences = sentence_embeddings.get(document.id)
             vectors = None if sentences is None or not len(sentences) else [self._vector(row) for row in sentences]
             text = self._indexed_text(document)
-            terms = {name: self._terms(name, text) for name in ANALYSES}
-            rows[document.id] = (document.id, document.content, Jsonb(document.meta), embedding, vectors,
-                                 *[value for name in ANALYSES for value in
-                                   (" ".join(terms[name].elements()), sum(terms[name].values()))])
+            rows[document.id] = _Row(document.id, document.content, Jsonb(document.meta), embedding, vectors,
+                                     {name: self._terms(name, text) for name in ANALYSES})
         return list(rows.values())
 
-    def _insert(self, cursor: psycopg.Cursor, rows: list[tuple[Any, ...]]) -> None:
-        if rows:
-            cursor.executemany(sql.SQL(
-                "INSERT INTO {table} (id, content, meta, embedding, sentences, words, words_length, ngrams, "
-                "ngrams_length) VALUES (%s, %s, %s, %s, %s, to_tsvector('simple', %s), %s, to_tsvector('simple', %s), "
-                "%s)").format(**self._names), rows)
+    def _lock_totals(self, cursor: psycopg.Cursor) -> dict[str, Any]:
+        """
+        The BM25 totals row, locked for this transaction: writers take it first, so they run one after another
+        (and never deadlock on the rows they touch after it).
+        """
+        row = cursor.execute(sql.SQL("SELECT chunks, words, ngrams, words_avg, ngrams_avg FROM {totals} "
+                                     "FOR UPDATE").format(**self._names)).fetchone()
+        return {"count": row[0], "words": row[1], "ngrams": row[2], "avg": {"words": row[3], "ngrams": row[4]}}
 
-    def _delete_where(self, cursor: psycopg.Cursor, where: sql.Composable, params: tuple[Any, ...]
-                      ) -> tuple[list[str], set[tuple[str, str]]]:
-        """Delete the chunks matching `where`; their ids and their (tenant, kb) pairs."""
+    def _replace(self, cursor: psycopg.Cursor, totals: dict[str, Any], where: sql.Composable,
+                 params: tuple[Any, ...], rows: list["_Row"], removed: list[str] | None = None
+                 ) -> set[tuple[str, str]]:
+        """
+        Delete the chunks matching `where` and insert `rows`, with their postings, the terms' document frequencies
+        and the totals (the caller holds the totals row, `_lock_totals`), re-encoding an analysis whose average
+        length drifted; as the local shard does (`Shard.tally`, `Shard.rebalance`).
+
+        :param removed: Receives the ids of the deleted chunks.
+        :returns: The (tenant, kb) pairs of the deleted chunks.
+        """
         query = (sql.SQL("DELETE FROM {table}").format(**self._names) + where
-                 + sql.SQL(" RETURNING id, coalesce(meta->>'tenant', ''), coalesce(meta->>'kb', '')"))
-        rows = cursor.execute(query, params).fetchall()
-        return [row[0] for row in rows], {(row[1], row[2]) for row in rows}
+                 + sql.SQL(" RETURNING id, pk, coalesce(meta->>'tenant', ''), coalesce(meta->>'kb', ''), "
+                           "words_length, ngrams_length"))
+        gone = cursor.execute(query, params).fetchall()
+        if removed is not None:
+            removed.extend(row[0] for row in gone)
+        count = totals["count"] + len(rows) - len(gone)
+        lengths = {name: totals[name] + sum(sum(row.terms[name].values()) for row in rows)
+                   - sum(row[4 + number] for row in gone) for number, name in enumerate(ANALYSES)}
+        means = {name: max(1.0, lengths[name] / count) if count else 1.0 for name in ANALYSES}
+        averages = dict(totals["avg"])
+        for name in ANALYSES:  # a store's first write fixes the averages its weights are encoded with
+            if averages[name] is None and count:
+                averages[name] = means[name]
+        if gone:
+            cursor.execute(sql.SQL(
+                "WITH gone AS (DELETE FROM {postings} WHERE chunk = ANY(%s) RETURNING analysis, term) "
+                "UPDATE {terms} AS d SET df = d.df - g.n FROM (SELECT analysis, term, count(*) AS n FROM gone "
+                "GROUP BY analysis, term) AS g WHERE d.analysis = g.analysis AND d.term = g.term").format(
+                    **self._names), ([row[1] for row in gone],))
+        if rows:
+            self._insert(cursor, rows, averages)
+        drifted = [name for name in ANALYSES if count and averages[name] is not None
+                   and abs(means[name] - averages[name]) > DRIFT * averages[name]]
+        for name in drifted:  # re-encode every weight of the analysis against the new average
+            averages[name] = means[name]
+            k1, b = ANALYSIS["k1"], ANALYSIS["b"]
+            cursor.execute(sql.SQL(  # in float8, in the order of `Bm25Encoder.document`: the same weights
+                "UPDATE {postings} AS p SET weight = (p.tf::float8 * %s::float8 / (p.tf::float8 + %s::float8 * "
+                "(1.0::float8 - %s::float8 + %s::float8 * c.{length} / greatest(%s::float8, 1.0::float8))))::real "
+                "FROM {table} AS c WHERE p.analysis = %s AND c.pk = p.chunk").format(
+                    length=sql.Identifier(f"{name}_length"), **self._names),
+                (k1 + 1.0, k1, b, b, averages[name], ANALYSES.index(name)))
+        cursor.execute(sql.SQL("UPDATE {totals} SET chunks = %s, words = %s, ngrams = %s, words_avg = %s, "
+                               "ngrams_avg = %s").format(**self._names),
+                       (count, lengths["words"], lengths["ngrams"], averages["words"], averages["ngrams"]))
+        return {(row[2], row[3]) for row in gone}
+
+    def _insert(self, cursor: psycopg.Cursor, rows: list["_Row"], averages: dict[str, float | None]) -> None:
+        """Insert chunk rows, their postings (weights encoded against `averages`) and their terms' frequencies."""
+        cursor.executemany(sql.SQL(
+            "INSERT INTO {table} (id, content, meta, embedding, sentences, words_length, ngrams_length) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING pk").format(**self._names),
+            [(row.id, row.content, row.meta, row.embedding, row.sentences,
+              *[sum(row.terms[name].values()) for name in ANALYSES]) for row in rows], returning=True)
+        keys = []
+        while True:
+            keys.append(cursor.fetchone()[0])
+            if not cursor.nextset():
+                break
+        columns: tuple[list[Any], ...] = ([], [], [], [], [])
+        for row, key in zip(rows, keys, strict=True):
+            for number, name in enumerate(ANALYSES):
+                counts = row.terms[name]
+                if not counts:
+                    continue
+                encoder = self._encoders[name]
+                norm = encoder.k1 * (1.0 - encoder.b + encoder.b * sum(counts.values()) / max(averages[name], 1.0))
+                for term, tf in counts.items():  # the shard's `Bm25Encoder.document`, term by term
+                    for column, value in zip(columns, (number, term, key, tf, tf * (encoder.k1 + 1.0) / (tf + norm)),
+                                             strict=True):
+                        column.append(value)
+        if columns[0]:
+            cursor.execute(sql.SQL(
+                "WITH added AS (INSERT INTO {postings} (analysis, term, chunk, tf, weight) "
+                "SELECT * FROM unnest(%s::smallint[], %s::integer[], %s::bigint[], %s::real[], %s::real[]) "
+                "RETURNING analysis, term) "
+                "INSERT INTO {terms} AS d (analysis, term, df) SELECT analysis, term, count(*) FROM added "
+                "GROUP BY analysis, term ORDER BY analysis, term "
+                "ON CONFLICT (analysis, term) DO UPDATE SET df = d.df + EXCLUDED.df").format(**self._names), columns)
 
     @staticmethod
     def _kbs(documents: list[Document]) -> set[tuple[str, str]]:
