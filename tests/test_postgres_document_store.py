@@ -369,6 +369,12 @@ def _ranked(store, query, analysis, filters=None):
     return sorted(((d.id, d.score) for d in hits), key=lambda hit: (-round(hit[1], 6), hit[0]))
 
 
+def _totals(store: PostgresDocumentStore) -> dict:
+    """The store's BM25 totals row (read in a transaction of its own)."""
+    with store._transaction("reading") as cursor:
+        return store._lock_totals(cursor)
+
+
 def test_bm25_stays_the_local_shards_through_writes_drift_replacements_and_deletions(store, tmp_path):
     """
     Gap 2 of the notes: the same chunks written the same way to both stores rank alike (scores to 1e-5, ties in id
@@ -395,7 +401,7 @@ def test_bm25_stays_the_local_shards_through_writes_drift_replacements_and_delet
                     expected, found = _ranked(local, query, analysis, where), _ranked(store, query, analysis, where)
                     assert [i for i, _ in found] == [i for i, _ in expected], (query, analysis, where)
                     assert [s for _, s in found] == pytest.approx([s for _, s in expected], rel=1e-5)
-        totals = store._lock_totals(store._connection().cursor())
+        totals = _totals(store)
         assert totals["avg"] == pytest.approx(local._shard.avg_len, rel=1e-12)  # the same encoding averages
 
     local = EdgeDocumentStore(path=str(tmp_path / "store"), embedding_dim=DIM)
@@ -403,11 +409,11 @@ def test_bm25_stays_the_local_shards_through_writes_drift_replacements_and_delet
     for written in (local, store):
         written.write_documents(first)  # fixes the averages (short chunks)
     same(local)
-    averages = store._lock_totals(store._connection().cursor())["avg"]
+    averages = _totals(store)["avg"]
     second = [chunk(text, doc_id=f"l{n}") for n, text in enumerate(long)]
     for written in (local, store):
         written.write_documents(second)  # the average drifts: every weight is re-encoded
-    assert store._lock_totals(store._connection().cursor())["avg"]["words"] > 1.5 * averages["words"]
+    assert _totals(store)["avg"]["words"] > 1.5 * averages["words"]
     same(local)
     local.close()
 
