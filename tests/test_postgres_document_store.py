@@ -16,17 +16,12 @@ from haystack.document_stores.types import DuplicatePolicy
 from psycopg import sql
 
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
+from store_contract import check_replace_delete_and_counters, chunk
 from gatehouse.document_stores.errors import DataDirError, StoreUnavailableError
 from gatehouse.document_stores.postgres_document_store import PostgresDocumentStore
 from gatehouse.document_stores.postgres_pool import PoolExhaustedError
 
 DIM = 3
-
-
-def chunk(text: str, *, kb: str = "faq", tenant: str = "public", doc_id: str = "faq/a.md", vector=(1.0, 0.0, 0.0),
-          title: str = "Keys"):
-    return Document(content=text, embedding=list(vector), meta={"kb": kb, "tenant": tenant, "doc_id": doc_id,
-                                                                 "title": title})
 
 
 @pytest.fixture
@@ -123,18 +118,7 @@ def test_duplicate_policies(store):
 
 
 def test_replace_delete_and_counters(store):
-    store.write_documents([chunk("Old one."), chunk("Old two.")])
-    before = store.kb_generations()[("public", "faq")]
-    assert store.replace_documents("faq/a.md", [chunk("New one.")]) == 2
-    assert [d.content for d in store.filter_documents()] == ["New one."]
-    after_replace = store.kb_generations()[("public", "faq")]
-    assert after_replace > before
-    assert store.delete_by_filter({"field": "meta.kb", "operator": "==", "value": "faq"}) == 1
-    assert store.count_documents() == 0
-    assert store.kb_generations()[("public", "faq")] > after_replace
-    assert store.bm25_retrieval("new", top_k=5) == []
-    with pytest.raises(ValueError, match="every chunk must have meta\\['doc_id'\\] == 'faq/b.md'"):
-        store.replace_documents("faq/b.md", [chunk("Wrong document.")])
+    check_replace_delete_and_counters(store)
 
 
 def test_delete_documents_moves_only_their_kbs_counters(store):
