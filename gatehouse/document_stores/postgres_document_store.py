@@ -47,7 +47,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +184,37 @@ def _redacted(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+def unavailable(url: str, error: BaseException, doing: str) -> StoreUnavailableError:
+    """The one-line error for the database at `url` that could not be used while `doing` (no password in it)."""
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return StoreUnavailableError(f"the PostgreSQL store at {_redacted(url)} cannot be used ({doing}: {detail}): "
+                                 "start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
+
+
+@contextlib.contextmanager
+def pooled_transaction(url: str, pool: ConnectionPool, timeout: float, doing: str,
+                       after_commit: Callable[[psycopg.Connection], None] | None = None) -> Iterator[psycopg.Cursor]:
+    """
+    A cursor in one transaction on a connection checked out of `pool` and given back after it; a refused, lost or
+    busy database becomes a `StoreUnavailableError` (`unavailable`).
+
+    :param after_commit: Called with the connection once the transaction has committed, before it goes back.
+    """
+    try:
+        connection = pool.get(timeout, doing)
+    except psycopg.Error as error:
+        raise unavailable(url, error, "connecting") from error
+    try:
+        with connection.transaction(), connection.cursor() as cursor:
+            yield cursor
+        if after_commit is not None:
+            after_commit(connection)
+    except psycopg.OperationalError as error:
+        raise unavailable(url, error, doing) from error
+    finally:
+        pool.put(connection)
+
+
 class PostgresDocumentStore:
     """
     Chunks with their dense, sentence and BM25 (words, trigrams) search in one PostgreSQL table; write counters per
@@ -263,11 +294,6 @@ class PostgresDocumentStore:
         self._set_up()
 
     # -- connections ------------------------------------------------------------------------------------------
-    def _unavailable(self, error: BaseException, doing: str) -> StoreUnavailableError:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return StoreUnavailableError(f"the PostgreSQL store at {_redacted(self._url)} cannot be used ({doing}: "
-                                     f"{detail}): start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
-
     @property
     def pool(self) -> ConnectionPool:
         """This process's pool of connections to the primary, shared by every store object and the job queue."""
@@ -280,20 +306,12 @@ class PostgresDocumentStore:
         busy database becomes a `StoreUnavailableError`. With `writes` and a read URL, the primary's WAL position
         after the commit is noted (`_SEEN`) for the standby reads.
         """
-        pool = self.pool
-        try:
-            connection = pool.get(self._pool_timeout_s, doing)
-        except psycopg.Error as error:
-            raise self._unavailable(error, "connecting") from error
-        try:
-            with connection.transaction(), connection.cursor() as cursor:
-                yield cursor
-            if writes and self._read_url:
-                self._saw(connection.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
-        except psycopg.OperationalError as error:
-            raise self._unavailable(error, doing) from error
-        finally:
-            pool.put(connection)
+        after_commit = self._saw_commit if writes and self._read_url else None
+        with pooled_transaction(self._url, self.pool, self._pool_timeout_s, doing, after_commit) as cursor:
+            yield cursor
+
+    def _saw_commit(self, connection: psycopg.Connection) -> None:
+        self._saw(connection.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
 
     def _saw(self, lsn: str) -> None:
         with _SEEN_LOCK:
@@ -391,12 +409,12 @@ class PostgresDocumentStore:
         try:
             connection = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
         except psycopg.Error as error:
-            raise self._unavailable(error, "connecting") from error
+            raise unavailable(self._url, error, "connecting") from error
         with connection:
             try:
                 self._set_up_in(connection)
             except psycopg.Error as error:  # refused, lost, read-only (a standby before the table exists)
-                raise self._unavailable(error, "setting up its tables") from error
+                raise unavailable(self._url, error, "setting up its tables") from error
 
     def _set_up_in(self, connection: psycopg.Connection) -> None:
         installed = {row[0] for row in connection.execute("SELECT extname FROM pg_extension")}

@@ -53,7 +53,7 @@ from psycopg.types.json import Jsonb
 
 from gatehouse.document_stores.errors import StoreUnavailableError, find_data_dir_error
 from gatehouse import settings
-from gatehouse.document_stores.postgres_document_store import _redacted, primary_pool
+from gatehouse.document_stores.postgres_document_store import pooled_transaction, primary_pool
 from gatehouse.ingest import FileOutcome, ingest_file
 from gatehouse.serving.jobs import RECENT_JOBS, RETRY_AFTER_UNKNOWN_S, UNFINISHED, IngestJob, JobAccepted, QueueFull
 from gatehouse.serving.observability import record_ingest
@@ -126,29 +126,11 @@ class DatabaseIngestJobs:
         threading.Thread(target=self._renew_leases, name="gatehouse-ingest-lease", daemon=True).start()
 
     # -- connections ------------------------------------------------------------------------------------------
-    def _unavailable(self, error: BaseException, doing: str) -> StoreUnavailableError:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return StoreUnavailableError(f"the PostgreSQL store at {_redacted(self.url)} cannot be used ({doing}: "
-                                     f"{detail}): start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
-
     @contextlib.contextmanager
     def _cursor(self, doing: str) -> Iterator[psycopg.Cursor]:
-        """
-        A cursor in one transaction on a connection of the process's pool for the database (the stores' pool); a
-        lost or busy database is a `StoreUnavailableError`.
-        """
-        pool = primary_pool(self.url)
-        try:
-            connection = pool.get(self.pool_timeout_s, doing)
-        except psycopg.Error as error:
-            raise self._unavailable(error, "connecting") from error
-        try:
-            with connection.transaction(), connection.cursor() as cursor:
-                yield cursor
-        except psycopg.OperationalError as error:
-            raise self._unavailable(error, doing) from error
-        finally:
-            pool.put(connection)
+        """A cursor in one transaction on a connection of the process's pool for the database (the stores' pool)."""
+        with pooled_transaction(self.url, primary_pool(self.url), self.pool_timeout_s, doing) as cursor:
+            yield cursor
 
     def _sql(self, statement: str) -> sql.Composed:
         return sql.SQL(statement).format(**self._names)
