@@ -204,12 +204,5 @@ class HybridRetriever(MovedSettings):
                 said.setdefault(document.id, {}).update({f"{name}_score": document.score, f"{name}_rank": rank})
             lists[name] = [(document.id, document.meta.get(self.group_by) if self.group_by else None, document.score)
                            for document in hits]
-        dense = self.dense_store.store
-        if hasattr(dense, "similarities") and all(dense.shares_shard(store.store) for store in self._stores().values()):
-            for chunk, best in self._by_best_sentence(dense, lists, query_embedding).items():
-                if best is not None:
-                    said[chunk]["sentence_score"] = best
-            for rank, (chunk, _, _) in enumerate(lists["dense"], start=1):  # the ranks of the re-scored list
-                said[chunk]["dense_rank"] = rank
         return [replace(found[chunk], score=fused, meta={**found[chunk].meta, **said[chunk]})
                 for chunk, fused in self._fusion.rank(lists, limit)]
