@@ -1,47 +1,90 @@
 """
-A PDF's text, extracted in a child process that the parent can stop (`PDFToDocument` runs it).
+A PDF's text for `PDFToDocument`, extracted in its child process (`extraction.py`): pypdf's text of each page, except
+that a page with ruled tables gives pdfplumber's text around the tables and each table as rows that keep their column
+headers (`- Header: cell; Header: cell`). Pages are separated by form feeds.
 
-Run as `python -m gatehouse.components.converters.pdf_text MAX_CHARS MAX_MEMORY_MB` with the PDF on standard input:
-it writes the pages' text as JSON (`{"pages": [...]}`) on standard output, or `{"over": <chars so far>}` as soon as the
-text passes MAX_CHARS (a compressed PDF can expand a few kilobytes into millions of characters), or
-`{"error": "<why>"}` for a file pypdf cannot read. Its address space is capped at MAX_MEMORY_MB.
+Only pages that draw paths (lines or rectangles, which a ruled table needs) go through pdfplumber: pypdfium2 counts
+them in C, so a PDF of prose costs what pypdf costs. The comparison that chose this is in docs/benchmarks.md ("PDF
+tables"): pdfplumber's `lines` strategy recovers ruled tables with their headers and finds no table in prose; its
+`text` strategy splits cells of several words and finds tables in prose, so tables without rules stay pypdf's text.
 """
 
 import io
-import json
-import resource
-import sys
+
+from gatehouse.components.converters.extraction import Text, TooMuchText, one_line
+from gatehouse.components.tables import table_rows
 
 
-def extract(data: bytes, max_chars: int) -> dict:
-    """The text of each page, or `{"over": n}` once the text passes `max_chars`, or `{"error": ...}`."""
+def _drawn_pages(data: bytes) -> set[int]:
+    """The indexes of the pages that draw at least two paths (a ruled table has more)."""
+    import pypdfium2
+    import pypdfium2.raw as pdfium_c
+
+    document = pypdfium2.PdfDocument(data)
+    try:
+        drawn = set()
+        for index in range(len(document)):
+            page = document[index]
+            paths = sum(1 for _ in zip(range(2), page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_PATH,), max_depth=2)))
+            if paths >= 2:
+                drawn.add(index)
+            page.close()
+        return drawn
+    finally:
+        document.close()
+
+
+def _with_tables(page) -> str | None:
+    """pdfplumber's text of a page with its ruled tables as rows with headers, or None when it finds no table."""
+    tables = page.find_tables()
+    if not tables:
+        return None
+    parts, top = [], page.bbox[1]
+    for table in sorted(tables, key=lambda found: found.bbox[1]):
+        x0, y0, x1, y1 = table.bbox
+        if y0 > top:
+            parts.append(page.crop((page.bbox[0], top, page.bbox[2], y0)).extract_text() or "")
+        rows = [[one_line(cell or "") for cell in row] for row in table.extract()]
+        rows = [row for row in rows if any(row)]
+        if rows:
+            parts.append("\n".join(table_rows(rows[0], rows[1:]) if len(rows) > 1 else table_rows([], rows)))
+        top = max(top, y1)
+    if top < page.bbox[3]:
+        parts.append(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3])).extract_text() or "")
+    return "\n\n".join(part.strip() for part in parts if part.strip())
+
+
+def page_texts(data: bytes, max_chars: int) -> list[str]:
+    """
+    Each page's text, ruled tables as rows with their headers.
+
+    :raises TooMuchText: As soon as the text passes `max_chars`.
+    """
     from pypdf import PdfReader
 
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        pages, total = [], 0
-        for page in reader.pages:
-            pages.append(page.extract_text() or "")
-            total += len(pages[-1])
-            if total > max_chars:
-                return {"over": total}
-    except Exception as error:  # any unreadable PDF is reported, not raised: the parent decides
-        return {"error": f"{type(error).__name__}: {str(error).strip()[:200]}"}
-    return {"pages": pages}
+    reader = PdfReader(io.BytesIO(data))
+    pages, total = [], 0
+    for page in reader.pages:
+        pages.append(page.extract_text() or "")
+        total += len(pages[-1])
+        if total > max_chars:
+            raise TooMuchText(total)
+    drawn = _drawn_pages(data) if pages else set()
+    if drawn:
+        import pdfplumber
+
+        with pdfplumber.open(io.BytesIO(data)) as pdf:
+            for index in sorted(drawn):
+                text = _with_tables(pdf.pages[index])
+                if text is not None:
+                    total += len(text) - len(pages[index])
+                    if total > max_chars:
+                        raise TooMuchText(total)
+                    pages[index] = text
+                pdf.pages[index].close()
+    return pages
 
 
-def main() -> None:
-    """Read the PDF from standard input and write the result as JSON."""
-    max_chars, max_memory_mb = int(sys.argv[1]), int(sys.argv[2])
-    limit = max_memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    data = sys.stdin.buffer.read()
-    try:
-        result = extract(data, max_chars)
-    except MemoryError:
-        result = {"memory": max_memory_mb}
-    json.dump(result, sys.stdout)
-
-
-if __name__ == "__main__":
-    main()
+def extract(data: bytes, text: Text) -> None:
+    """Add the PDF's pages, separated by form feeds, to `text`."""
+    text.add("\f".join(page_texts(data, text.max_chars)))

@@ -53,10 +53,13 @@ class FileConverter:
     """
     The base class of a converter of files to documents, which gives it its `run`. The converter sets `unnamed` (the
     name of a source without `file_name` or `file_path`) and defines `text(data, name)`: the text of one file, None
-    to skip it (logged), a `ValueError` naming the file when the file fails.
+    to skip it (logged), a `ValueError` naming the file when the file fails. A converter whose text is markdown sets
+    `produces` to "text/markdown": its documents' `mime_type` then says so, and the cleaner and splitter treat them
+    as markdown (headings make sections).
     """
 
     unnamed: ClassVar[str]
+    produces: ClassVar[str | None] = None
     text: Callable[[bytes, str], str | None]
 
     @component.output_types(documents=list[Document])
@@ -76,5 +79,7 @@ class FileConverter:
         for data, name, document_meta in read_sources(sources, meta, unnamed=self.unnamed):
             text = self.text(data, name)
             if text is not None:
+                if self.produces:
+                    document_meta["mime_type"] = self.produces
                 documents.append(Document(content=text, meta=document_meta))
         return {"documents": documents}

@@ -8,6 +8,8 @@ from typing import Any
 
 from haystack import Document, component
 
+from gatehouse.components.tables import table_rows
+
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
 FRONT_MATTER = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.DOTALL)
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -32,31 +34,6 @@ _SKIP_TAGS = frozenset(["script", "style", "iframe", "video", "audio", "svg", "n
 #: Inline HTML whose tags are dropped and text kept; a tag outside every list (`<https://...>`) is text.
 _INLINE_TAGS = frozenset("a abbr b bdi bdo cite code data dfn em i kbd mark q s samp small span strong sub sup time u "
                          "var del ins font center caption colgroup col thead tbody tfoot source picture".split())
-
-
-def table_rows(header: list[str], rows: list[list[str]]) -> list[str]:
-    """
-    A table as list items that keep their column headers: `- Header: cell; Header: cell`.
-
-    :param header: The column headers (empty strings for unnamed columns).
-    :param rows: The body rows.
-    :returns: One markdown list item per row with text in it.
-    """
-    items = []
-    for row in rows:
-        if not any(name.strip() for name in header) and len(row) == 2 and row[0].strip() and row[1].strip():
-            items.append(f"- {' '.join(row[0].split())}: {' '.join(row[1].split())}")  # a key-value table
-            continue
-        cells = []
-        for position, cell in enumerate(row):
-            cell = " ".join(cell.split())
-            if not cell:
-                continue
-            name = " ".join(header[position].split()) if position < len(header) else ""
-            cells.append(f"{name}: {cell}" if name and name != cell else cell)
-        if cells:
-            items.append("- " + "; ".join(cells))
-    return items
 
 
 class _HTMLText(HTMLParser):
