@@ -44,7 +44,8 @@ def _pdf(style: str) -> bytes:
     styles = getSampleStyleSheet()
     commands = {
         "grid": [("GRID", (0, 0), (-1, -1), 0.5, colors.black)],
-        "header-rules": [("LINEBELOW", (0, 0), (-1, 0), 1, colors.black), ("LINEBELOW", (0, -1), (-1, -1), 1, colors.black)],
+        "header-rules": [("LINEBELOW", (0, 0), (-1, 0), 1, colors.black),
+                         ("LINEBELOW", (0, -1), (-1, -1), 1, colors.black)],
         "none": [],
     }[style]
     out = io.BytesIO()
