@@ -79,3 +79,13 @@ def test_run_an_extraction_over_its_time_budget_is_stopped():
     data = bomb(200_000)  # pypdf takes far longer than a second to lay out 18 M characters
     with pytest.raises(ValueError, match=r"slow.pdf: text extraction took over 1 s .*timeout_s"):
         PDFToDocument(timeout_s=1, max_chars=10**9).run(sources=[ByteStream(data=data, meta={"file_name": "slow.pdf"})])
+
+
+def test_run_a_ruled_table_keeps_its_rows_with_their_headers_and_the_text_around_it():
+    from office_files import table_pdf
+
+    data = table_pdf("Price list", "Prices are per month, billed yearly.",
+                     [["Plan", "Monthly price", "Seats"], ["Team", "$8", "10"], ["Business", "$15", "50"]])
+    text = PDFToDocument().run(sources=[ByteStream(data=data, meta={"file_name": "prices.pdf"})])["documents"][0].content
+    assert text == ("Price list\nPrices are per month, billed yearly.\n\n"
+                    "- Plan: Team; Monthly price: $8; Seats: 10\n- Plan: Business; Monthly price: $15; Seats: 50")

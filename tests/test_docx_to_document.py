@@ -1,0 +1,99 @@
+"""DOCXToDocument: Word files (made with python-docx) to markdown whose headings make sections, in a child process."""
+
+import pytest
+from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
+from haystack.dataclasses import ByteStream
+
+from gatehouse.components.converters.docx_to_document import DOCXToDocument
+from gatehouse.components.preprocessors.section_splitter import SectionSplitter
+from office_files import docx_file, zip_bomb
+
+HANDBOOK = docx_file([
+    ("title", "Staff handbook"),
+    ("h1", "Travel"),
+    ("p", "Book trains at least two weeks ahead."),
+    ("h2", "Hotels"),
+    ("bullet", "The nightly cap is 140 euros."),
+    ("bullet", "Breakfast is included."),
+    ("table", [["City", "Nightly cap"], ["Lyon", "140 euros"], ["Oslo", "210 euros"]]),
+    ("h1", "Leave"),
+    ("p", "Ask your manager before booking leave."),
+])
+
+
+def upload(data: bytes, name: str = "handbook.docx") -> ByteStream:
+    return ByteStream(data=data, meta={"file_name": name})
+
+
+def test_init():
+    converter = DOCXToDocument(timeout_s=5, max_chars=100, max_memory_mb=256, max_expanded_mb=10)
+    assert (converter.timeout_s, converter.max_chars, converter.max_memory_mb, converter.max_expanded_mb) == (
+        5, 100, 256, 10)
+    with pytest.raises(ValueError, match="must be positive"):
+        DOCXToDocument(max_expanded_mb=0)
+    with pytest.raises(ValueError, match="must be positive"):
+        DOCXToDocument(timeout_s=0)
+
+
+def test_to_dict():
+    assert component_to_dict(DOCXToDocument(max_chars=10), "docx_converter") == {
+        "type": "gatehouse.components.converters.docx_to_document.DOCXToDocument",
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024, "max_expanded_mb": 256},
+    }
+
+
+def test_from_dict():
+    data = component_to_dict(DOCXToDocument(timeout_s=7, max_expanded_mb=30), "docx_converter")
+    restored = component_from_dict(DOCXToDocument, data, "docx_converter")
+    assert (restored.timeout_s, restored.max_chars, restored.max_expanded_mb) == (7, 2_000_000, 30)
+
+
+def test_run_headings_become_sections_with_their_heading_path_and_tables_rows_with_headers():
+    documents = DOCXToDocument().run(sources=[upload(HANDBOOK)], meta={"kb": "hr"})["documents"]
+    assert len(documents) == 1
+    document = documents[0]
+    assert document.meta == {"file_name": "handbook.docx", "kb": "hr", "mime_type": "text/markdown"}
+    assert document.content.splitlines()[:4] == ["# Staff handbook", "", "# Travel", ""]
+    assert "- The nightly cap is 140 euros.\n- Breakfast is included.\n\n- City: Lyon; Nightly cap: 140 euros\n" \
+           "- City: Oslo; Nightly cap: 210 euros" in document.content
+    chunks = SectionSplitter(min_words=1).run(documents=[Document(content=document.content, meta={
+        **document.meta, "doc_id": "public/hr/handbook.docx", "source": "handbook.docx"})])["documents"]
+    by_section = {chunk.meta["section"]: chunk for chunk in chunks}
+    assert list(by_section) == ["Travel", "Hotels", "Leave"]
+    assert by_section["Hotels"].meta["heading_path"] == ["Travel", "Hotels"]
+    assert by_section["Hotels"].meta["title"] == "Staff handbook"
+    assert "City: Oslo; Nightly cap: 210 euros" in by_section["Hotels"].content
+
+
+def test_run_a_corrupt_file_fails_in_one_line_naming_it():
+    with pytest.raises(ValueError) as error:
+        DOCXToDocument().run(sources=[upload(b"PK\x03\x04 truncated", "broken.docx")])
+    assert str(error.value) == "broken.docx: not a readable Word file (BadZipFile: File is not a zip file)"
+
+
+def test_run_a_zip_bomb_fails_before_it_is_unzipped():
+    bomb = zip_bomb(HANDBOOK, "word/document.xml", 300)
+    assert len(bomb) < len(HANDBOOK) + 400_000  # 300 MB unzipped
+    with pytest.raises(ValueError, match=r"^bomb.docx: the Word file unzips to \d+ bytes, over 256 MB "
+                                         r"\(docx_converter.max_expanded_mb in index.yml\)$"):
+        DOCXToDocument().run(sources=[upload(bomb, "bomb.docx")])
+
+
+def test_run_text_over_max_chars_fails_naming_the_limit():
+    with pytest.raises(ValueError, match=r"^handbook.docx: the Word file expands to over 50 characters of text "
+                                         r"\(docx_converter.max_chars in index.yml\)$"):
+        DOCXToDocument(max_chars=50).run(sources=[upload(HANDBOOK)])
+
+
+def test_run_a_file_needing_more_memory_than_allowed_fails_naming_the_limit():
+    big = zip_bomb(HANDBOOK, "word/document.xml", 200)  # python-docx reads and parses it whole
+    with pytest.raises(ValueError, match=r"^handbook.docx: text extraction needed over 150 MB of memory "
+                                         r"\(docx_converter.max_memory_mb in index.yml\)$"):
+        DOCXToDocument(max_memory_mb=150, max_expanded_mb=1000).run(sources=[upload(big)])
+
+
+def test_run_an_extraction_over_its_time_budget_is_stopped():
+    with pytest.raises(ValueError, match=r"^handbook.docx: text extraction took over 0.01 s "
+                                         r"\(docx_converter.timeout_s in index.yml\)$"):
+        DOCXToDocument(timeout_s=0.01).run(sources=[upload(HANDBOOK)])

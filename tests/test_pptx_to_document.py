@@ -1,0 +1,71 @@
+"""PPTXToDocument: presentations (made with python-pptx) to markdown with one section per slide, in a child process."""
+
+import pytest
+from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
+from haystack.dataclasses import ByteStream
+
+from gatehouse.components.converters.pptx_to_document import PPTXToDocument
+from gatehouse.components.preprocessors.section_splitter import SectionSplitter
+from office_files import pptx_file, zip_bomb
+
+DECK = pptx_file(
+    [("Roadmap", [("Launch the mobile app in March", 0), ("Beta with 40 customers", 1)]),
+     (None, [("Hiring two designers", 0)]),
+     ("Team", [("Design and research", 0)])],
+    table=[["Role", "Lead"], ["Design", "Mira"], ["Research", "Tomas"]],
+    notes="Mira joined in May.",
+)
+
+
+def upload(data: bytes, name: str = "plan.pptx") -> ByteStream:
+    return ByteStream(data=data, meta={"file_name": name})
+
+
+def test_init():
+    converter = PPTXToDocument(timeout_s=5, max_chars=100, max_memory_mb=256, max_expanded_mb=10)
+    assert (converter.timeout_s, converter.max_chars, converter.max_memory_mb, converter.max_expanded_mb) == (
+        5, 100, 256, 10)
+    with pytest.raises(ValueError, match="must be positive"):
+        PPTXToDocument(max_chars=-1)
+
+
+def test_to_dict():
+    assert component_to_dict(PPTXToDocument(max_memory_mb=512), "pptx_converter") == {
+        "type": "gatehouse.components.converters.pptx_to_document.PPTXToDocument",
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 2_000_000, "max_memory_mb": 512, "max_expanded_mb": 256},
+    }
+
+
+def test_from_dict():
+    data = component_to_dict(PPTXToDocument(max_chars=99), "pptx_converter")
+    assert component_from_dict(PPTXToDocument, data, "pptx_converter").max_chars == 99
+
+
+def test_run_each_slide_is_a_section_with_its_title_bullets_table_and_notes():
+    document = PPTXToDocument().run(sources=[upload(DECK)])["documents"][0]
+    assert document.meta["mime_type"] == "text/markdown"
+    assert "## Roadmap\n\n- Launch the mobile app in March\n  - Beta with 40 customers" in document.content
+    chunks = SectionSplitter(min_words=1).run(documents=[Document(content=document.content, meta={
+        **document.meta, "doc_id": "public/plans/plan.pptx", "source": "plan.pptx"})])["documents"]
+    by_section = {chunk.meta["section"]: chunk.content for chunk in chunks}
+    assert list(by_section) == ["Roadmap", "Slide 2", "Team"]
+    assert by_section["Slide 2"] == "- Hiring two designers"
+    assert "- Role: Research; Lead: Tomas" in by_section["Team"]
+    assert by_section["Team"].endswith("Notes: Mira joined in May.")
+
+
+def test_run_a_corrupt_file_fails_in_one_line_naming_it():
+    with pytest.raises(ValueError, match=r"^deck.pptx: not a readable PowerPoint file \(\w+: .*\)$"):
+        PPTXToDocument().run(sources=[upload(b"\x00\x01 not a presentation", "deck.pptx")])
+
+
+def test_run_a_zip_bomb_fails_before_it_is_unzipped():
+    with pytest.raises(ValueError, match=r"^big.pptx: the PowerPoint file unzips to \d+ bytes, over 1 MB "
+                                         r"\(pptx_converter.max_expanded_mb in index.yml\)$"):
+        PPTXToDocument(max_expanded_mb=1).run(sources=[upload(zip_bomb(DECK, "ppt/presentation.xml", 2), "big.pptx")])
+
+
+def test_run_text_over_max_chars_fails_naming_the_limit():
+    with pytest.raises(ValueError, match=r"^plan.pptx: the PowerPoint file expands to over 40 characters"):
+        PPTXToDocument(max_chars=40).run(sources=[upload(DECK)])
