@@ -102,3 +102,16 @@ def zip_bomb(data: bytes, part: str, megabytes: int) -> bytes:
                 content += b" " * (megabytes * 1024 * 1024)
             archive.writestr(info.filename, content)
     return out.getvalue()
+
+
+def prose_pdf(heading: str, prose: str) -> bytes:
+    """A one-page PDF: a heading and a paragraph."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate
+
+    styles = getSampleStyleSheet()
+    out = io.BytesIO()
+    SimpleDocTemplate(out, pagesize=A4).build([Paragraph(heading, styles["Heading1"]),
+                                               Paragraph(prose, styles["BodyText"])])
+    return out.getvalue()
