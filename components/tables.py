@@ -7,7 +7,7 @@ Usage:
 ```python
 from gatehouse.components.tables import table_rows
 
-table_rows(["Plan", "Price"], [["Team", "$8"]])   # ["- Plan: Team; Price: $8"]
+table_rows(["Plan", "Price"], [["Solo", "$8"]])   # ["- Plan: Solo; Price: $8"]
 ```
 """
 

@@ -85,7 +85,7 @@ def test_run_a_ruled_table_keeps_its_rows_with_their_headers_and_the_text_around
     from office_files import table_pdf
 
     data = table_pdf("Price list", "Prices are per month, billed yearly.",
-                     [["Plan", "Monthly price", "Seats"], ["Team", "$8", "10"], ["Business", "$15", "50"]])
+                     [["Plan", "Monthly price", "Seats"], ["Solo", "$8", "10"], ["Studio", "$15", "50"]])
     text = PDFToDocument().run(sources=[ByteStream(data=data, meta={"file_name": "prices.pdf"})])["documents"][0].content
     assert text == ("Price list\nPrices are per month, billed yearly.\n\n"
-                    "- Plan: Team; Monthly price: $8; Seats: 10\n- Plan: Business; Monthly price: $15; Seats: 50")
+                    "- Plan: Solo; Monthly price: $8; Seats: 10\n- Plan: Studio; Monthly price: $15; Seats: 50")
