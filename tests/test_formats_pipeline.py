@@ -42,8 +42,8 @@ QUESTIONS = [
     ("What is the monthly price of the Studio plan?", "prices.pdf", "Plan: Studio; Monthly price: $15", ""),
     ("What is the nightly hotel cap in Lyon?", "travel.docx", "140 euros", "hotels"),
     ("When does the mobile app launch?", "roadmap.pptx", "March", "roadmap"),
-    ("How many blue kettles are in the Lille warehouse?", "stock.xlsx", "Item: Blue kettle; Warehouse: Lille; Count: 37",
-     "inventory"),
+    ("How many blue kettles are in the Lille warehouse?", "stock.xlsx",
+     "Item: Blue kettle; Warehouse: Lille; Count: 37", "inventory"),
     ("Which desk does Ada sit at?", "desks.csv", "name: Ada; team: Data; desk: 4B", ""),
     ("What are the payment terms of Bolt Tools?", "vendors.json", "terms: net 60", "vendors1-bolt-tools"),
 ]

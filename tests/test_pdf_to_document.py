@@ -1,14 +1,21 @@
-"""PDFToDocument: real PDFs (made with pypdf) extracted in a child process, within a time and a character budget."""
+"""PDFToDocument: real PDFs (made with pypdf and reportlab) extracted in a child process, within a time and a character
+budget; ruled tables as rows with their headers."""
 
 import io
+import time
 
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ByteStream
-from pypdf import PdfWriter
+from pypdf import PdfReader, PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
+from gatehouse.components.converters.pdf_text import page_texts
 from gatehouse.components.converters.pdf_to_document import PDFToDocument
+from office_files import table_pdf
+
+PRICES = table_pdf("Price list", "Prices are per month, billed yearly.",
+                   [["Plan", "Monthly price", "Seats"], ["Solo", "$8", "10"], ["Studio", "$15", "50"]])
 
 
 def pdf(*pages: bytes) -> bytes:
@@ -82,10 +89,13 @@ def test_run_an_extraction_over_its_time_budget_is_stopped():
 
 
 def test_run_a_ruled_table_keeps_its_rows_with_their_headers_and_the_text_around_it():
-    from office_files import table_pdf
-
-    data = table_pdf("Price list", "Prices are per month, billed yearly.",
-                     [["Plan", "Monthly price", "Seats"], ["Solo", "$8", "10"], ["Studio", "$15", "50"]])
-    text = PDFToDocument().run(sources=[ByteStream(data=data, meta={"file_name": "prices.pdf"})])["documents"][0].content
+    upload = ByteStream(data=PRICES, meta={"file_name": "prices.pdf"})
+    text = PDFToDocument().run(sources=[upload])["documents"][0].content
     assert text == ("Price list\nPrices are per month, billed yearly.\n\n"
                     "- Plan: Solo; Monthly price: $8; Seats: 10\n- Plan: Studio; Monthly price: $15; Seats: 50")
+
+
+def test_the_table_pass_past_its_deadline_keeps_pypdfs_text():
+    late = page_texts(PRICES, max_chars=10_000, deadline=time.monotonic() - 1)
+    assert late == [PdfReader(io.BytesIO(PRICES)).pages[0].extract_text()]
+    assert "Plan: Solo" not in late[0] and "Solo" in late[0]

@@ -64,7 +64,8 @@ class BoundedConverter(FileConverter):
         setting = self.setting
         try:
             done = subprocess.run(
-                [*CHILD, self.kind, str(self.max_chars), str(self.max_memory_mb), str(self._expanded_mb())],
+                [*CHILD, self.kind, str(self.max_chars), str(self.max_memory_mb), str(self._expanded_mb()),
+                 str(self.timeout_s)],
                 input=data, capture_output=True, timeout=self.timeout_s, check=False,
                 env={**os.environ, "PYTHONWARNINGS": "ignore"},
             )

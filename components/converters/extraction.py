@@ -2,13 +2,14 @@
 The child process a bounded converter extracts one file in (`BoundedConverter` runs it), and what the extractors of
 each format share: a text budget and the zip check of Office files.
 
-Run as `python -m gatehouse.components.converters.extraction KIND MAX_CHARS MAX_MEMORY_MB MAX_EXPANDED_MB` with the
-file on standard input: KIND names the module `gatehouse.components.converters.<KIND>_text`, whose
-`extract(data, text)` adds the file's text to `text`. The child writes JSON on standard output: `{"text": ...}`, or
-`{"over": <chars so far>}` as soon as the text passes MAX_CHARS, `{"expanded": <bytes>}` when a zip file's parts
-unzip to over MAX_EXPANDED_MB (0: not a zip format), `{"memory": MAX_MEMORY_MB}` when its address space (capped at
-MAX_MEMORY_MB) ran out, or `{"error": "<why>"}` for a file the format's library cannot read. Nothing here imports
-Haystack, so that a child starts in a fraction of a second.
+Run as `python -m gatehouse.components.converters.extraction KIND MAX_CHARS MAX_MEMORY_MB MAX_EXPANDED_MB TIMEOUT_S`
+with the file on standard input: KIND names the module `gatehouse.components.converters.<KIND>_text`, whose
+`extract(data, text)` adds the file's text to `text` (`text.deadline`, half of TIMEOUT_S from the start, is when
+optional work such as the PDF table pass stops; the parent kills the child at TIMEOUT_S). The child writes JSON on
+standard output: `{"text": ...}`, or `{"over": <chars so far>}` as soon as the text passes MAX_CHARS, `{"expanded":
+<bytes>}` when a zip file's parts unzip to over MAX_EXPANDED_MB (0: not a zip format), `{"memory": MAX_MEMORY_MB}`
+when its address space (capped at MAX_MEMORY_MB) ran out, or `{"error": "<why>"}` for a file the format's library
+cannot read. Nothing here imports Haystack, so that a child starts in a fraction of a second.
 """
 
 import importlib
@@ -16,6 +17,7 @@ import io
 import json
 import resource
 import sys
+import time
 import zipfile
 
 KINDS = ("pdf", "docx", "pptx", "xlsx", "csv", "json")
@@ -32,11 +34,13 @@ class TooLarge(Exception):
 class Text:
     """
     Lines of extracted text within a character budget: `add` raises `TooMuchText` as soon as the text passes
-    `max_chars`, so an extractor stops early on a file that expands without end.
+    `max_chars`, so an extractor stops early on a file that expands without end. `deadline` (a time.monotonic(), or
+    None) is when an extractor stops optional work.
     """
 
-    def __init__(self, max_chars: int) -> None:
+    def __init__(self, max_chars: int, deadline: float | None = None) -> None:
         self.max_chars = max_chars
+        self.deadline = deadline
         self.lines: list[str] = []
         self.size = 0
 
@@ -73,12 +77,12 @@ def check_zip(data: bytes, max_bytes: int) -> None:
         raise TooLarge(total)
 
 
-def run(kind: str, data: bytes, max_chars: int, max_expanded_mb: int) -> dict:
+def run(kind: str, data: bytes, max_chars: int, max_expanded_mb: int, deadline: float | None = None) -> dict:
     """The child's JSON answer for one file of `kind`."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
     module = importlib.import_module(f"gatehouse.components.converters.{kind}_text")
-    text = Text(max_chars)
+    text = Text(max_chars, deadline)
     try:
         if max_expanded_mb:
             check_zip(data, max_expanded_mb * 1024 * 1024)
@@ -96,12 +100,14 @@ def run(kind: str, data: bytes, max_chars: int, max_expanded_mb: int) -> dict:
 
 def main() -> None:
     """Read the file from standard input and write the result as JSON."""
+    start = time.monotonic()
     kind, max_chars, max_memory_mb, max_expanded_mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    deadline = start + float(sys.argv[5]) / 2
     limit = max_memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     data = sys.stdin.buffer.read()
     try:
-        result = run(kind, data, max_chars, max_expanded_mb)
+        result = run(kind, data, max_chars, max_expanded_mb, deadline)
     except MemoryError:
         result = {"memory": max_memory_mb}
     json.dump(result, sys.stdout)

@@ -3,20 +3,27 @@ A PDF's text for `PDFToDocument`, extracted in its child process (`extraction.py
 that a page with ruled tables gives pdfplumber's text around the tables and each table as rows that keep their column
 headers (`- Header: cell; Header: cell`). Pages are separated by form feeds.
 
-Only pages that draw paths (lines or rectangles, which a ruled table needs) go through pdfplumber: pypdfium2 counts
-them in C, so a PDF of prose costs what pypdf costs. The comparison that chose this is in docs/benchmarks.md ("PDF
-tables"): pdfplumber's `lines` strategy recovers ruled tables with their headers and finds no table in prose; its
-`text` strategy splits cells of several words and finds tables in prose, so tables without rules stay pypdf's text.
+Only pages that draw at least `MIN_PATHS` paths (lines or rectangles: a ruled table of two rows and two columns has
+more) go through pdfplumber: pypdfium2 counts them in C, so a PDF of prose costs what pypdf costs. The tables are a
+bonus on pypdf's text: the table pass stops at the child's deadline (half its time budget), keeping pypdf's text for
+the pages left, and a file pdfium or pdfplumber cannot read keeps pypdf's text.
+
+The comparison that chose this is in docs/benchmarks.md ("PDF tables"): pdfplumber's `lines` strategy recovers ruled
+tables with their headers and finds no table in prose; its `text` strategy splits cells of several words and finds
+tables in prose, so tables without rules stay pypdf's text.
 """
 
 import io
+import time
 
 from gatehouse.components.converters.extraction import Text, TooMuchText, one_line
 from gatehouse.components.tables import table_rows
 
+MIN_PATHS = 4  # paths a page draws before it is searched for ruled tables
+
 
 def _drawn_pages(data: bytes) -> set[int]:
-    """The indexes of the pages that draw at least two paths (a ruled table has more)."""
+    """The indexes of the pages that draw at least `MIN_PATHS` paths."""
     import pypdfium2
     import pypdfium2.raw as pdfium_c
 
@@ -25,8 +32,8 @@ def _drawn_pages(data: bytes) -> set[int]:
         drawn = set()
         for index in range(len(document)):
             page = document[index]
-            paths = sum(1 for _ in zip(range(2), page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_PATH,), max_depth=2)))
-            if paths >= 2:
+            objects = page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_PATH,), max_depth=2)
+            if sum(1 for _ in zip(range(MIN_PATHS), objects)) >= MIN_PATHS:
                 drawn.add(index)
             page.close()
         return drawn
@@ -54,9 +61,28 @@ def _with_tables(page) -> str | None:
     return "\n\n".join(part.strip() for part in parts if part.strip())
 
 
-def page_texts(data: bytes, max_chars: int) -> list[str]:
+def _table_texts(data: bytes, deadline: float | None) -> dict[int, str]:
+    """pdfplumber's text of each page with ruled tables (see `_with_tables`), until `deadline` (time.monotonic)."""
+    found: dict[int, str] = {}
+    drawn = _drawn_pages(data)
+    if not drawn:
+        return found
+    import pdfplumber
+
+    with pdfplumber.open(io.BytesIO(data)) as pdf:
+        for index in sorted(drawn):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            text = _with_tables(pdf.pages[index])
+            if text is not None:
+                found[index] = text
+            pdf.pages[index].close()
+    return found
+
+
+def page_texts(data: bytes, max_chars: int, deadline: float | None = None) -> list[str]:
     """
-    Each page's text, ruled tables as rows with their headers.
+    Each page's text, ruled tables as rows with their headers (those found before `deadline`, a time.monotonic()).
 
     :raises TooMuchText: As soon as the text passes `max_chars`.
     """
@@ -69,22 +95,20 @@ def page_texts(data: bytes, max_chars: int) -> list[str]:
         total += len(pages[-1])
         if total > max_chars:
             raise TooMuchText(total)
-    drawn = _drawn_pages(data) if pages else set()
-    if drawn:
-        import pdfplumber
-
-        with pdfplumber.open(io.BytesIO(data)) as pdf:
-            for index in sorted(drawn):
-                text = _with_tables(pdf.pages[index])
-                if text is not None:
-                    total += len(text) - len(pages[index])
-                    if total > max_chars:
-                        raise TooMuchText(total)
-                    pages[index] = text
-                pdf.pages[index].close()
+    try:
+        tables = _table_texts(data, deadline) if pages else {}
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - the tables are a bonus: a file pypdf reads keeps pypdf's text
+        tables = {}
+    for index, text in tables.items():
+        total += len(text) - len(pages[index])
+        if total > max_chars:
+            raise TooMuchText(total)
+        pages[index] = text
     return pages
 
 
 def extract(data: bytes, text: Text) -> None:
     """Add the PDF's pages, separated by form feeds, to `text`."""
-    text.add("\f".join(page_texts(data, text.max_chars)))
+    text.add("\f".join(page_texts(data, text.max_chars, text.deadline)))
