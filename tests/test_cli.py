@@ -75,9 +75,9 @@ def test_ingest_own_files_changes_and_failures(cli, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "notes.md").write_text("# Notes\n\n## Parking\n\nVisitors park on level two of the garage.\n")
-    (docs / "table.csv").write_text("a,b\n1,2\n")
+    (docs / "scan.png").write_bytes(b"\x89PNG\r\n\x1a\n not read")
     summary = json.loads(cli(["ingest", str(docs), "--kb", "faq", "--tenant", "acme", "--json"])[1])
-    assert summary["documents_written"] == 1 and summary["failed"][0]["source"] == "table.csv"
+    assert summary["documents_written"] == 1 and summary["failed"][0]["source"] == "scan.png"
     assert "unsupported file type" in summary["failed"][0]["reason"]
     again = json.loads(cli(["ingest", str(docs / "notes.md"), "--kb", "faq", "--tenant", "acme", "--json"])[1])
     assert again["documents_written"] == 0 and again["skipped"] == 1

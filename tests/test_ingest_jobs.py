@@ -321,7 +321,7 @@ def test_cli_ingest_prints_a_progress_line_per_file(tmp_path):
     docs.mkdir()
     (docs / "leave.md").write_bytes(LEAVE)
     (docs / "parking.md").write_bytes(PARKING)
-    (docs / "table.csv").write_text("a,b\n1,2\n")
+    (docs / "scan.png").write_bytes(b"\x89PNG\r\n\x1a\n not read")
     env = {**os.environ, "GATEHOUSE_DATA_DIR": str(tmp_path / "data")}
     done = subprocess.run([sys.executable, "-m", "gatehouse.cli", "ingest", "docs", "--kb", "handbook"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -329,7 +329,7 @@ def test_cli_ingest_prints_a_progress_line_per_file(tmp_path):
     lines = [line for line in done.stderr.splitlines() if line.startswith("[")]
     assert lines[0].startswith("[1/3] docs/leave.md written (") and lines[0].endswith(" chunk)")
     assert lines[1].startswith("[2/3] docs/parking.md written (")
-    assert lines[2].startswith("[3/3] docs/table.csv failed: unsupported file type '.csv'")
+    assert lines[2].startswith("[3/3] docs/scan.png failed: unsupported file type '.png'")
     assert "written: 2 documents" in done.stdout and "failed: 1" in done.stdout
 
 
