@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     ingest = commands.add_parser("ingest", help="ingest files (default: the sample knowledge bases)")
-    ingest.add_argument("paths", nargs="*", help="files or folders (txt, md, html, pdf)")
+    ingest.add_argument("paths", nargs="*", help="files or folders (txt, md, html, pdf, docx, pptx, xlsx, csv, json)")
     ingest.add_argument("--kb", help="knowledge base to ingest into (required with paths)")
     ingest.add_argument("--tenant", help="owning tenant (default: public)")
     ingest.add_argument("--url-base", help="link files whose front matter names no url to <URL>/<path> (or put {path} "
