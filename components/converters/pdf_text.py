@@ -50,14 +50,14 @@ def _with_tables(page) -> str | None:
     for table in sorted(tables, key=lambda found: found.bbox[1]):
         x0, y0, x1, y1 = table.bbox
         if y0 > top:
-            parts.append(page.crop((page.bbox[0], top, page.bbox[2], y0)).extract_text() or "")
+            parts.append(page.crop((page.bbox[0], top, page.bbox[2], y0), strict=False).extract_text() or "")
         rows = [[one_line(cell or "") for cell in row] for row in table.extract()]
         rows = [row for row in rows if any(row)]
         if rows:
             parts.append("\n".join(table_rows(rows[0], rows[1:]) if len(rows) > 1 else table_rows([], rows)))
         top = max(top, y1)
     if top < page.bbox[3]:
-        parts.append(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3])).extract_text() or "")
+        parts.append(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3]), strict=False).extract_text() or "")
     return "\n\n".join(part.strip() for part in parts if part.strip())
 
 
