@@ -255,14 +255,27 @@ class GuardMiddleware:
                 await send_answer(send, error_answer(429, refusal.message,
                                                      [(b"retry-after", str(refusal.retry_after).encode())]))
                 return
+        released = caller is None
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                await self._call_limiter(self.limiter.release, caller)
+
+        async def send_released(message: dict[str, Any]) -> None:
+            # counted out before the answer's end leaves, so the caller's next request never finds this one running
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await release()
+            await send(message)
+
         try:
             if error is not None:
-                await send_answer(send, error)
+                await send_answer(send_released, error)
             else:
-                await self._guarded(scope, receive, send, principal)
+                await self._guarded(scope, receive, send_released, principal)
         finally:
-            if caller is not None:
-                await self._call_limiter(self.limiter.release, caller)
+            await release()
 
     async def _call_limiter(self, method: Any, caller: str) -> Any:
         """`method(caller)`: at once for the in-memory limiter, in a thread for one that asks the database."""
