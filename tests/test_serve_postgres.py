@@ -27,8 +27,9 @@ from server_process import free_port
 from gatehouse.settings import bundled_dir
 
 PIPELINES = bundled_dir() / "pipelines"
-KEYS = {"PG_TEST_ADMIN": "pg-admin-secret", "PG_TEST_ACME": "pg-acme-secret", "PG_TEST_INITECH": "pg-initech-secret"}
-ADMIN, ACME, INITECH = (f"Bearer {secret}" for secret in KEYS.values())
+KEYS = {"PG_TEST_ADMIN": "pg-admin-secret", "PG_TEST_ACME": "pg-acme-secret", "PG_TEST_INITECH": "pg-initech-secret",
+        "PG_TEST_METERED": "pg-metered-secret"}
+ADMIN, ACME, INITECH, METERED = (f"Bearer {secret}" for secret in KEYS.values())
 LEASE_S = 2
 TABLE = "gatehouse_chunks"
 
@@ -38,7 +39,8 @@ def _manifest(path: Path, kinds: tuple[str, ...], **extra) -> Path:
         "pipelines": {kind: {"pipeline": str(PIPELINES / f"{kind}.yml"), "kind": kind} for kind in kinds},
         "auth": {"keys": [{"env": "PG_TEST_ADMIN", "tenants": ["public", "acme", "initech"], "admin": True},
                           {"env": "PG_TEST_ACME", "tenants": ["acme"]},
-                          {"env": "PG_TEST_INITECH", "tenants": ["initech"]}]},
+                          {"env": "PG_TEST_INITECH", "tenants": ["initech"]},
+                          {"env": "PG_TEST_METERED", "tenants": ["acme"], "requests_per_minute": 3}]},
         "mcp": False,
         "limits": {"ingest_workers": 1, "max_queued_jobs": 20, "max_queued_jobs_per_tenant": 20,
                    "ingest_job_lease_s": LEASE_S, "requests_per_minute": 0, "max_concurrent_requests": 0},
@@ -182,6 +184,14 @@ def test_tenants_stay_apart_across_servers(cluster):
         assert "quasar.md" not in _sources(leaked)
         assert _sources(acme_b.post("/retrieve/run", json={"query": "Project Quasar telescope mirror",
                                                             "top_k": 1})) == ["quasar.md"]
+
+
+def test_a_keys_request_rate_is_one_limit_over_every_server(cluster):
+    a, b, c = (cluster["servers"][name] for name in "abc")
+    with a.client(METERED) as on_a, b.client(METERED) as on_b, c.client(METERED) as on_c:
+        statuses = [client.post("/retrieve/run", json={"query": "lockers", "top_k": 1}).status_code
+                    for client in (on_a, on_b, on_c, on_a)]
+    assert statuses == [200, 200, 200, 429]  # 3 a minute in all, not 3 on each server
 
 
 def test_a_job_is_cancelled_through_another_server(cluster):

@@ -24,7 +24,7 @@ import hmac
 import os
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 
@@ -32,6 +32,9 @@ from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.serving.edge import error_answer, non_finite_number, send_answer
 from gatehouse.serving.manifest import Manifest, ManifestError
 from gatehouse.serving.rate_limits import CallerLimits, RateLimiter
+
+if TYPE_CHECKING:
+    from gatehouse.serving.db_rate_limits import DatabaseRateLimiter
 
 OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}
 # Hayhooks' routes that deploy code or show every tenant's requests: an admin key's (absent without keys).
@@ -180,15 +183,20 @@ def _json_body(scope: dict[str, Any]) -> bool:
     return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
 
 
-def rate_limiter(manifest: Manifest) -> RateLimiter:
+def rate_limiter(manifest: Manifest, *, database_url: str | None = None) -> "RateLimiter | DatabaseRateLimiter":
     """The manifest's per-caller limits: `limits.requests_per_minute` and `limits.max_concurrent_requests`, and a
-    key's own where `auth.keys` gives it."""
+    key's own where `auth.keys` gives it; kept in the PostgreSQL database at `database_url` when there is one (shared
+    by every server over it), else in this process."""
     default = CallerLimits(manifest.requests_per_minute, manifest.max_concurrent_requests)
     per_key = {spec.env: CallerLimits(
         default.requests_per_minute if spec.requests_per_minute is None else spec.requests_per_minute,
         default.max_concurrent if spec.max_concurrent_requests is None else spec.max_concurrent_requests,
     ) for spec in manifest.keys}
-    return RateLimiter(default, per_key)
+    if database_url is None:
+        return RateLimiter(default, per_key)
+    from gatehouse.serving.db_rate_limits import DatabaseRateLimiter
+
+    return DatabaseRateLimiter(default, per_key, url=database_url)
 
 
 class GuardMiddleware:
@@ -197,7 +205,8 @@ class GuardMiddleware:
     `Retry-After`), body-size limit, finite numbers in JSON bodies.
     """
 
-    def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int, limiter: RateLimiter | None = None) -> None:
+    def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int,
+                 limiter: "RateLimiter | DatabaseRateLimiter | None" = None) -> None:
         self.app = app
         self.keyring = keyring
         self.max_body_bytes = max_body_bytes
@@ -239,21 +248,40 @@ class GuardMiddleware:
         principal, error = self._check_access(scope)
         caller = self._caller(scope, principal)  # a request without a valid key counts against its address
         if caller is not None:
-            refusal = self.limiter.admit(caller)
+            refusal = await self._call_limiter(self.limiter.admit, caller)
             if refusal is not None:
                 # a client that ignores Retry-After and asks again at once must not keep the server busy refusing it
                 await asyncio.sleep(min(refusal.retry_after, REFUSAL_PAUSE_S))
                 await send_answer(send, error_answer(429, refusal.message,
                                                      [(b"retry-after", str(refusal.retry_after).encode())]))
                 return
+        released = caller is None
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                await self._call_limiter(self.limiter.release, caller)
+
+        async def send_released(message: dict[str, Any]) -> None:
+            # counted out before the answer's end leaves, so the caller's next request never finds this one running
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await release()
+            await send(message)
+
         try:
             if error is not None:
-                await send_answer(send, error)
+                await send_answer(send_released, error)
             else:
-                await self._guarded(scope, receive, send, principal)
+                await self._guarded(scope, receive, send_released, principal)
         finally:
-            if caller is not None:
-                self.limiter.release(caller)
+            await release()
+
+    async def _call_limiter(self, method: Any, caller: str) -> Any:
+        """`method(caller)`: at once for the in-memory limiter, in a thread for one that asks the database."""
+        if isinstance(self.limiter, RateLimiter):
+            return method(caller)
+        return await asyncio.to_thread(method, caller)
 
     def _caller(self, scope: dict[str, Any], principal: Principal | None) -> str | None:
         """Whom the request counts against: its key, else (no keys, or no valid key) the client address; None when not

@@ -4,7 +4,8 @@ Per-caller request limits: a request rate (token bucket) and a cap on requests r
 A caller is an API key (its environment variable's name) or, on a server without keys, the client's address. While
 other callers are busy (a request running, or finished within `ACTIVE_S`), a caller's cap is its share:
 `max_concurrent` divided by the busy callers, at least 1. A request over the rate or over the cap is refused at once (429 with `Retry-After`) instead of queueing for
-a share of the CPU, so one caller flooding the server cannot hold up the others.
+a share of the CPU, so one caller flooding the server cannot hold up the others. These limits are this process's;
+`db_rate_limits.DatabaseRateLimiter` applies the same rule (`decide`) for every server over a PostgreSQL database.
 
 Usage:
 ```python
@@ -51,6 +52,36 @@ class _Caller:
     finished: float = float("-inf")  # when its last request finished
 
 
+def decide(limits: CallerLimits, *, running: int, busy_others: int, tokens: float,
+           elapsed: float) -> tuple[Refusal | None, float]:
+    """
+    The rule of both limiters (this module's and `db_rate_limits`'): whether a caller's next request is admitted.
+
+    :param limits: The caller's limits.
+    :param running: The caller's requests running now.
+    :param busy_others: Other callers busy now (a request running, or one finished within `ACTIVE_S`).
+    :param tokens: The caller's bucket when last updated (a full one is `requests_per_minute`).
+    :param elapsed: Seconds since the bucket was last updated.
+    :returns: The refusal (None when admitted) and the bucket now (refilled; the admitted request's token
+        taken).
+    """
+    rate = limits.requests_per_minute / 60
+    tokens = min(float(limits.requests_per_minute), tokens + elapsed * rate)
+    if limits.max_concurrent:
+        share = max(1, limits.max_concurrent // (busy_others + 1))
+        if running >= share:
+            return Refusal(f"too many requests at once: this caller may run {limits.max_concurrent} at a "
+                           f"time, {share} while {busy_others} other caller(s) are busy "
+                           "(limits.max_concurrent_requests in hayhooks.yml)", 1), tokens
+    if not limits.requests_per_minute:
+        return None, tokens
+    if tokens < 1:
+        return Refusal(f"rate limit reached: this caller may make {limits.requests_per_minute} requests "
+                       "a minute (limits.requests_per_minute in hayhooks.yml)",
+                       max(1, math.ceil((1 - tokens) / rate))), tokens
+    return None, tokens - 1
+
+
 class RateLimiter:
     """
     The limits of every caller, thread-safe. Each caller's bucket holds up to a minute's requests and refills at
@@ -87,25 +118,14 @@ class RateLimiter:
             state = self._callers.get(caller)
             if state is None:
                 state = self._callers[caller] = _Caller(tokens=float(limits.requests_per_minute), updated=now)
-            if limits.max_concurrent:
-                busy = sum(1 for name, other in self._callers.items()
-                           if name != caller and (other.running or now - other.finished < ACTIVE_S))
-                share = max(1, limits.max_concurrent // (busy + 1))
-                if state.running >= share:
-                    return Refusal(f"too many requests at once: this caller may run {limits.max_concurrent} at a "
-                                   f"time, {share} while {busy} other caller(s) are busy "
-                                   "(limits.max_concurrent_requests in hayhooks.yml)", 1)
-            if limits.requests_per_minute:
-                rate = limits.requests_per_minute / 60
-                state.tokens = min(float(limits.requests_per_minute), state.tokens + (now - state.updated) * rate)
-                state.updated = now
-                if state.tokens < 1:
-                    return Refusal(f"rate limit reached: this caller may make {limits.requests_per_minute} requests "
-                                   "a minute (limits.requests_per_minute in hayhooks.yml)",
-                                   max(1, math.ceil((1 - state.tokens) / rate)))
-                state.tokens -= 1
-            state.running += 1
-            return None
+            busy = sum(1 for name, other in self._callers.items()
+                       if name != caller and (other.running or now - other.finished < ACTIVE_S))
+            refusal, state.tokens = decide(limits, running=state.running, busy_others=busy, tokens=state.tokens,
+                                           elapsed=now - state.updated)
+            state.updated = now
+            if refusal is None:
+                state.running += 1
+            return refusal
 
     def _forget_idle(self, now: float) -> None:
         """Drop the callers with nothing running whose bucket has refilled (call with the lock held)."""

@@ -397,7 +397,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
         mount_mcp(app)
     app.include_router(metrics_router())
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
-                       limiter=rate_limiter(manifest))
+                       limiter=rate_limiter(manifest, database_url=shared_database_url(manifest)))
     app.add_middleware(EdgeMiddleware, keyed=keyring.enabled, allowed_hosts=manifest.allowed_hosts,
                        remote=not is_loopback(host), allowed_origins=manifest.cors_allow_origins)
     app.add_middleware(ObservabilityMiddleware)  # outermost: request ids and metrics for refused requests too
@@ -453,33 +453,31 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
         sys.exit(3)
 
 
-def shared_store_configured(manifest: Manifest) -> bool:
+def shared_database_url(manifest: Manifest) -> str | None:
     """
-    Whether the deployed pipelines keep their data in PostgreSQL (`GATEHOUSE_POSTGRES_URL`, or a `postgres: {url}`
-    in a deployed pipeline's YAML), which several server processes may share, upload jobs included.
+    The PostgreSQL database the deployed pipelines keep their data in (the first `postgres: {url}` in a deployed
+    pipeline's YAML, else `GATEHOUSE_POSTGRES_URL`, as the store reads them), which several server processes may share, upload jobs and
+    per-caller limits included; None for the embedded store.
     """
     from gatehouse.settings import postgres_url
 
-    if postgres_url():
-        return True
-
-    def names_database(node: Any) -> bool:
+    def database_of(node: Any) -> str | None:
         if isinstance(node, dict):
             postgres = node.get("postgres")
             if isinstance(postgres, dict) and postgres.get("url"):
-                return True
-            return any(names_database(value) for value in node.values())
+                return str(postgres["url"])
+            return next(filter(None, map(database_of, node.values())), None)
         if isinstance(node, list):
-            return any(names_database(value) for value in node)
-        return False
+            return next(filter(None, map(database_of, node)), None)
+        return None
 
     for deployed in manifest.pipelines.values():
         try:
-            if names_database(yaml.safe_load(deployed.pipeline.read_text(encoding="utf-8"))):
-                return True
+            if url := database_of(yaml.safe_load(deployed.pipeline.read_text(encoding="utf-8"))):
+                return url
         except (OSError, yaml.YAMLError):
             continue
-    return False
+    return postgres_url()
 
 
 def _die_with_parent() -> None:
@@ -500,7 +498,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
     :raises ServeError: When the store is the embedded one (only one process may open it), or the address cannot be
         bound.
     """
-    if not shared_store_configured(manifest):
+    if shared_database_url(manifest) is None:
         raise ServeError(f"processes is {processes}, but the store is the embedded one, which only one process may "
                          "open: set GATEHOUSE_POSTGRES_URL (or postgres: {url} in the pipelines), or run one process")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
