@@ -12,9 +12,13 @@ frequency and `<table>_totals` the number of chunks, their total lengths and the
 write's transaction. A first write fixes the averages; when the true average drifts more than `DRIFT` from one, that
 analysis's weights are re-encoded in the same transaction (as the shard's `rebalance`). A search reads the query
 terms' frequencies and postings only: IDF `ln(1 + (N − df + 0.5) / (df + 0.5))` times the stored weight, summed per
-chunk, so its cost is the postings of the query's terms, not a scan of the chunks. Another table holds one write
-counter per (tenant, kb), moved from a sequence in the same transaction as the chunks it counts, so caches of derived
-data (answer cache, KB profiles) in any process see every write.
+chunk, so its cost is the postings of the query's terms, not a scan of the chunks. Each term's row has a version that
+every change of its postings (and a re-encoding) moves; a process keeps the postings it read per term with their
+version (`_PostingsCache`), reads a term's postings again only when the version it reads with the IDF differs, sums
+the weights itself (in float8, as the database would) and sends the best chunks back for the filters (summed by the
+database, a query's trigrams, some 100,000 postings over 7,000 chunks, took most of a hybrid search's time). Another
+table holds one write counter per (tenant, kb), moved from a sequence in the same transaction as the chunks it
+counts, so caches of derived data (answer cache, KB profiles) in any process see every write.
 
 Hybrid search works on ids and scores (`ranked_ids`: the dense, words and ngrams lists, each on its own connection
 at once; `similarities`; then `documents_by_point` reads only the chunks kept), as on the local shard.
