@@ -942,8 +942,8 @@ class PostgresDocumentStore:
         if gone:
             cursor.execute(sql.SQL(
                 "WITH gone AS (DELETE FROM {postings} WHERE chunk = ANY(%s) RETURNING analysis, term) "
-                "UPDATE {terms} AS d SET df = d.df - g.n, version = d.version + 1 FROM (SELECT analysis, term, count(*) AS n FROM gone "
-                "GROUP BY analysis, term) AS g WHERE d.analysis = g.analysis AND d.term = g.term").format(
+                "UPDATE {terms} AS d SET df = d.df - g.n, version = d.version + 1 FROM (SELECT analysis, term, "
+                "count(*) AS n FROM gone GROUP BY analysis, term) AS g WHERE d.analysis = g.analysis AND d.term = g.term").format(
                     **self._names), ([row[1] for row in gone],))
         if rows:
             self._insert(cursor, rows, averages)
@@ -996,7 +996,8 @@ class PostgresDocumentStore:
                 "RETURNING analysis, term) "
                 "INSERT INTO {terms} AS d (analysis, term, df) SELECT analysis, term, count(*) FROM added "
                 "GROUP BY analysis, term ORDER BY analysis, term "
-                "ON CONFLICT (analysis, term) DO UPDATE SET df = d.df + EXCLUDED.df, version = d.version + 1").format(**self._names), columns)
+                "ON CONFLICT (analysis, term) DO UPDATE SET df = d.df + EXCLUDED.df, version = d.version + 1").format(
+                    **self._names), columns)
 
     @staticmethod
     def _kbs(documents: list[Document]) -> set[tuple[str, str]]:
