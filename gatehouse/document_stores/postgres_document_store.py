@@ -943,8 +943,8 @@ class PostgresDocumentStore:
             cursor.execute(sql.SQL(
                 "WITH gone AS (DELETE FROM {postings} WHERE chunk = ANY(%s) RETURNING analysis, term) "
                 "UPDATE {terms} AS d SET df = d.df - g.n, version = d.version + 1 FROM (SELECT analysis, term, "
-                "count(*) AS n FROM gone GROUP BY analysis, term) AS g WHERE d.analysis = g.analysis AND d.term = g.term").format(
-                    **self._names), ([row[1] for row in gone],))
+                "count(*) AS n FROM gone GROUP BY analysis, term) AS g "
+                "WHERE d.analysis = g.analysis AND d.term = g.term").format(**self._names), ([row[1] for row in gone],))
         if rows:
             self._insert(cursor, rows, averages)
         drifted = [name for name in ANALYSES if count and averages[name] is not None
