@@ -490,10 +490,12 @@ def test_the_postings_cache_keeps_at_most_its_limit():
     lists = {term: (np.arange(3, dtype=np.int64), np.ones(3, dtype=np.float32)) for term in range(3)}
     for term, held in lists.items():
         cache.put(0, term, 7, *held)
-    assert cache.versions(0, [0, 1, 2]) == [None, None, 7]  # the oldest went first: 3 postings left of 9
-    assert cache.get(0, 2, 7) is not None and cache.get(0, 2, 8) is None
+    held = cache.held(0, [0, 1, 2])
+    assert list(held) == [2] and held[2][0] == 7  # the oldest went first: 3 postings left of 9
+    cache.put(0, 2, 8, *lists[0])
+    assert held[2][0] == 7 and cache.held(0, [2])[2][0] == 8  # what a search took stays as it took it
     cache.put(0, 9, 1, np.arange(6, dtype=np.int64), np.ones(6, dtype=np.float32))  # larger than the limit
-    assert cache.versions(0, [2, 9]) == [7, None] and cache._size == 3
+    assert list(cache.held(0, [2, 9])) == [2] and cache._size == 3
 
 
 def test_documents_by_point_keeps_the_order_adds_meta_and_skips_deleted_ids(store):

@@ -169,15 +169,11 @@ class _PostingsCache:
         self._size = 0
         self._lock = threading.Lock()
 
-    def versions(self, analysis: int, terms: list[int]) -> list[int | None]:
-        """The version held of each term's postings (None: not held)."""
+    def held(self, analysis: int, terms: list[int]) -> dict[int, tuple[int, np.ndarray, np.ndarray]]:
+        """The postings held of these terms: term to (version, chunks, weights), taken at once (a search uses these
+        even if another search replaces or drops them meanwhile)."""
         with self._lock:
-            return [self._lists[(analysis, term)][0] if (analysis, term) in self._lists else None for term in terms]
-
-    def get(self, analysis: int, term: int, version: int) -> tuple[np.ndarray, np.ndarray] | None:
-        with self._lock:
-            held = self._lists.get((analysis, term))
-        return held[1:] if held is not None and held[0] == version else None
+            return {term: self._lists[(analysis, term)] for term in terms if (analysis, term) in self._lists}
 
     def put(self, analysis: int, term: int, version: int, chunks: np.ndarray, weights: np.ndarray) -> None:
         with self._lock:
@@ -662,19 +658,21 @@ class PostgresDocumentStore:
         number = ANALYSES.index(analysis)
         cache = self._postings_cache()
         terms = list(counts)
+        held = cache.held(number, terms)
         with self._read("searching") as cursor:
             rows = cursor.execute(sql.SQL(TERMS).format(**self._names), (
-                terms, [float(counts[term]) for term in terms], cache.versions(number, terms), number,
-                number)).fetchall()
+                terms, [float(counts[term]) for term in terms],
+                [held[term][0] if term in held else None for term in terms], number, number)).fetchall()
             chunks, weights = [], []
             for term, idf, version, read_chunks, read_weights in rows:
-                held = cache.get(number, term, version)
-                if held is None:
-                    held = (np.asarray(read_chunks or [], dtype=np.int64),
-                            np.asarray(read_weights or [], dtype=np.float32))
-                    cache.put(number, term, version, *held)
-                chunks.append(held[0])
-                weights.append(held[1].astype(np.float64) * idf)
+                if read_chunks is None and term in held:  # the held version is the stored one
+                    postings = held[term][1:]
+                else:
+                    postings = (np.asarray(read_chunks or [], dtype=np.int64),
+                                np.asarray(read_weights or [], dtype=np.float32))
+                    cache.put(number, term, version, *postings)
+                chunks.append(postings[0])
+                weights.append(postings[1].astype(np.float64) * idf)
             if not chunks:
                 return []
             scored, scores = _sum_per_chunk(np.concatenate(chunks), np.concatenate(weights))
