@@ -141,12 +141,15 @@ CROSS JOIN LATERAL (SELECT array_agg(chunk) AS chunks, array_agg(weight) AS weig
 ORDER BY q.position
 """
 
-#: The best of the scored chunks (`pk`s and scores, best first) that pass the filters ({where}), ties by id in byte
-#: order (as Python orders them), with their group value ({group}) and {similar}: each hit's `SIMILAR` columns.
+#: The best of the scored chunks (`pk`s and scores) that pass the filters ({where}), ties by id in byte order (as
+#: Python orders them), with their group value ({group}) and {similar}: each hit's `SIMILAR` columns. Sorted by score
+#: first, the chunks are read only until `top_k` pass (and the ties of the last).
 HITS = """
 SELECT c.id, c.grp, c.score{similar} FROM (
-    SELECT h.id, h.grp, s.score, h.embedding, h.sentences FROM unnest(%s::bigint[], %s::real[]) AS s(chunk, score)
-    CROSS JOIN LATERAL (SELECT id, {group} AS grp, embedding, sentences FROM {table} WHERE pk = s.chunk{where}) AS h
+    SELECT h.id, h.grp, s.score, h.embedding, h.sentences
+    FROM (SELECT chunk, score FROM unnest(%s::bigint[], %s::real[]) AS s(chunk, score) ORDER BY score DESC) AS s
+    CROSS JOIN LATERAL (SELECT id, {group} AS grp, embedding, sentences FROM {table} WHERE pk = s.chunk{where}
+                        OFFSET 0) AS h
     ORDER BY s.score DESC, h.id COLLATE "C" LIMIT %s) AS c
 ORDER BY c.score DESC, c.id COLLATE "C"
 """
