@@ -147,7 +147,7 @@ ORDER BY q.position
 HITS = """
 SELECT c.id, c.grp, c.score{similar} FROM (
     SELECT h.id, h.grp, s.score, h.embedding, h.sentences
-    FROM (SELECT chunk, score FROM unnest(%s::bigint[], %s::real[]) AS s(chunk, score) ORDER BY score DESC) AS s
+    FROM (SELECT chunk, score FROM unnest(%b::bigint[], %b::real[]) AS s(chunk, score) ORDER BY score DESC) AS s
     CROSS JOIN LATERAL (SELECT id, {group} AS grp, embedding, sentences FROM {table} WHERE pk = s.chunk{where}
                         OFFSET 0) AS h
     ORDER BY s.score DESC, h.id COLLATE "C" LIMIT %s) AS c
