@@ -676,9 +676,11 @@ class PostgresDocumentStore:
                     cache.put(number, term, version, *postings)
                 chunks.append(postings[0])
                 weights.append(postings[1].astype(np.float64) * idf)
-            if not chunks:
+            if not sum(part.size for part in chunks):
                 return []
             scored, scores = _sum_per_chunk(np.concatenate(chunks), np.concatenate(weights))
+            if not scores.size:
+                return []
             order = np.argsort(-scores, kind="stable")
             scored, scores = scored[order], scores[order]
             where: sql.Composable = sql.SQL("")
