@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 
+import numpy as np
 import psycopg
 import pytest
 from haystack import Document
@@ -430,36 +431,71 @@ def test_the_document_frequencies_follow_every_write(store):
         assert cursor.execute(f"SELECT chunks, words, ngrams FROM {store.table}_totals").fetchone() == (0, 0, 0)
 
 
-def test_ranked_ids_in_parts_at_once_match_the_single_searches(store, monkeypatch):
+def test_ranked_ids_match_the_single_searches_and_the_cached_postings_follow_writes(store, tmp_path):
     import gatehouse.document_stores.postgres_document_store as module
 
     texts = [f"Report {n}: key rotation {'and refunds ' * (n % 3)}for team {n % 4}, region {n % 5}."
              for n in range(40)]
-    store.write_documents([chunk(text, doc_id=f"doc{n % 10}", vector=(1.0, n / 40, 0.5))
-                           for n, text in enumerate(texts)])
+    documents = [chunk(text, doc_id=f"doc{n % 10}", vector=(1.0, n / 40, 0.5)) for n, text in enumerate(texts)]
+    # the only chunks of tenant acme score last: its top 2 are found after several rounds of candidates
+    documents += [chunk(f"Minutes {n} of the weekly meeting of the platform group about hiring, budgets, offices, "
+                        "travel, laptops, holidays and the new key.", doc_id=f"acme{n}", tenant="acme", title="Notes")
+                  for n in range(3)]
+    store.write_documents(documents)
     searches = {"dense": "dense", "lexical": "words", "ngrams": "ngrams"}
     filters = {"field": "meta.tenant", "operator": "in", "value": ["public"]}
-    monkeypatch.setitem(module.PARTS, "ngrams", 1)
+    cache = store._postings_cache()
     whole = store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12, group_by="doc_id")
-    for parts in (2, 3, 7):
-        monkeypatch.setitem(module.PARTS, "ngrams", parts)
-        split = store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12, group_by="doc_id")
-        assert [hit[:2] for hit in split["ngrams"]] == [hit[:2] for hit in whole["ngrams"]], parts
-        assert [hit[2] for hit in split["ngrams"]] == pytest.approx([hit[2] for hit in whole["ngrams"]], rel=1e-9)
+    assert cache._size > 0  # the terms' postings are held now
+    again = store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12, group_by="doc_id")
+    assert again == whole  # from the cache: the same hits, the same scores to the bit
     assert [hit[0] for hit in whole["dense"]] == [d.id for d in store.embedding_retrieval([1.0, 0.3, 0.5], filters, 12)]
+    local = EdgeDocumentStore(path=str(tmp_path / "store"), embedding_dim=DIM)
+    local.write_documents(documents)
     for name, analysis in (("lexical", "words"), ("ngrams", "ngrams")):
         expected = store.bm25_retrieval("refunds of key rotaton", filters, 12, analysis=analysis)
         assert [hit[0] for hit in whole[name]] == [d.id for d in expected]
         assert [hit[1] for hit in whole[name]] == [d.meta["doc_id"] for d in expected]
+        acme = {"field": "meta.tenant", "operator": "==", "value": "acme"}
+        found, expected = (_ranked(one, "refunds of key rotaton", analysis, acme) for one in (store, local))
+        assert [i for i, _ in found] == [i for i, _ in expected] and len(found) == 3
+        assert [s for _, s in found] == pytest.approx([s for _, s in expected], rel=1e-5)
+        assert len(store.bm25_retrieval("refunds of key rotaton", acme, 2, analysis=analysis)) == 2
+        every = store.bm25_retrieval("refunds of key rotaton", None, 100, analysis=analysis)
+        assert {d.meta["tenant"] for d in every[-3:]} == {"acme"} and len(every) == 43  # found in the last round
+    local.close()
     assert len(whole["ngrams"]) == 12 and all(hit[2] > 0 for hit in whole["lexical"])
     lists, similar = store.ranked_ids_and_similarities(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters,
                                                        12, group_by="doc_id")
-    assert lists == store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12,
-                                     group_by="doc_id")
+    assert lists == whole
     union = {hit[0] for hits in lists.values() for hit in hits}
     assert similar == pytest.approx(store.similarities([1.0, 0.3, 0.5], list(union)))
+    # the same chunk written again: the same terms and frequencies, a new row; the held postings are stale
+    best = whole["lexical"][0]
+    again = next(doc for doc in documents if doc.id == best[0])
+    store.replace_documents(best[1], [doc for doc in documents if doc.meta["doc_id"] == best[1]])
+    after = store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12, group_by="doc_id")
+    assert after["lexical"] == whole["lexical"] and after["ngrams"] == whole["ngrams"], again.id
+    module._POSTINGS.clear()  # a process that holds nothing reads the same
+    assert store.ranked_ids(searches, [1.0, 0.3, 0.5], "refunds of key rotaton", filters, 12,
+                            group_by="doc_id") == after
     with pytest.raises(ValueError, match="Unknown search 'sparse'"):
         store.ranked_ids({"x": "sparse"}, [1.0, 0.0, 0.0], "key", None, 5)
+
+
+def test_the_postings_cache_keeps_at_most_its_limit():
+    from gatehouse.document_stores.postgres_document_store import _PostingsCache
+
+    cache = _PostingsCache(limit=5)
+    lists = {term: (np.arange(3, dtype=np.int64), np.ones(3, dtype=np.float32)) for term in range(3)}
+    for term, held in lists.items():
+        cache.put(0, term, 7, *held)
+    held = cache.held(0, [0, 1, 2])
+    assert list(held) == [2] and held[2][0] == 7  # the oldest went first: 3 postings left of 9
+    cache.put(0, 2, 8, *lists[0])
+    assert held[2][0] == 7 and cache.held(0, [2])[2][0] == 8  # what a search took stays as it took it
+    cache.put(0, 9, 1, np.arange(6, dtype=np.int64), np.ones(6, dtype=np.float32))  # larger than the limit
+    assert list(cache.held(0, [2, 9])) == [2] and cache._size == 3
 
 
 def test_documents_by_point_keeps_the_order_adds_meta_and_skips_deleted_ids(store):

@@ -12,9 +12,13 @@ frequency and `<table>_totals` the number of chunks, their total lengths and the
 write's transaction. A first write fixes the averages; when the true average drifts more than `DRIFT` from one, that
 analysis's weights are re-encoded in the same transaction (as the shard's `rebalance`). A search reads the query
 terms' frequencies and postings only: IDF `ln(1 + (N − df + 0.5) / (df + 0.5))` times the stored weight, summed per
-chunk, so its cost is the postings of the query's terms, not a scan of the chunks. Another table holds one write
-counter per (tenant, kb), moved from a sequence in the same transaction as the chunks it counts, so caches of derived
-data (answer cache, KB profiles) in any process see every write.
+chunk, so its cost is the postings of the query's terms, not a scan of the chunks. Each term's row has a version that
+every change of its postings (and a re-encoding) moves; a process keeps the postings it read per term with their
+version (`_PostingsCache`), reads a term's postings again only when the version it reads with the IDF differs, sums
+the weights itself (in float8, as the database would) and sends the best chunks back for the filters (summed by the
+database, a query's trigrams, some 100,000 postings over 7,000 chunks, took most of a hybrid search's time). Another
+table holds one write counter per (tenant, kb), moved from a sequence in the same transaction as the chunks it
+counts, so caches of derived data (answer cache, KB profiles) in any process see every write.
 
 Hybrid search works on ids and scores (`ranked_ids`: the dense, words and ngrams lists, each on its own connection
 at once; `similarities`; then `documents_by_point` reads only the chunks kept), as on the local shard.
@@ -76,9 +80,6 @@ FIELD = re.compile(r"content|meta\.[A-Za-z0-9_]+")
 #: The BM25 analysis, as the local shard's defaults (`edge_shard.shard_settings`): the same terms, the same formula.
 ANALYSIS = {"k1": 1.2, "b": 0.75, "stemmer": "english", "stopwords": "en", "char_ngrams": 3}
 MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimensions
-#: Parts a BM25 list is scored in at once (each a range of chunks, on its own connection), per analysis: a query's
-#: trigrams have about ten times the postings of its words (SciFact: 111,000 against 10,000 over 7,126 chunks).
-PARTS = {"words": 1, "ngrams": 2}
 #: A hit's cosine to the query vector (the first parameter) and its best sentence's (the second), for the hybrid
 #: search's best-sentence scores; null without a vector.
 SIMILAR = (", 1 - (c.embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) FROM unnest(c.sentences) AS sentence)")
@@ -123,31 +124,92 @@ def _lsn(text: str | None) -> int:
 
 
 #: The layout of the BM25 tables, kept in the table's settings: a table of another layout is refused, naming it.
-BM25_LAYOUT = "postings"
+#: `versioned`: each term's row carries a version every change of its postings moves (for `_PostingsCache`).
+BM25_LAYOUT = "postings-versioned"
 
-#: The BM25 list of one analysis, ids and scores only: the query's terms (ids, counts) with their document
-#: frequencies and IDF over the whole table (every tenant's chunks, as in the local shard), then each term's postings
-#: (an index-only scan per term: the cost is the postings of the query's terms, never a scan of the chunks), their
-#: weights summed per chunk; then the chunks in score order, the filters ({where}) checked on each until `top_k` pass
-#: (ties by id in byte order, as Python orders them). {chunks} can restrict the chunks to a range of `pk`, so one list
-#: can be scored in parts at once (`PARTS`); {similar} adds each hit's `SIMILAR` columns.
-#: Each step is fixed (materialised, lateral), so the plan does not depend on the table's statistics (none right
-#: after a bulk ingest).
-BM25 = """
-WITH weights AS MATERIALIZED (
-    SELECT d.term, q.count * ln(1.0::float8 + (t.chunks - d.df + 0.5::float8) / (d.df + 0.5::float8)) AS idf
-    FROM unnest(%s::integer[], %s::float8[]) AS q(term, count)
-    JOIN {terms} AS d ON d.analysis = %s AND d.term = q.term AND d.df > 0
-    CROSS JOIN {totals} AS t),
-scored AS MATERIALIZED (
-    SELECT p.chunk, sum(w.idf * p.weight)::real AS score
-    FROM weights AS w
-    CROSS JOIN LATERAL (SELECT chunk, weight FROM {postings} WHERE analysis = %s AND term = w.term{chunks}) AS p
-    GROUP BY p.chunk)
-SELECT c.id, c.grp, s.score{similar} FROM (SELECT chunk, score FROM scored ORDER BY score DESC) AS s
-CROSS JOIN LATERAL (SELECT id, {group} AS grp, embedding, sentences FROM {table} WHERE pk = s.chunk{where}) AS c
-ORDER BY s.score DESC, c.id COLLATE "C" LIMIT %s
+#: The query's terms (ids, counts, the version of their postings the caller holds, or null) with their IDF over the
+#: whole table (every tenant's chunks, as in the local shard) and their version; a term's postings (chunk `pk`s and
+#: weights) only where the caller's version is not the stored one. One statement: one snapshot of terms and postings.
+TERMS = """
+SELECT q.term, q.count * ln(1.0::float8 + (t.chunks - d.df + 0.5::float8) / (d.df + 0.5::float8)), d.version,
+       p.chunks, p.weights
+FROM unnest(%s::integer[], %s::float8[], %s::bigint[]) WITH ORDINALITY AS q(term, count, cached, position)
+JOIN {terms} AS d ON d.analysis = %s AND d.term = q.term AND d.df > 0
+CROSS JOIN {totals} AS t
+CROSS JOIN LATERAL (SELECT array_agg(chunk) AS chunks, array_agg(weight) AS weights FROM {postings}
+                    WHERE analysis = %s AND term = q.term AND d.version IS DISTINCT FROM q.cached) AS p
+ORDER BY q.position
 """
+
+#: The best of the scored chunks (`pk`s and scores) that pass the filters ({where}), ties by id in byte order (as
+#: Python orders them), with their group value ({group}) and {similar}: each hit's `SIMILAR` columns. Sorted by score
+#: first, the chunks are read only until `top_k` pass (and the ties of the last).
+HITS = """
+SELECT c.id, c.grp, c.score{similar} FROM (
+    SELECT h.id, h.grp, s.score, h.embedding, h.sentences
+    FROM (SELECT chunk, score FROM unnest(%b::bigint[], %b::real[]) AS s(chunk, score) ORDER BY score DESC) AS s
+    CROSS JOIN LATERAL (SELECT id, {group} AS grp, embedding, sentences FROM {table} WHERE pk = s.chunk{where}
+                        OFFSET 0) AS h
+    ORDER BY s.score DESC, h.id COLLATE "C" LIMIT %s) AS c
+ORDER BY c.score DESC, c.id COLLATE "C"
+"""
+#: The most postings a process keeps per database table (12 bytes each: ~48 MB); the oldest terms go first.
+CACHED_POSTINGS = 4_000_000
+#: Scored chunks sent to the database per filter round (times `top_k`; doubled until `top_k` pass or none are left).
+CANDIDATES_PER_HIT = 2
+
+
+class _PostingsCache:
+    """
+    The postings (chunk `pk`s, weights) of the terms a process searched, per (analysis, term), with the version of
+    the term's row they were read at: a search reads every query term's version in the statement that reads the
+    postings it lacks, so a cached list is used only while it is still the stored one (exact, across processes).
+    """
+
+    def __init__(self, limit: int = CACHED_POSTINGS) -> None:
+        self.limit = limit
+        self._lists: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray]] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def held(self, analysis: int, terms: list[int]) -> dict[int, tuple[int, np.ndarray, np.ndarray]]:
+        """The postings held of these terms: term to (version, chunks, weights), taken at once (a search uses these
+        even if another search replaces or drops them meanwhile)."""
+        with self._lock:
+            return {term: self._lists[(analysis, term)] for term in terms if (analysis, term) in self._lists}
+
+    def put(self, analysis: int, term: int, version: int, chunks: np.ndarray, weights: np.ndarray) -> None:
+        with self._lock:
+            earlier = self._lists.pop((analysis, term), None)
+            self._size -= 0 if earlier is None else earlier[1].size
+            if chunks.size > self.limit:
+                return
+            self._lists[(analysis, term)] = (version, chunks, weights)
+            self._size += chunks.size
+            while self._size > self.limit:
+                self._size -= self._lists.pop(next(iter(self._lists)))[1].size
+
+
+#: One postings cache per (database URL, table) in the process: every store object of a table shares it.
+_POSTINGS: dict[tuple[str, str], _PostingsCache] = {}
+_POSTINGS_LOCK = threading.Lock()
+
+
+def _sum_per_chunk(chunks: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Each chunk's sum of its weights, added in the order given (in float8, as PostgreSQL's `sum` does), as real.
+
+    :returns: The chunks scoring more than 0 (ascending) and their scores.
+    """
+    low = int(chunks.min())
+    span = int(chunks.max()) - low + 1
+    if span <= 4 * chunks.size + 65_536:  # dense enough: one slot per pk of the range
+        sums = np.bincount(chunks - low, weights=weights, minlength=span).astype(np.float32)
+        keys = np.flatnonzero(sums > 0.0)
+        return keys + low, sums[keys]
+    keys, slots = np.unique(chunks, return_inverse=True)
+    sums = np.bincount(slots, weights=weights, minlength=keys.size).astype(np.float32)
+    return keys[sums > 0.0], sums[sums > 0.0]
 
 
 @dataclass
@@ -452,7 +514,7 @@ class PostgresDocumentStore:
             "CREATE INDEX IF NOT EXISTS {postings_term} ON {postings} (analysis, term, chunk) INCLUDE (weight)",
             "CREATE INDEX IF NOT EXISTS {postings_chunk} ON {postings} (chunk)",
             "CREATE TABLE IF NOT EXISTS {terms} (analysis smallint, term integer, df integer NOT NULL, "
-            "PRIMARY KEY (analysis, term))",
+            "version bigint NOT NULL DEFAULT 0, PRIMARY KEY (analysis, term))",
             "CREATE TABLE IF NOT EXISTS {totals} (singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), "
             "chunks bigint NOT NULL, words bigint NOT NULL, ngrams bigint NOT NULL, words_avg float8, "
             "ngrams_avg float8)",
@@ -579,44 +641,66 @@ class PostgresDocumentStore:
         hits = self.ranked_ids({analysis: analysis}, [], query, filters, top_k)[analysis]
         return self.documents_by_point([(chunk, score, {}) for chunk, _, score in hits])
 
-    def _bm25_statement(self, analysis: str, query: str, filters: dict[str, Any] | None, top_k: int,
-                        group_by: str | None = None, chunks: tuple[int, int] | None = None,
-                        similar_to: np.ndarray | None = None) -> tuple[sql.Composable, tuple[Any, ...]] | None:
-        """The BM25 statement of one list and its parameters; None when the query has no term of `analysis`."""
+    def _bm25_ids(self, analysis: str, query: str, filters: dict[str, Any] | None, top_k: int,
+                  group_by: str | None = None, similar_to: np.ndarray | None = None) -> list[tuple[Any, ...]]:
+        """
+        One BM25 list as `(chunk id, group value, score)`, best first, chunks scoring 0 left out.
+
+        The query terms' IDF and versions are read with the postings this process does not hold at that version
+        (`_PostingsCache`), the weights summed per chunk here, as the database would (in float8, term by term in the
+        query's order, then to real); then the best chunks go back to the database, which keeps those passing the
+        filters (more are sent until `top_k` pass or none are left).
+
+        :param similar_to: A query vector: each hit also carries its cosine to it and its best sentence's.
+        """
         if analysis not in ANALYSES:
             raise ValueError(f"Unknown analysis '{analysis}'. Use one of: {', '.join(ANALYSES)}.")
         counts = self._terms(analysis, query)
         if top_k <= 0 or not counts:
-            return None
-        analysis_number = ANALYSES.index(analysis)
-        where: sql.Composable = sql.SQL("")
-        values: tuple[Any, ...] = ()
-        if filters:
-            clause, values = _convert_filters_to_where_clause_and_params(filters, operator="AND")
-            where = clause
-        group = sql.SQL("meta->>{}").format(sql.Literal(group_by)) if group_by else sql.SQL("NULL")
-        part = sql.SQL(" AND chunk >= %s AND chunk < %s") if chunks else sql.SQL("")
-        similar = sql.SQL(SIMILAR) if similar_to is not None else sql.SQL("")
-        params = (list(counts), [float(count) for count in counts.values()], analysis_number, analysis_number,
-                  *(chunks or ()), *((similar_to, similar_to) if similar_to is not None else ()), *values, top_k)
-        return sql.SQL(BM25).format(where=where, group=group, chunks=part, similar=similar, **self._names), params
-
-    def _bm25_ids(self, analysis: str, query: str, filters: dict[str, Any] | None, top_k: int,
-                  group_by: str | None = None, chunks: tuple[int, int] | None = None,
-                  similar_to: np.ndarray | None = None) -> list[tuple[Any, ...]]:
-        """
-        One BM25 list as `(chunk id, group value, score)`, best first, chunks scoring 0 left out.
-
-        :param chunks: Score only the chunks whose `pk` is in this range (start included, end excluded).
-        :param similar_to: A query vector: each hit also carries its cosine to it and its best sentence's.
-        """
-        statement = self._bm25_statement(analysis, query, filters, top_k, group_by, chunks, similar_to)
-        if statement is None:
             return []
+        number = ANALYSES.index(analysis)
+        cache = self._postings_cache()
+        terms = list(counts)
+        held = cache.held(number, terms)
         with self._read("searching") as cursor:
-            cursor.execute("SET LOCAL enable_memoize = off")  # a cache of each term's postings, read once: no use
-            rows = cursor.execute(*statement).fetchall()
-        return [tuple(row) for row in rows if row[2] > 0.0]
+            rows = cursor.execute(sql.SQL(TERMS).format(**self._names), (
+                terms, [float(counts[term]) for term in terms],
+                [held[term][0] if term in held else None for term in terms], number, number)).fetchall()
+            chunks, weights = [], []
+            for term, idf, version, read_chunks, read_weights in rows:
+                if read_chunks is None and term in held:  # the held version is the stored one
+                    postings = held[term][1:]
+                else:
+                    postings = (np.asarray(read_chunks or [], dtype=np.int64),
+                                np.asarray(read_weights or [], dtype=np.float32))
+                    cache.put(number, term, version, *postings)
+                chunks.append(postings[0])
+                weights.append(postings[1].astype(np.float64) * idf)
+            if not sum(part.size for part in chunks):
+                return []
+            scored, scores = _sum_per_chunk(np.concatenate(chunks), np.concatenate(weights))
+            if not scores.size:
+                return []
+            order = np.argsort(-scores, kind="stable")
+            scored, scores = scored[order], scores[order]
+            where: sql.Composable = sql.SQL("")
+            values: tuple[Any, ...] = ()
+            if filters:
+                clause, values = _convert_filters_to_where_clause_and_params(filters, operator="AND")
+                where = clause  # " AND ..."
+            statement = sql.SQL(HITS).format(
+                where=where, similar=sql.SQL(SIMILAR) if similar_to is not None else sql.SQL(""),
+                group=sql.SQL("meta->>{}").format(sql.Literal(group_by)) if group_by else sql.SQL("NULL"),
+                **self._names)
+            similar = (similar_to, similar_to) if similar_to is not None else ()
+            sent = min(scores.size, CANDIDATES_PER_HIT * top_k)
+            while True:
+                sent += int(np.count_nonzero(scores[sent:] == scores[sent - 1]))  # ties at the edge go together
+                found = cursor.execute(statement, (*similar, scored[:sent].tolist(), scores[:sent].tolist(), *values,
+                                                    top_k)).fetchall()
+                if len(found) >= top_k or sent >= scores.size:
+                    return [tuple(row) for row in found]
+                sent = min(scores.size, 2 * sent)
 
     def _dense_ids(self, query_embedding: list[float], filters: dict[str, Any] | None, top_k: int,
                    group_by: str | None = None, similar: bool = False) -> list[tuple[Any, ...]]:
@@ -675,30 +759,16 @@ class PostgresDocumentStore:
         if unknown:
             raise ValueError(f"Unknown search '{unknown[0]}'. Use dense or one of: {', '.join(ANALYSES)}.")
         similar_to = self._vector(query_embedding) if similar else None
-        tasks: list[tuple[str, str, tuple[int, int] | None]] = []
-        bounds = self._chunk_bounds() if any(PARTS.get(using, 1) > 1 for using in searches.values()) else None
-        for name, using in searches.items():
-            parts = PARTS.get(using, 1) if bounds else 1
-            if parts == 1:
-                tasks.append((name, using, None))
-                continue
-            low, high = bounds
-            edges = [low + (high - low) * part // parts for part in range(parts)] + [high]
-            tasks.extend((name, using, (start, end)) for start, end in zip(edges[:-1], edges[1:], strict=True))
+        tasks = list(searches.items())
 
-        def search(task: tuple[str, str, tuple[int, int] | None]) -> list[tuple[Any, ...]]:
-            _, using, chunks = task
+        def search(task: tuple[str, str]) -> list[tuple[Any, ...]]:
+            using = task[1]
             if using == "dense":
                 return self._dense_ids(query_embedding, filters, top_k, group_by, similar)
-            return self._bm25_ids(using, query, filters, top_k, group_by, chunks, similar_to)
+            return self._bm25_ids(using, query, filters, top_k, group_by, similar_to)
 
         found = [search(task) for task in tasks] if len(tasks) == 1 else list(self._parallel(search, tasks))
-        results: dict[str, list[tuple[Any, ...]]] = {name: [] for name in searches}
-        for (name, _, _), hits in zip(tasks, found, strict=True):
-            results[name].extend(hits)
-        for name in searches:  # a list scored in parts: the parts' best, merged (ties by id, as each part orders them)
-            if sum(task[0] == name for task in tasks) > 1:
-                results[name] = sorted(results[name], key=lambda hit: (-hit[2], hit[0]))[:top_k]
+        results = {name: hits for (name, _), hits in zip(tasks, found, strict=True)}
         similarities = {hit[0]: (hit[3], hit[4]) for hits in results.values() for hit in hits
                         if similar and hit[3] is not None}
         return {name: [hit[:3] for hit in hits] for name, hits in results.items()}, similarities
@@ -707,17 +777,14 @@ class PostgresDocumentStore:
         """`work(item)` for every item at once, each on a thread of this store (with its own connection), in order."""
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=2 + sum(PARTS.values()),
-                                                    thread_name_prefix="gatehouse-pg")
+                self._executor = ThreadPoolExecutor(max_workers=1 + len(ANALYSES), thread_name_prefix="gatehouse-pg")
             executor = self._executor
         return executor.map(work, items)
 
-    def _chunk_bounds(self) -> tuple[int, int] | None:
-        """The range of the chunks' `pk` (first, last + 1), or None without chunks."""
-        query = sql.SQL("SELECT min(pk), max(pk) + 1 FROM {table}").format(**self._names)
-        with self._read("searching") as cursor:
-            low, high = cursor.execute(query).fetchone()
-        return None if low is None else (low, high)
+    def _postings_cache(self) -> _PostingsCache:
+        """The process's cache of this table's postings (`_PostingsCache`), shared by its store objects."""
+        with _POSTINGS_LOCK:
+            return _POSTINGS.setdefault((self._url, self.table), _PostingsCache())
 
     def documents_by_point(self, hits: list[tuple[Any, float, dict[str, Any]]]) -> list[Document]:
         """
@@ -878,9 +945,9 @@ class PostgresDocumentStore:
         if gone:
             cursor.execute(sql.SQL(
                 "WITH gone AS (DELETE FROM {postings} WHERE chunk = ANY(%s) RETURNING analysis, term) "
-                "UPDATE {terms} AS d SET df = d.df - g.n FROM (SELECT analysis, term, count(*) AS n FROM gone "
-                "GROUP BY analysis, term) AS g WHERE d.analysis = g.analysis AND d.term = g.term").format(
-                    **self._names), ([row[1] for row in gone],))
+                "UPDATE {terms} AS d SET df = d.df - g.n, version = d.version + 1 FROM (SELECT analysis, term, "
+                "count(*) AS n FROM gone GROUP BY analysis, term) AS g "
+                "WHERE d.analysis = g.analysis AND d.term = g.term").format(**self._names), ([row[1] for row in gone],))
         if rows:
             self._insert(cursor, rows, averages)
         drifted = [name for name in ANALYSES if count and averages[name] is not None
@@ -894,6 +961,8 @@ class PostgresDocumentStore:
                 "FROM {table} AS c WHERE p.analysis = %s AND c.pk = p.chunk").format(
                     length=sql.Identifier(f"{name}_length"), **self._names),
                 (k1 + 1.0, k1, b, b, averages[name], ANALYSES.index(name)))
+            cursor.execute(sql.SQL("UPDATE {terms} SET version = version + 1 WHERE analysis = %s").format(
+                **self._names), (ANALYSES.index(name),))  # every cached list of the analysis is stale
         cursor.execute(sql.SQL("UPDATE {totals} SET chunks = %s, words = %s, ngrams = %s, words_avg = %s, "
                                "ngrams_avg = %s").format(**self._names),
                        (count, lengths["words"], lengths["ngrams"], averages["words"], averages["ngrams"]))
@@ -930,7 +999,8 @@ class PostgresDocumentStore:
                 "RETURNING analysis, term) "
                 "INSERT INTO {terms} AS d (analysis, term, df) SELECT analysis, term, count(*) FROM added "
                 "GROUP BY analysis, term ORDER BY analysis, term "
-                "ON CONFLICT (analysis, term) DO UPDATE SET df = d.df + EXCLUDED.df").format(**self._names), columns)
+                "ON CONFLICT (analysis, term) DO UPDATE SET df = d.df + EXCLUDED.df, version = d.version + 1").format(
+                    **self._names), columns)
 
     @staticmethod
     def _kbs(documents: list[Document]) -> set[tuple[str, str]]:
