@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from openai import OpenAI
 from server_process import running_server
 
 from gatehouse.settings import bundled_dir
@@ -74,6 +75,12 @@ def server(tmp_path_factory):
             assert response.status_code == 200, response.text
             assert response.json()["result"]["written"] == len(KB_FILES)
             yield client
+
+
+@pytest.fixture(scope="module")
+def openai_client(server):
+    """The official `openai` client on the same server."""
+    return OpenAI(base_url=str(server.base_url.join("/v1")), api_key=KEY)
 
 
 def _replay(client: httpx.Client, path: Path) -> httpx.Response:
@@ -329,3 +336,20 @@ def test_a_background_task_gets_a_reply_open_webui_takes_and_no_injection_alarm(
     path_steps = (body.get("gatehouse") or {}).get("path") or []
     assert not [step for step in path_steps if "injection" in step], path_steps
     assert _injection_alarms(server) == alarms, "the task was counted as a prompt injection"
+
+
+@pytest.mark.parametrize("path", [p for p in _recordings() if _kind(p) in ("chat-stream", "chat")],
+                         ids=lambda p: p.stem)
+def test_the_official_openai_client_reads_the_same_chats_streamed_and_not(server, openai_client, path):
+    """Every line of the stream Open WebUI reads is a chat completion chunk the `openai` client parses."""
+    body = json.loads(path.read_text(encoding="utf-8"))["body"]
+    streamed = _read_stream(_replay(server, path).content) if body.get("stream") else None
+    chunks = list(openai_client.chat.completions.create(**{**body, "stream": True}))
+    assert chunks and all(chunk.choices for chunk in chunks)
+    assert [c.choices[0].finish_reason for c in chunks][-1] == "stop"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks).strip()
+    completion = openai_client.chat.completions.create(**{**body, "stream": False})
+    assert completion.choices[0].finish_reason == "stop"
+    assert text and completion.choices[0].message.content == text
+    if streamed is not None:
+        assert streamed.content == text
