@@ -260,11 +260,12 @@ def _check_sources(message: Message, final: dict[str, Any] | None) -> None:
         assert _plain(sentence) in popup, f"the popup of {ns} does not hold {sentence!r}: {popup[:300]!r}"
         quoted += 1
     assert quoted, f"no cited sentence of {QUOTED_WORDS}+ words in {message.content!r}"
-    if final and final.get("citations"):
-        titles = {c["text"].split(" › ")[0] for c in final["citations"] if c.get("text")}
+    if final and final.get("citations"):  # the response's citations: `text` is `<document title> › <section>`
+        titles = {c.get("chunk_id"): c["text"].split(" › ")[0] for c in final["citations"] if c.get("text")}
         for entry in entries:
             popup = " ".join([entry["source"].get("name") or "", *entry["document"]])
-            assert any(title in popup for title in titles), f"no document title in the popup of {entry['id']!r}"
+            wanted = [titles[entry["id"]]] if entry["id"] in titles else list(titles.values())
+            assert any(title in popup for title in wanted), f"no document title {wanted} in the popup: {popup[:200]!r}"
 
 
 def _injection_alarms(client: httpx.Client) -> float:
@@ -323,7 +324,6 @@ def test_an_answer_not_streamed_shows_its_sources(server, path):
 @pytest.mark.parametrize("path", [p for p in _recordings() if _kind(p) in TASK_KEYS], ids=lambda p: p.stem)
 def test_a_background_task_gets_a_reply_open_webui_takes_and_no_injection_alarm(server, path):
     key, kind = TASK_KEYS[_kind(path)]
-    alarms = _injection_alarms(server)
     response = _replay(server, path)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -335,7 +335,7 @@ def test_a_background_task_gets_a_reply_open_webui_takes_and_no_injection_alarm(
     assert kind is str or all(isinstance(item, str) for item in value)
     path_steps = (body.get("gatehouse") or {}).get("path") or []
     assert not [step for step in path_steps if "injection" in step], path_steps
-    assert _injection_alarms(server) == alarms, "the task was counted as a prompt injection"
+    assert _injection_alarms(server) == 0, "a replayed request was counted as a prompt injection"
 
 
 @pytest.mark.parametrize("path", [p for p in _recordings() if _kind(p) in ("chat-stream", "chat")],
