@@ -51,8 +51,8 @@ def _recordings() -> list[Path]:
 
 
 def _kind(path: Path) -> str:
-    """`streamed-04-chat-stream.json` -> `chat-stream` (see record.py)."""
-    return path.stem.split("-", 2)[2]
+    """`streamed-04-chat-stream.json` -> `chat-stream`: what follows the request's number (see record.py)."""
+    return re.fullmatch(r".+?-\d{2,}-(.+)", path.stem).group(1)
 
 
 @pytest.fixture(scope="module")
