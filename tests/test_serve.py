@@ -321,8 +321,9 @@ def test_openai_client_without_streaming(server):
     completion = client.chat.completions.create(model="ask", messages=[{"role": "user", "content": QUESTION}])
     answer = completion.choices[0].message.content
     citations = completion.model_extra["citations"]
-    assert "[S" in answer
-    assert set(re.findall(r"\[(S\d+)\]", answer)) <= {c["id"] for c in citations}
+    numbers = completion.model_extra["gatehouse"]["source_numbers"]
+    assert "[1]" in answer and "[S" not in answer  # chat numbers the cited passages; `citations` keeps their ids
+    assert {int(n) for n in re.findall(r"\[(\d+)\]", answer)} <= {numbers[c["id"]] for c in citations}
     assert completion.model_extra["gatehouse"]["status"] == "success"
 
 
@@ -339,7 +340,8 @@ def test_openai_client_streams_the_verified_answer_then_the_citations(server):
     assert [c for c in chunks[:-1] if c.choices[0].finish_reason] == []
     citations = final.model_extra["citations"]
     assert final.model_extra["gatehouse"]["status"] == "success"
-    assert set(re.findall(r"\[(S\d+)\]", text)) <= {c["id"] for c in citations}
+    numbers = final.model_extra["gatehouse"]["source_numbers"]
+    assert {int(n) for n in re.findall(r"\[(\d+)\]", text)} <= {numbers[c["id"]] for c in citations}
     assert "24 hours" in text
     whole = client.chat.completions.create(model="ask", messages=messages)
     assert whole.choices[0].message.content == text

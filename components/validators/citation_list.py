@@ -2,7 +2,9 @@
 The structured citations of a verified answer (`state["citations"]`): one entry per passage the answer cites, in
 order of first use. The citation verifier's `citations` settings configure them.
 
-Each entry has the display text "<title> › <section>", a snippet of the passage's body, a URL that names the section
+Each entry has the display text "<title> › <section>", the section alone, a snippet of the passage's body, the
+passage's whole text (what the answer was written from, so a client can show the sentence a marker stands for), a
+URL that names the section
 (`url#section_id`; document-level when there is no section; `url_template#section_id`, by default
 `kb://<kb>/<source>#<section_id>`, when the passage has no URL or its URL is not a safe link), `chunk_id`, `source`,
 `kb` and `confidence` (the best support score of the claims citing it).
@@ -67,7 +69,9 @@ class CitationList:
                 {
                     "id": source_id,
                     "text": normalize_space(plain_text(self._display_text(passage, source_id))),
+                    "section": self._section(passage),
                     "snippet": self._snippet(plain_text(passage.content or "")),
+                    "passage": plain_text(passage.content or "").strip(),
                     "url": citation_url(self.url(passage)) or self._kb_url(passage),
                     "chunk_id": passage.id,
                     "source": source if source is None else plain_text(str(source)),
@@ -95,6 +99,12 @@ class CitationList:
         if section and str(section).strip() and str(section).strip() != str(title).strip():
             return f"{title}{self.settings['text_separator']}{section}"
         return str(title)
+
+    @staticmethod
+    def _section(passage: Document) -> str | None:
+        """The passage's section heading, plain text; None when it has none."""
+        section = normalize_space(plain_text(str((passage.meta or {}).get("section") or "")))
+        return section or None
 
     def _snippet(self, content: str) -> str:
         # Headings repeat the citation's display text, so the snippet starts at the passage's body when it has one.
