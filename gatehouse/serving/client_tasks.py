@@ -36,10 +36,12 @@ from gatehouse.components.printable import printable
 #: The JSON key each task replies with, as Open WebUI's default prompts name it.
 TASK_KEYS = ("title", "tags", "follow_ups", "queries")
 TITLE_CHARS = 50
-_TASK = re.compile(r"\A###\s*Task:[ \t]*\n")
-_OUTPUT = re.compile(r"^###\s*Output:(.*?)(?=^###|\Z)", re.MULTILINE | re.DOTALL)
+#: A longer message is not taken for a task prompt (Open WebUI's hold a few messages of history): it is a question,
+#: and the question's own bound (`max_query_chars`) answers it.
+MAX_TASK_CHARS = 100_000
+_TASK = re.compile(r"###[ \t]*Task:[ \t]*\n")
+_OUTPUT = re.compile(r"^###[ \t]*Output:", re.MULTILINE)
 _KEY = re.compile(r'\{\s*"(' + "|".join(TASK_KEYS) + r')"\s*:')
-_HISTORY = re.compile(r"<chat_history>(.*)</chat_history>\s*\Z", re.DOTALL)
 _TURN = re.compile(r"^(USER|ASSISTANT|SYSTEM): ?", re.MULTILINE)
 
 
@@ -71,17 +73,21 @@ def client_task(turns: list[dict[str, str]]) -> ClientTask | None:
     The Open WebUI task a chat request is, if it is one.
 
     :param turns: The request's user and assistant turns (`role`, `content` as text), system messages left out.
-    :returns: The task, or None for a request that is not a single user message holding a task prompt.
+    :returns: The task, or None for a request that is not a single user message holding a task prompt (of at most
+        `MAX_TASK_CHARS` characters).
     """
-    if len(turns) != 1 or turns[0]["role"] != "user":
+    if len(turns) != 1 or turns[0]["role"] != "user" or len(turns[0]["content"]) > MAX_TASK_CHARS:
         return None
     prompt = turns[0]["content"].strip()
-    output = _OUTPUT.search(prompt)
-    key = _KEY.search(output.group(1)) if output else None
-    history = _HISTORY.search(prompt)
-    if not (_TASK.match(prompt) and key and history):
+    opens, closes = prompt.find("<chat_history>"), prompt.rfind("</chat_history>")
+    if not _TASK.match(prompt) or opens < 0 or closes < opens or prompt[closes:] != "</chat_history>":
         return None
-    return ClientTask(kind=key.group(1), history=_turns(history.group(1)))
+    output = _OUTPUT.search(prompt, 0, opens)
+    section_end = prompt.find("\n###", output.end(), opens) if output else -1
+    key = _KEY.search(prompt, output.end(), section_end if section_end >= 0 else opens) if output else None
+    if key is None:
+        return None
+    return ClientTask(kind=key.group(1), history=_turns(prompt[opens + len("<chat_history>"):closes]))
 
 
 def _turns(history: str) -> list[tuple[str, str]]:
