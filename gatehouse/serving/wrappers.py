@@ -98,16 +98,19 @@ class Turn(TypedDict):
 
 
 class Citation(TypedDict):
-    """A passage the answer cites as `[id]`."""
+    """A passage the answer cites as `[id]`: its title and section (`text`), the section alone, the start of its body
+    (`snippet`) and its whole text (`passage`)."""
 
     id: str
     text: str
+    section: str | None
     url: str | None
     chunk_id: str
     source: str | None
     kb: str | None
     confidence: float | None
     snippet: str
+    passage: str | None  # None in an answer cached before passages were kept
 
 
 class Validation(TypedDict):
