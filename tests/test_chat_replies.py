@@ -52,7 +52,7 @@ def citation(number: int, *, title: str, section: str | None, chunk: str | None 
     return {"id": f"S{number}", "text": f"{title} › {section}" if section else title, "section": section,
             "url": f"https://docs.example.com/keys#s{number}", "chunk_id": chunk or f"chunk-{number}",
             "source": "keys.md", "kb": "docs", "confidence": 1.0, "snippet": "Open API keys…",
-            "passage": f"Passage {number}: open API keys and choose Rotate. The old key works for 24 hours."}
+            "quote": f"Passage {number}: open API keys and choose Rotate. The old key works for 24 hours."}
 
 
 KEYS = "Creating, rotating and revoking API keys"
@@ -60,11 +60,12 @@ KEYS = "Creating, rotating and revoking API keys"
 
 def test_chip_names_are_the_sections_short_and_distinct():
     sources = ChatSources()
-    added = sources.add([citation(3, title=KEYS, section="Rotate an API key"),
-                         citation(1, title=KEYS, section="Create an API key"),
-                         citation(2, title="Billing", section="Create an API key"),
-                         citation(4, title=KEYS, section="What happens to requests signed with a revoked key"),
-                         citation(5, title="Glossary", section=None)])
+    sources.number([citation(3, title=KEYS, section="Rotate an API key"),
+                    citation(1, title=KEYS, section="Create an API key"),
+                    citation(2, title="Billing", section="Create an API key"),
+                    citation(4, title=KEYS, section="What happens to requests signed with a revoked key"),
+                    citation(5, title="Glossary", section=None)])
+    added = sources.describe()
     names = [s["metadata"][0]["name"] for s in added]
     assert names == ["Rotate an API key", "Create an API key", "Create an API key (2)", "What happens to requests…",
                      "Glossary"]
@@ -76,8 +77,10 @@ def test_chip_names_are_the_sections_short_and_distinct():
     assert sources.renumber("Rotate it [S3]. Create one [S1, S2]. [S9]") == "Rotate it [1]. Create one [2, 3]."
 
 
-def test_the_popup_shows_the_document_title_and_the_whole_passage():
-    (source,) = ChatSources().add([citation(1, title=KEYS, section="Rotate an API key")])
+def test_the_popup_shows_the_document_title_and_the_quote():
+    sources = ChatSources()
+    sources.number([citation(1, title=KEYS, section="Rotate an API key")])
+    (source,) = sources.describe()
     assert source["document"] == [f"{KEYS} › Rotate an API key\n\nPassage 1: open API keys and choose Rotate. "
                                    "The old key works for 24 hours."]
     assert source["source"]["url"] == source["metadata"][0]["source_url"] == "https://docs.example.com/keys#s1"
@@ -85,10 +88,21 @@ def test_the_popup_shows_the_document_title_and_the_whole_passage():
 
 
 def test_a_passage_cited_twice_under_two_ids_stays_two_sources():
-    added = ChatSources().add([citation(1, title=KEYS, section="Rotate", chunk="c"),
-                               citation(2, title=KEYS, section="Rotate", chunk="c")])
+    sources = ChatSources()
+    sources.number([citation(1, title=KEYS, section="Rotate", chunk="c"),
+                    citation(2, title=KEYS, section="Rotate", chunk="c")])
+    added = sources.describe()
     assert [s["metadata"][0]["source"] for s in added] == ["c", "c#S2"]
     assert [s["metadata"][0]["name"] for s in added] == ["Rotate", "Rotate (2)"]
+
+
+def test_a_later_citation_of_a_passage_replaces_the_earlier_one_and_keeps_its_number():
+    sources = ChatSources()
+    sources.number([citation(2, title=KEYS, section="Rotate")])
+    final = {**citation(2, title=KEYS, section="Rotate"), "quote": "Both units the answer stands on."}
+    sources.number([citation(1, title=KEYS, section="Expiry"), final])
+    assert sources.numbers == {"S2": 1, "S1": 2}
+    assert sources.describe()[0]["document"] == [f"{KEYS} › Rotate\n\nBoth units the answer stands on."]
 
 
 def test_chip_name_cuts_at_a_word():

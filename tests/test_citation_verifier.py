@@ -227,7 +227,8 @@ def test_run_citations_urls_name_the_section(verifier):
     assert rotate["snippet"].startswith("API keys should be rotated")
     assert len(rotate["snippet"]) <= 201
     assert "#" not in rotate["snippet"]
-    assert rotate["passage"] == ROTATE.content.strip()  # the whole passage: every sentence a marker stands for
+    # the quote is the unit each citing sentence stands on, whole; not the rest of the passage
+    assert rotate["quote"] == VERBATIM_1 and refunds["quote"] == VERBATIM_2
 
 
 def test_run_document_level_url_without_section(verifier):
@@ -278,10 +279,10 @@ def test_run_citations_carry_safe_urls_and_plain_text(verifier):
     citation = out["citations"][0]
     assert citation["url"] == "kb://docs/refunds.md#policy"  # the unsafe page URL is replaced by the KB link
     assert "dropped_unsafe_url:S1" in out["validation"]["guardrail_actions"]
-    for field in ("text", "section", "snippet", "passage", "source"):
+    for field in ("text", "section", "snippet", "quote", "source"):
         assert not any(mark in citation[field] for mark in ("<", "javascript", "\x1b", "\u202e")), citation[field]
     assert citation["text"] == "Refunds › Policy" and citation["section"] == "Policy"
-    assert " ".join(citation["passage"].split()) == "Refunds are issued within 14 days. more"
+    assert citation["quote"] == "Refunds are issued within 14 days."
     assert citation["snippet"].startswith("Refunds are issued within 14 days. more")
     for url in ("https://docs.example.com/a", "/relative/page", "kb://docs/a.md"):
         out = verify(verifier, "Refunds are issued within 14 days. [S1]", passages=[passage(

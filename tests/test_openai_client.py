@@ -96,10 +96,11 @@ def _check_sources(text: str, sources: list[dict], citations: list[dict], number
     for number, source in enumerate(sources, start=1):
         cited = by_number[number]
         assert source["metadata"][0]["name"].removesuffix("…") in (cited["section"] or cited["text"])
-        assert source["document"] == [f"{cited['text']}\n\n{cited['passage']}"]
+        assert source["document"] == [f"{cited['text']}\n\n{cited['quote']}"]
 
 
 def test_not_streamed_the_answer_numbers_its_sources(client):
+    assert [model.id for model in client.models.list().data] == ["ask"]
     completion = client.chat.completions.create(model="ask", messages=[{"role": "user", "content": QUESTION}])
     text = completion.choices[0].message.content
     extra = completion.model_extra
@@ -118,9 +119,10 @@ def test_streamed_every_chunk_is_a_chunk_and_the_stream_ends_with_done(client):
     assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
     assert len(lines) == len(chunks) + 1
     sources = _sources(chunks)
-    first_source = next(i for i, c in enumerate(chunks) if (c.model_extra or {}).get("event"))
-    first_marker = next(i for i, c in enumerate(chunks) if re.search(r"\[\d", c.choices[0].delta.content or ""))
-    assert first_source < first_marker
+    # the sources come when the answer is complete: after its text, before the final chunk
+    events = [i for i, c in enumerate(chunks) if (c.model_extra or {}).get("event")]
+    last_text = max(i for i, c in enumerate(chunks) if c.choices[0].delta.content)
+    assert events == list(range(len(chunks) - 1 - len(sources), len(chunks) - 1)) and last_text < events[0]
     assert final.model_extra["gatehouse"]["status"] == "success" and "24 hours" in text
     _check_sources(text, sources, final.model_extra["citations"], final.model_extra["gatehouse"]["source_numbers"])
     whole = client.chat.completions.create(model="ask", messages=FOLLOW_UP)

@@ -8,7 +8,7 @@ from gatehouse.components.state import VALIDATION_KEYS, advance, new_state, with
 CITATION = {
     "id": "S1", "text": "API keys › Rotate", "section": "Rotate", "url": "https://docs.example.com/api-keys#rotate",
     "chunk_id": "c1", "source": "api-keys.md", "kb": "faq", "confidence": 0.8, "snippet": "Rotate keys...",
-    "passage": "Rotate keys every 90 days.", "extra": "dropped",
+    "quote": "Rotate keys every 90 days.", "extra": "dropped",
 }
 
 

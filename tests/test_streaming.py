@@ -217,15 +217,18 @@ def test_open_webui_sources_are_events_it_reads_and_markers_it_links(server):
     assert numbers == {cited["id"]: 1}
     # The chip is the section, whole; the popup shows the document's title and section, then the whole passage.
     assert sources[0]["metadata"][0]["name"] == cited["section"] == "Revoke an API key"
-    assert sources[0]["document"] == [f"{cited['text']}\n\n{cited['passage']}"]
-    assert "Revoking is immediate" in cited["passage"]
+    assert sources[0]["document"] == [f"{cited['text']}\n\n{cited['quote']}"]
+    # the units the two sentences stand on, whole, and nothing else of the section
+    assert cited["quote"].startswith("Revoking is immediate and permanent.") and "HTTP 401" in cited["quote"]
+    assert "Corvio Gateway" not in cited["quote"]
     assert sources[0]["metadata"][0]["source_url"] == cited["url"] == "https://docs.corvio.example/faq/api-keys#revoke-an-api-key"
-    # The source event comes before the first text that cites it, in an ordinary chunk (every line has a choice);
-    # the text carries `[1]`, never `[S#]`.
+    # The source event comes once the answer is complete, before the final chunk, in an ordinary chunk (every line
+    # has a choice); the text carries `[1]`, never `[S#]`.
     assert all(e["choices"][0]["delta"]["content"] is not None for _, e in events)
-    first_text = next(i for i, (_, e) in enumerate(events) if e["choices"][0]["delta"]["content"])
-    first_source = next(i for i, (_, e) in enumerate(events) if "event" in e)
-    assert first_source < first_text and events[first_source][1]["choices"][0]["delta"]["content"] == ""
+    last_text = max(i for i, (_, e) in enumerate(events) if e["choices"][0]["delta"]["content"])
+    source_at = [i for i, (_, e) in enumerate(events) if "event" in e]
+    assert source_at == [len(events) - 2] and last_text < source_at[0]
+    assert events[source_at[0]][1]["choices"][0]["delta"]["content"] == ""
     assert re.findall(r"\[[^\]]*\]", content) == ["[1]", "[1]"] and "[S" not in content
     assert content == _rest(server, "kept")["answer"].replace(f"[{cited['id']}]", "[1]")
     # Not streamed: the same text and the same sources, in the top-level `sources` Open WebUI reads then.

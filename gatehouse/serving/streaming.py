@@ -15,10 +15,11 @@ in word-sized pieces: its time to the first token is the pipeline's latency.
 
 Sources (`ChatSources`): in a chat answer, streamed or not, the cited passages are numbered 1, 2, ... in order of
 first use and `[S#]` markers are written `[n]`, which is how Open WebUI links inline markers to its list of sources.
-A streamed answer announces each passage with an Open WebUI `source` event in the `event` field of an ordinary
-chat.completion.chunk (empty content) sent before the text that first cites it, so OpenAI clients read every line as
-a chunk; a non-streamed answer lists them in a top-level `sources` field, which Open WebUI reads from a reply that
-does not stream. `gatehouse.source_numbers` maps the ids to the numbers (`{"S2": 1}`).
+A streamed answer announces each passage, once the answer is complete (its citation, quote included, is then final),
+with an Open WebUI `source` event in the `event` field of an ordinary chat.completion.chunk (empty content) sent
+before the final chunk, so OpenAI clients read every line as a chunk; a non-streamed answer lists them in a
+top-level `sources` field, which Open WebUI reads from a reply that does not stream. `gatehouse.source_numbers` maps
+the ids to the numbers (`{"S2": 1}`).
 
 Usage (what `AskWrapper.run_chat_completion` does):
 ```python
@@ -130,69 +131,76 @@ def chip_name(text: str, limit: int = CHIP_CHARS) -> str:
 
 class ChatSources:
     """
-    Numbers the cited passages 1, 2, ... in order of first use, describes each as an Open WebUI source, and writes
-    `[S#]` markers as `[n]`.
+    Numbers the cited passages 1, 2, ... in order of first use, writes `[S#]` markers as `[n]`, and describes each
+    numbered passage as an Open WebUI source.
 
     Open WebUI keeps a message's sources in the order they arrive and links an inline `[n]` to the n-th; it merges
     sources that share `metadata[0].source` (its list of sources) or `metadata[0].name` (the inline chips), so both
     are unique. The name is the passage's section (its document's title when it has none), short enough to show whole
     on a chip (`chip_name`) and made distinct with ` (2)`, ` (3)`; the citation popup, which Open WebUI titles with
-    the same name, shows the document's title and section and then the whole cited passage.
+    the same name, shows the document's title and section and then the quote: the units of the passage the answer
+    stands on. A passage's citation is the last one `number` saw for it: a streamed answer's final citations quote
+    what every sentence citing it stands on.
 
     Usage:
     ```python
     sources = ChatSources()
-    added = sources.add(response["citations"])      # one Open WebUI source per passage not numbered yet
+    sources.number(response["citations"])
     text = sources.renumber("Keys expire after 90 days. [S2]")   # "... [1]"
+    sources.describe()                                         # one Open WebUI source per number, in order
     ```
     """
 
     def __init__(self) -> None:
         self.numbers: dict[str, int] = {}
-        self.sources: list[dict[str, Any]] = []
-        self._names: set[str] = set()
-        self._keys: set[str] = set()
+        self.citations: dict[str, dict[str, Any]] = {}
 
-    def add(self, citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def number(self, citations: list[dict[str, Any]]) -> None:
         """
-        Number the citations not numbered yet.
+        Number the citations not numbered yet, and keep each one as the latest of its id.
 
-        :param citations: Citations of the response contract (`id`, `text`, `section`, `url`, `chunk_id`, `passage`,
+        :param citations: Citations of the response contract (`id`, `text`, `section`, `url`, `chunk_id`, `quote`,
             `snippet`).
-        :returns: One Open WebUI source (`source`, `document`, `metadata`) per newly numbered citation.
         """
-        added = []
         for citation in citations:
-            if citation["id"] in self.numbers:
-                continue
-            self.numbers[citation["id"]] = len(self.numbers) + 1
-            title = str(citation.get("text") or citation["id"])
-            name = self._name(str(citation.get("section") or title))
-            key = str(citation.get("chunk_id") or citation["id"])
-            key = f"{key}#{citation['id']}" if key in self._keys else key
-            self._keys.add(key)
+            self.numbers.setdefault(citation["id"], len(self.numbers) + 1)
+            self.citations[citation["id"]] = citation
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The Open WebUI sources (`source`, `document`, `metadata`) of the numbered citations, in number order."""
+        sources: list[dict[str, Any]] = []
+        names: set[str] = set()
+        keys: set[str] = set()
+        for source_id in sorted(self.numbers, key=self.numbers.__getitem__):
+            citation = self.citations[source_id]
+            title = str(citation.get("text") or source_id)
+            name = _distinct(str(citation.get("section") or title), names)
+            key = str(citation.get("chunk_id") or source_id)
+            key = f"{key}#{source_id}" if key in keys else key
+            keys.add(key)
             url = str(citation.get("url") or "")
             metadata: dict[str, Any] = {"source": key, "name": name}
             source: dict[str, Any] = {"id": key, "name": name}
             if _HTTP_URL.match(url):
                 metadata["source_url"] = source["url"] = url
-            passage = str(citation.get("passage") or citation.get("snippet") or "")
-            added.append({"source": source, "document": [f"{title}\n\n{passage}".strip()], "metadata": [metadata]})
-        self.sources += added
-        return added
-
-    def _name(self, text: str) -> str:
-        name, copy = chip_name(text), 1
-        while name in self._names:
-            copy += 1
-            suffix = f" ({copy})"
-            name = chip_name(text, CHIP_CHARS - len(suffix)) + suffix
-        self._names.add(name)
-        return name
+            quote = str(citation.get("quote") or citation.get("snippet") or "")
+            sources.append({"source": source, "document": [f"{title}\n\n{quote}".strip()], "metadata": [metadata]})
+        return sources
 
     def renumber(self, text: str) -> str:
-        """The text with its `[S#]` markers written as the numbers of `add` (`[S2, S5]` -> `[1, 2]`)."""
+        """The text with its `[S#]` markers written as the numbers of `number` (`[S2, S5]` -> `[1, 2]`)."""
         return rewrite_markers(text, lambda ids: [str(self.numbers[i]) for i in ids if i in self.numbers])
+
+
+def _distinct(text: str, names: set[str]) -> str:
+    """The chip name of `text`, with ` (2)`, ` (3)` when `names` holds it already; added to `names`."""
+    name, copy = chip_name(text), 1
+    while name in names:
+        copy += 1
+        suffix = f" ({copy})"
+        name = chip_name(text, CHIP_CHARS - len(suffix)) + suffix
+    names.add(name)
+    return name
 
 
 def chat_completion(response: dict[str, Any], *, completion_id: str, model: str) -> ChatCompletion:
@@ -206,13 +214,13 @@ def chat_completion(response: dict[str, Any], *, completion_id: str, model: str)
     :param model: The model name the client asked for.
     """
     sources = ChatSources()
-    sources.add(response["citations"])
+    sources.number(response["citations"])
     extras = {key: response[key] for key in ("status", "error_message", "metadata", "validation", "path")}
     return ChatCompletion(
         id=completion_id, object="chat.completion", created=int(time.time()), model=model,
         choices=[Choice(index=0, message=Message(role="assistant", content=sources.renumber(response["answer"])),
                         finish_reason="stop")],
-        citations=response["citations"], sources=sources.sources,
+        citations=response["citations"], sources=sources.describe(),
         gatehouse={**extras, "source_numbers": dict(sources.numbers)},
     )
 
@@ -264,8 +272,7 @@ def _chunks(event: Any, events: queue.SimpleQueue, sentences: StreamedSentences,
         )
 
     def send(text: str, citations: list[dict[str, Any]], *, in_pieces: bool = False) -> Iterator[Any]:
-        for source in sources.add(citations):
-            yield chunk("", event={"type": "source", "data": source})
+        sources.number(citations)
         text = sources.renumber(text)  # before splitting: a marker may hold a space ("[S1, S2]")
         for piece in STREAM_PIECE.findall(text) if in_pieces else [text]:
             yield chunk(piece)
@@ -298,6 +305,9 @@ def _chunks(event: Any, events: queue.SimpleQueue, sentences: StreamedSentences,
         "answer_ms": round(answered_ms, 1),
         "answer_differs": differs,
     }
+    sources.number(response["citations"])  # the final citations: their quotes cover every sentence citing them
+    for source in sources.describe():
+        yield chunk("", event={"type": "source", "data": source})
     extras = {key: response[key] for key in ("status", "error_message", "metadata", "path")}
     yield chunk("", finish_reason="stop", citations=response["citations"],
                 gatehouse={**extras, "validation": validation, "stream": stream,

@@ -99,7 +99,7 @@ class Turn(TypedDict):
 
 class Citation(TypedDict):
     """A passage the answer cites as `[id]`: its title and section (`text`), the section alone, the start of its body
-    (`snippet`) and its whole text (`passage`)."""
+    (`snippet`) and the units of it the answer stands on (`quote`)."""
 
     id: str
     text: str
@@ -110,7 +110,7 @@ class Citation(TypedDict):
     kb: str | None
     confidence: float | None
     snippet: str
-    passage: str | None  # None in an answer cached before passages were kept
+    quote: str | None  # None in an answer cached before quotes were kept
 
 
 class Validation(TypedDict):
