@@ -280,5 +280,8 @@ def test_a_real_model_streams_only_verified_text(server, tmp_path):
     for removed in gatehouse["validation"]["unsupported_sentences"]:  # what the verifier removed was never sent
         assert removed not in text
     if not stream["answer_differs"]:
-        assert set(re.findall(r"\[(S\d+)\]", text)) <= {c["id"] for c in final["citations"]}
+        numbers = gatehouse["source_numbers"]
+        assert "[S" not in text and set(numbers) == {c["id"] for c in final["citations"]}
+        assert {int(n) for group in re.findall(r"\[(\d+(?:, \d+)*)\]", text) for n in group.split(", ")} <= set(
+            numbers.values())
     print(f"\nSmolLM2: {stream}, status {gatehouse['status']}, text {text!r}")
