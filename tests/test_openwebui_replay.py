@@ -1,9 +1,10 @@
 """
 Open WebUI as a client that cannot drift: the requests a real Open WebUI 0.12.4 sent to Gatehouse (recorded by
 `tests/fixtures/openwebui/record.py`: a first question with the title, tags and follow-up prompts it sends around the
-answer, a follow-up question with its history, streamed and with "Stream Chat Response" off) are replayed against a
-real `gatehouse serve` with the shipped manifest's defaults and an API key, and each reply is read the way Open WebUI
-0.12.4 reads it:
+answer, a follow-up question with its history, streamed and with "Stream Chat Response" off; once against the server
+before it gave Open WebUI sources, whose answers in the histories carry `[S#]` markers, once after, `sources-*`, whose
+answers carry `[n]`) are replayed against a real `gatehouse serve` with the shipped manifest's defaults and an API
+key, and each reply is read the way Open WebUI 0.12.4 reads it:
 
 - a streamed reply line by line as `open_webui/utils/middleware.py` does (`streaming_chat_response_handler`, fed by
   `utils/session_pool.py`'s `stream_chunks_handler`): `data:` lines of JSON, `event` objects passed to the event
