@@ -218,7 +218,7 @@ def test_run_citations_urls_name_the_section(verifier):
     refunds, rotate = citations
     assert refunds["url"] == "https://docs.example.com/billing/refunds#refunds"  # already anchored, kept
     assert rotate["url"] == "https://docs.example.com/security/api-keys#rotating-a-key"  # anchor appended
-    assert rotate["text"] == "API keys › Rotating a key"
+    assert rotate["text"] == "API keys › Rotating a key" and rotate["section"] == "Rotating a key"
     assert refunds["text"] == "Refunds"  # section equal to title is not repeated
     assert rotate["chunk_id"] == ROTATE.id
     assert rotate["source"] == "security/api-keys.md"
@@ -227,6 +227,8 @@ def test_run_citations_urls_name_the_section(verifier):
     assert rotate["snippet"].startswith("API keys should be rotated")
     assert len(rotate["snippet"]) <= 201
     assert "#" not in rotate["snippet"]
+    # the quote is the unit each citing sentence stands on, whole; not the rest of the passage
+    assert rotate["quote"] == VERBATIM_1 and refunds["quote"] == VERBATIM_2
 
 
 def test_run_document_level_url_without_section(verifier):
@@ -242,7 +244,7 @@ def test_run_document_level_url_without_section(verifier):
     out = verify(verifier, "The status page lists incidents of the last 90 days. [S1]", passages=[whole_doc])
     citation = out["citations"][0]
     assert citation["url"] == "https://docs.example.com/ops/status"
-    assert citation["text"] == "Status page"
+    assert citation["text"] == "Status page" and citation["section"] is None
 
 
 def test_run_kb_url_fallback(verifier):
@@ -277,9 +279,10 @@ def test_run_citations_carry_safe_urls_and_plain_text(verifier):
     citation = out["citations"][0]
     assert citation["url"] == "kb://docs/refunds.md#policy"  # the unsafe page URL is replaced by the KB link
     assert "dropped_unsafe_url:S1" in out["validation"]["guardrail_actions"]
-    for field in ("text", "snippet", "source"):
+    for field in ("text", "section", "snippet", "quote", "source"):
         assert not any(mark in citation[field] for mark in ("<", "javascript", "\x1b", "\u202e")), citation[field]
-    assert citation["text"] == "Refunds › Policy"
+    assert citation["text"] == "Refunds › Policy" and citation["section"] == "Policy"
+    assert citation["quote"] == "Refunds are issued within 14 days."
     assert citation["snippet"].startswith("Refunds are issued within 14 days. more")
     for url in ("https://docs.example.com/a", "/relative/page", "kb://docs/a.md"):
         out = verify(verifier, "Refunds are issued within 14 days. [S1]", passages=[passage(

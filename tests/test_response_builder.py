@@ -6,8 +6,9 @@ from gatehouse.components.builders.response_builder import ResponseBuilder
 from gatehouse.components.state import VALIDATION_KEYS, advance, new_state, with_validation
 
 CITATION = {
-    "id": "S1", "text": "API keys", "url": "https://docs.example.com/api-keys#rotate", "chunk_id": "c1",
-    "source": "api-keys.md", "kb": "faq", "confidence": 0.8, "snippet": "Rotate keys...", "extra": "dropped",
+    "id": "S1", "text": "API keys › Rotate", "section": "Rotate", "url": "https://docs.example.com/api-keys#rotate",
+    "chunk_id": "c1", "source": "api-keys.md", "kb": "faq", "confidence": 0.8, "snippet": "Rotate keys...",
+    "quote": "Rotate keys every 90 days.", "extra": "dropped",
 }
 
 

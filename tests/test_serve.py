@@ -315,36 +315,6 @@ def test_an_upload_in_an_8_bit_encoding_is_decoded(admin):
     assert found.json()["result"]["documents"][0]["content"] == text.strip()
 
 
-def test_openai_client_without_streaming(server):
-    client = OpenAI(base_url=f"{server['url']}/v1", api_key=ADMIN_KEY)
-    assert "ask" in [model.id for model in client.models.list().data]
-    completion = client.chat.completions.create(model="ask", messages=[{"role": "user", "content": QUESTION}])
-    answer = completion.choices[0].message.content
-    citations = completion.model_extra["citations"]
-    assert "[S" in answer
-    assert set(re.findall(r"\[(S\d+)\]", answer)) <= {c["id"] for c in citations}
-    assert completion.model_extra["gatehouse"]["status"] == "success"
-
-
-def test_openai_client_streams_the_verified_answer_then_the_citations(server):
-    client = OpenAI(base_url=f"{server['url']}/v1", api_key=ADMIN_KEY)
-    messages = [{"role": "user", "content": "How do I rotate an API key?"},
-                {"role": "assistant", "content": "Open API keys and choose Rotate. [S1]"},
-                {"role": "user", "content": "What grace periods can I pick for the old key?"}]
-    chunks = list(client.chat.completions.create(model="ask", messages=messages, stream=True))
-    text = "".join(c.choices[0].delta.content or "" for c in chunks)
-    final = chunks[-1]
-    assert len(chunks) > 3
-    assert final.choices[0].finish_reason == "stop"
-    assert [c for c in chunks[:-1] if c.choices[0].finish_reason] == []
-    citations = final.model_extra["citations"]
-    assert final.model_extra["gatehouse"]["status"] == "success"
-    assert set(re.findall(r"\[(S\d+)\]", text)) <= {c["id"] for c in citations}
-    assert "24 hours" in text
-    whole = client.chat.completions.create(model="ask", messages=messages)
-    assert whole.choices[0].message.content == text
-
-
 def test_chat_needs_a_user_message_last(server):
     client = OpenAI(base_url=f"{server['url']}/v1", api_key=ADMIN_KEY)
     with pytest.raises(Exception, match="422"):

@@ -133,8 +133,9 @@ def _stream(client: httpx.Client, body: dict) -> list[dict]:
     """The `data:` events of a streamed chat completion, parsed."""
     with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
         assert response.status_code == 200, response.read()
-        return [json.loads(line[len("data: "):]) for line in response.iter_lines()
-                if line.startswith("data: ") and line != "data: [DONE]"]
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line[len("data: "):]) for line in lines[:-1]]
 
 
 def _text(events: list[dict]) -> str:
@@ -179,7 +180,7 @@ def test_a_streamed_llm_answer_sends_no_escape_sequences(admin):
     events = _stream(admin, chat)
     stream = events[-1]["gatehouse"]["stream"]
     assert stream["mode"] == "sentences" and stream["sentences_sent"] == 1, events[-1]["gatehouse"]
-    assert _text(events).startswith("Lockers are on level one near the lifts of the west wing [S")
+    assert _text(events).startswith("Lockers are on level one near the lifts of the west wing [1]")
     assert invisible(events) == []
     assert stream["answer_differs"] is False  # the sentence sent is the final answer, cleaned alike
 

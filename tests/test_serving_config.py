@@ -293,3 +293,10 @@ def test_the_longest_question_is_the_ask_pipelines_input_guardrail_limit(tmp_pat
     with pytest.raises(ManifestError, match=r"limits.max_query_chars is no longer read: .* \(input_guard in "
                                             r"pipelines/ask.yml\), which the server applies too; set it there"):
         load_manifest(_write(tmp_path, limits={"max_query_chars": 4000}))
+
+
+def test_openwebui_sources_is_refused_now_that_every_chat_answer_has_sources(tmp_path):
+    for value in (True, False):
+        with pytest.raises(ManifestError, match=r"openwebui_sources is no longer read: every chat answer, streamed or "
+                                                r"not, carries Open WebUI sources and \[n\] markers"):
+            load_manifest(_write(tmp_path, openwebui_sources=value))

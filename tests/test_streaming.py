@@ -2,7 +2,7 @@
 Verified streaming of `/v1/chat/completions`: a real `gatehouse serve` on loopback whose LLM generators point at an
 OpenAI-compatible server on loopback that streams a scripted reply over real HTTP server-sent events (so the sentence
 decisions are deterministic), one deployment with the real SmolLM2 through xllamacpp, and the Open WebUI source
-events read the way Open WebUI's code reads them.
+events read the way Open WebUI's code reads them. Chat markers read `[n]` (the n-th source); REST keeps `[S#]`.
 """
 
 import json
@@ -101,13 +101,12 @@ def _deploy(server, name: str, pipeline: Path, **options) -> None:
 def _sse(url: str, model: str, question: str = QUESTION) -> tuple[list[tuple[float, dict]], float]:
     """Stream a chat completion; returns each `data:` payload with its arrival time (s after the request)."""
     started = time.perf_counter()
-    events = []
     body = {"model": model, "stream": True, "messages": [{"role": "user", "content": question}]}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=AUTH, timeout=300) as response:
         assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append((time.perf_counter() - started, json.loads(line[len("data: "):])))
+        lines = [(time.perf_counter() - started, line) for line in response.iter_lines() if line]
+    events = [(at, json.loads(line[len("data: "):])) for at, line in lines[:-1]]
+    assert lines[-1][1] == "data: [DONE]"  # every stream ends as OpenAI's do
     return events, started
 
 
@@ -119,6 +118,11 @@ def _rest(server, model: str) -> dict:
     response = httpx.post(f"{server['url']}/{model}/run", json={"query": QUESTION}, headers=AUTH, timeout=300)
     assert response.status_code == 200, response.text
     return response.json()["result"]
+
+
+def _numbered(answer: str, numbers: dict[str, int]) -> str:
+    """A REST answer with its `[S#]` markers written as chat writes them (`gatehouse.source_numbers`)."""
+    return re.sub(r"\[(S\d+)\]", lambda m: f"[{numbers[m.group(1)]}]", answer)
 
 
 def test_sentences_are_sent_as_they_pass_and_equal_the_verified_answer(server):
@@ -134,7 +138,7 @@ def test_sentences_are_sent_as_they_pass_and_equal_the_verified_answer(server):
     first_at, first = next((t, c) for t, c in arrivals if c.choices[0].delta.content)
     final = arrivals[-1][1]
     gatehouse = final.model_extra["gatehouse"]
-    marker = re.search(r"\[S\d+\]", first.choices[0].delta.content).group(0)
+    marker = re.search(r"\[\d+\]", first.choices[0].delta.content).group(0)
 
     # The first chunk is the first sentence, sent while the model paused after it: not after the whole reply.
     assert first.choices[0].delta.content == SUPPORTED.replace(" <<Revoking is immediate>>", f" {marker}")
@@ -148,10 +152,12 @@ def test_sentences_are_sent_as_they_pass_and_equal_the_verified_answer(server):
     removed = gatehouse["validation"]["guardrail_actions"]
     assert any(a.startswith("removed_unsupported_sentence:Quarterly") for a in removed)
     assert any(a.startswith("removed_contradicted_sentence:The key stops") for a in removed)
-    assert [c["id"] for c in final.model_extra["citations"]] == [marker[1:-1]]
+    assert marker == "[1]" and gatehouse["source_numbers"] == {final.model_extra["citations"][0]["id"]: 1}
+    assert len(final.model_extra["citations"]) == 1
     # Non-streaming chat and REST answer exactly what was streamed.
     whole = client.chat.completions.create(model="kept", messages=[{"role": "user", "content": QUESTION}])
-    assert whole.choices[0].message.content == text == _rest(server, "kept")["answer"]
+    assert whole.choices[0].message.content == text == _numbered(_rest(server, "kept")["answer"],
+                                                                 gatehouse["source_numbers"])
     delay_ms = (received_at - gatehouse["stream"]["first_sentence_at"]) * 1000
     print(f"\nscripted LLM: client TTFT {first_at * 1000:.0f} ms; first verified sentence available "
           f"{gatehouse['stream']['first_sentence_ms']:.0f} ms into the stream, received {delay_ms:.0f} ms later; whole "
@@ -166,7 +172,7 @@ def test_an_answer_replaced_at_the_end_says_so_in_the_final_chunk(server):
     rest = _rest(server, "fallback")
     # 1 of 3 claims holds: the output guardrails replace the answer with the fallback once the reply is complete.
     assert rest["status"] == "fallback" and gatehouse["status"] == "fallback"
-    streamed_first = _text(events[:1])
+    streamed_first = next(e["choices"][0]["delta"]["content"] for _, e in events if e["choices"][0]["delta"]["content"])
     assert streamed_first.startswith("Revoking an API key is immediate") and "Quarterly" not in text
     assert gatehouse["stream"]["answer_differs"] is True
     assert text == f"{streamed_first}\n\n{rest['answer']}"
@@ -180,7 +186,7 @@ def test_the_extractive_answer_streams_when_complete(server):
     stream = final["gatehouse"]["stream"]
     first_at = next(t for t, e in events if e["choices"][0]["delta"].get("content"))
     assert stream["mode"] == "answer" and stream["first_sentence_ms"] is None
-    assert _text(events) == _rest(server, "ask")["answer"]
+    assert _text(events) == _numbered(_rest(server, "ask")["answer"], final["gatehouse"]["source_numbers"])
     assert first_at * 1000 >= stream["answer_ms"]  # TTFT is the whole pipeline's latency
     print(f"\nextractive: TTFT {first_at * 1000:.0f} ms, pipeline {stream['answer_ms']:.0f} ms")
 
@@ -196,9 +202,8 @@ def test_the_time_budget_still_bounds_a_stream(server, llm):
     assert text.endswith("I could not finish an answer in time. Please try again in a moment.")
 
 
-def test_open_webui_sources_are_events_it_reads_and_markers_it_links(server, llm):
-    _deploy(server, "owui", server["tmp"] / "kept.yml", openwebui_sources=True)
-    events, _ = _sse(server["url"], "owui")
+def test_open_webui_sources_are_events_it_reads_and_markers_it_links(server):
+    events, _ = _sse(server["url"], "kept")
     final = events[-1][1]
     sources = _open_webui_sources(events)
     content = _text(events)
@@ -207,21 +212,30 @@ def test_open_webui_sources_are_events_it_reads_and_markers_it_links(server, llm
     citation_list = list(dict.fromkeys(m["source"] for s in sources for m in s["metadata"]))
     inline_ids = list(dict.fromkeys(m["name"] for s in sources for m in s["metadata"]))
     assert len(citation_list) == len(inline_ids) == len(sources) == len(final["citations"]) == 1
-    numbers = final["gatehouse"]["stream"]["source_numbers"]
+    numbers = final["gatehouse"]["source_numbers"]
     cited = final["citations"][0]
     assert numbers == {cited["id"]: 1}
-    assert sources[0]["metadata"][0]["name"] == cited["text"] and sources[0]["document"] == [cited["snippet"]]
+    # The chip is the section, whole; the popup shows the document's title and section, then the whole passage.
+    assert sources[0]["metadata"][0]["name"] == cited["section"] == "Revoke an API key"
+    assert sources[0]["document"] == [f"{cited['text']}\n\n{cited['quote']}"]
+    # the units the two sentences stand on, whole, and nothing else of the section
+    assert cited["quote"].startswith("Revoking is immediate and permanent.") and "HTTP 401" in cited["quote"]
+    assert "Corvio Gateway" not in cited["quote"]
     assert sources[0]["metadata"][0]["source_url"] == cited["url"] == "https://docs.corvio.example/faq/api-keys#revoke-an-api-key"
-    # The source event comes before the first text that cites it; the text carries `[1]`, never `[S#]`.
-    first_text = next(i for i, (_, e) in enumerate(events) if "choices" in e and e["choices"][0]["delta"].get("content"))
-    first_source = next(i for i, (_, e) in enumerate(events) if "event" in e)
-    assert first_source < first_text
+    # The source event comes once the answer is complete, before the final chunk, in an ordinary chunk (every line
+    # has a choice); the text carries `[1]`, never `[S#]`.
+    assert all(e["choices"][0]["delta"]["content"] is not None for _, e in events)
+    last_text = max(i for i, (_, e) in enumerate(events) if e["choices"][0]["delta"]["content"])
+    source_at = [i for i, (_, e) in enumerate(events) if "event" in e]
+    assert source_at == [len(events) - 2] and last_text < source_at[0]
+    assert events[source_at[0]][1]["choices"][0]["delta"]["content"] == ""
     assert re.findall(r"\[[^\]]*\]", content) == ["[1]", "[1]"] and "[S" not in content
     assert content == _rest(server, "kept")["answer"].replace(f"[{cited['id']}]", "[1]")
-    # Non-streaming chat in this mode: markers stay `[S#]` and the citations extra lists them.
+    # Not streamed: the same text and the same sources, in the top-level `sources` Open WebUI reads then.
     whole = httpx.post(f"{server['url']}/v1/chat/completions", timeout=300, headers=AUTH,
-                       json={"model": "owui", "messages": [{"role": "user", "content": QUESTION}]}).json()
-    assert f"[{cited['id']}]" in whole["choices"][0]["message"]["content"] and whole["citations"] == final["citations"]
+                       json={"model": "kept", "messages": [{"role": "user", "content": QUESTION}]}).json()
+    assert whole["choices"][0]["message"]["content"] == content and whole["citations"] == final["citations"]
+    assert whole["sources"] == sources and whole["gatehouse"]["source_numbers"] == numbers
 
 
 def _open_webui_sources(events: list[tuple[float, dict]]) -> list[dict]:
@@ -266,5 +280,8 @@ def test_a_real_model_streams_only_verified_text(server, tmp_path):
     for removed in gatehouse["validation"]["unsupported_sentences"]:  # what the verifier removed was never sent
         assert removed not in text
     if not stream["answer_differs"]:
-        assert set(re.findall(r"\[(S\d+)\]", text)) <= {c["id"] for c in final["citations"]}
+        numbers = gatehouse["source_numbers"]
+        assert not re.search(r"\[S\d", text) and set(numbers) == {c["id"] for c in final["citations"]}
+        assert {int(n) for group in re.findall(r"\[(\d+(?:, \d+)*)\]", text) for n in group.split(", ")} <= set(
+            numbers.values())
     print(f"\nSmolLM2: {stream}, status {gatehouse['status']}, text {text!r}")

@@ -8,7 +8,7 @@ from haystack import component
 from gatehouse.components.state import VALIDATION_KEYS, State
 
 FINAL_STATUSES = ("error", "refused", "fallback")
-CITATION_KEYS = ("id", "text", "url", "chunk_id", "source", "kb", "confidence", "snippet")
+CITATION_KEYS = ("id", "text", "section", "url", "chunk_id", "source", "kb", "confidence", "snippet", "quote")
 
 
 @component
@@ -16,7 +16,8 @@ class ResponseBuilder:
     """
     Turns the state into the response every client gets (CLI `--json`, REST, evaluation):
 
-    `answer`, `citations[]` (`id`, `text`, `url`, `chunk_id`, `source`, `kb`, `confidence`, `snippet`),
+    `answer`, `citations[]` (`id`, `text`, `section`, `url`, `chunk_id`, `source`, `kb`, `confidence`, `snippet`,
+    `quote`),
     `metadata` (`mode`, `intent`, `kb`, `chunks_retrieved`, `chunks_used`, `attempts`, `quality_score`,
     `generator`, `plan` (only for a question the planner split: `strategy`, `subqueries` each with `query`, `label`,
     `kbs`, `score`, `status` answered | missing, `replanned` and the `citations` of its paragraph, `missing` (the

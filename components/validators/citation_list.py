@@ -2,7 +2,9 @@
 The structured citations of a verified answer (`state["citations"]`): one entry per passage the answer cites, in
 order of first use. The citation verifier's `citations` settings configure them.
 
-Each entry has the display text "<title> › <section>", a snippet of the passage's body, a URL that names the section
+Each entry has the display text "<title> › <section>", the section alone, a snippet of the passage's body, the
+quote (the passage's answer units the answer's sentences citing it stand for, each whole with its lead-in, so a
+client can show what a marker stands for without the rest of the passage), a URL that names the section
 (`url#section_id`; document-level when there is no section; `url_template#section_id`, by default
 `kb://<kb>/<source>#<section_id>`, when the passage has no URL or its URL is not a safe link), `chunk_id`, `source`,
 `kb` and `confidence` (the best support score of the claims citing it).
@@ -24,9 +26,11 @@ from typing import Any
 
 from haystack import Document
 
+from gatehouse.components.answer_units import AnswerUnit, passage_units, render, shown_text
 from gatehouse.components.guardrails.sanitising import citation_url, plain_text
-from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers
+from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers, rewrite_markers, strip_markers
 from gatehouse.components.printable import printable
+from gatehouse.components.terms import content_words, overlap
 from gatehouse.components.text_units import normalize_space, split_units, strip_heading_markers
 
 #: The citation verifier's `citations` settings and their defaults: the snippet's length, the separator between
@@ -58,6 +62,9 @@ class CitationList:
         :returns: One citation per passage cited.
         """
         order = list(dict.fromkeys(i for _, _, ids in find_markers(answer, self.citation_pattern) for i in ids))
+        statements = [(strip_markers(unit.text, self.citation_pattern),
+                       {i for _, _, ids in find_markers(unit.text, self.citation_pattern) for i in ids})
+                      for unit in split_units(answer, citation_pattern=self.citation_pattern)]
         citations = []
         for source_id in order:
             passage = by_id[source_id]
@@ -67,7 +74,9 @@ class CitationList:
                 {
                     "id": source_id,
                     "text": normalize_space(plain_text(self._display_text(passage, source_id))),
+                    "section": self._section(passage),
                     "snippet": self._snippet(plain_text(passage.content or "")),
+                    "quote": self._quote([text for text, ids in statements if source_id in ids], passage),
                     "url": citation_url(self.url(passage)) or self._kb_url(passage),
                     "chunk_id": passage.id,
                     "source": source if source is None else plain_text(str(source)),
@@ -95,6 +104,39 @@ class CitationList:
         if section and str(section).strip() and str(section).strip() != str(title).strip():
             return f"{title}{self.settings['text_separator']}{section}"
         return str(title)
+
+    @staticmethod
+    def _section(passage: Document) -> str | None:
+        """The passage's section heading, plain text; None when it has none."""
+        section = normalize_space(plain_text(str((passage.meta or {}).get("section") or "")))
+        return section or None
+
+    def _quote(self, statements: list[str], passage: Document) -> str:
+        """
+        The passage's answer units the statements stand for: for each statement, the unit sharing most of its content
+        words (the shortest of equals), whole with its lead-in, in the passage's order, plain text; the snippet when
+        no unit shares a word with them.
+        """
+        units = [(unit, content_words(shown_text(unit))) for unit in passage_units(passage, 0)]
+        chosen: dict[tuple[int, int, int], AnswerUnit] = {}
+        for statement in statements:
+            words = content_words(statement)
+            scored = [(overlap(words, unit_words), -len(unit.text), unit) for unit, unit_words in units]
+            if scored:
+                share, _, unit = max(scored, key=lambda entry: entry[:2])
+                if share > 0:
+                    chosen[unit.key] = unit
+        if not chosen:
+            return self._snippet(plain_text(passage.content or ""))
+        shown: list[str] = []
+        lead = None  # the lead of the item units shown last: items of one list share it
+        for unit in sorted(chosen.values(), key=lambda u: (u.first, u.last)):
+            if unit.kind == "item" and unit.lead and unit.lead == lead:
+                shown[-1] += "\n" + "\n".join(unit.items)
+                continue
+            shown.append(rewrite_markers(render(unit, "S0"), lambda ids: []))
+            lead = unit.lead if unit.kind == "item" else None
+        return plain_text("\n\n".join(shown)).strip()
 
     def _snippet(self, content: str) -> str:
         # Headings repeat the citation's display text, so the snippet starts at the passage's body when it has one.

@@ -92,7 +92,6 @@ class Manifest:
     ingest_job_history: int = 1000  # finished upload jobs kept in memory (and reported); older ones are forgotten
     ingest_job_lease_s: float = 30.0  # PostgreSQL jobs: a running job's lease; one not renewed is taken over
     processes: int = 1  # server processes on one port (more than 1 needs the PostgreSQL store)
-    openwebui_sources: bool = False  # streamed chat: Open WebUI `source` events, markers written `[n]`
 
 
 def default_manifest_path() -> Path:
@@ -174,12 +173,6 @@ def _count(value: Any, path: Path, where: str) -> int:
     return value
 
 
-def _flag(raw: dict[str, Any], key: str, path: Path) -> bool:
-    value = raw.get(key, False)
-    _require(isinstance(value, bool), path, f"`{key}` must be true or false, not {value!r}.")
-    return value
-
-
 def _allowed_hosts(raw: Any, path: Path) -> tuple[str, ...]:
     """Host names and IP addresses, lower case, without brackets (an IPv6 address may be written `[::1]`)."""
     _require(isinstance(raw, list), path, "`allowed_hosts` must be a list of host names.")
@@ -250,6 +243,9 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
     _require("max_query_chars" not in limits, path,
              "limits.max_query_chars is no longer read: the longest question is max_query_chars of the ask pipeline's "
              "input guardrail (input_guard in pipelines/ask.yml), which the server applies too; set it there.")
+    _require("openwebui_sources" not in raw, path,
+             "openwebui_sources is no longer read: every chat answer, streamed or not, carries Open WebUI sources and "
+             "[n] markers (docs/serving.md, Open WebUI); remove the line.")
     pipelines = _pipelines(raw.get("pipelines"), path)
     manifest = Manifest(
         path=path,
@@ -283,7 +279,6 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         ingest_job_lease_s=float(_at_least(limits.get("ingest_job_lease_s", 30.0), 1, path,
                                            "limits.ingest_job_lease_s", whole=False)),
         processes=_at_least(raw.get("processes", 1), 1, path, "processes"),
-        openwebui_sources=_flag(raw, "openwebui_sources", path),
     )
     _require(manifest.max_body_bytes > 0 and manifest.request_timeout_s > 0, path,
              "limits must be positive.")

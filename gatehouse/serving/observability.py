@@ -80,6 +80,9 @@ LLM_SECONDS = Histogram("gatehouse_llm_seconds", "The LLM answerer's time per as
                         buckets=SECONDS)
 LLM_ERRORS = Counter("gatehouse_llm_errors", "Asks whose language model call failed (generate_llm_failed).")
 LLM_TOKENS = Counter("gatehouse_llm_tokens", "Language-model tokens reported by the server.", ["kind"])
+CLIENT_TASKS = Counter("gatehouse_chat_client_tasks",
+                       "Open WebUI background tasks (title, tags, follow-ups, queries) answered without the pipeline.",
+                       ["task"])
 INGEST_FILES = Counter("gatehouse_ingest_files", "Uploaded files by outcome.", ["outcome"])
 INGEST_CHUNKS = Counter("gatehouse_ingest_chunks_written", "Chunks written by uploads.")
 for _status in STATUSES:
@@ -179,6 +182,12 @@ def record_ask(response: Mapping[str, Any], *, query: str, log_queries: bool,
     if log_queries:
         fields["query"] = redact_query(query, pipeline)
     ask_logger.info("ask answered: %s", status, extra={"fields": fields})
+
+
+def record_client_task(task: str) -> None:
+    """Count one Open WebUI background task answered without the ask pipeline, and log it (its kind only)."""
+    CLIENT_TASKS.labels(task=task).inc()
+    ask_logger.info("client task answered: %s", task, extra={"fields": {"task": task}})
 
 
 def record_ingest(report: Mapping[str, Any]) -> None:

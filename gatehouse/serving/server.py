@@ -3,11 +3,12 @@
 
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
 and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `EdgeMiddleware` (duplicate headers, `Host`,
-cross-origin writes) and `GuardMiddleware` (auth, tenants, body limit) in front, narrows Hayhooks' generic routes
-(only chat pipelines in `/v1/models`, no drawing, deployment and traces for admin keys only), serves the docs pages
-from local files, adds the knowledge-base routes (`/kbs`) over the index pipeline's stores and the ingest-job routes
-(`/index/jobs`), mounts MCP at `/mcp` when enabled and runs it with uvicorn, with bounds on request headers
-(`gatehouse.serving.http_limits`) and forwarded headers believed only from `trusted_proxies`.
+cross-origin writes), `GuardMiddleware` (auth, tenants, body limit) and `StreamEnd` (`data: [DONE]` after a chat
+stream) in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing, deployment and
+traces for admin keys only), serves the docs pages from local files, adds the knowledge-base routes (`/kbs`) over
+the index pipeline's stores and the ingest-job routes (`/index/jobs`), mounts MCP at `/mcp` when enabled and runs it
+with uvicorn, with bounds on request headers (`gatehouse.serving.http_limits`) and forwarded headers believed only
+from `trusted_proxies`.
 
 Usage:
 ```python
@@ -228,8 +229,9 @@ def _restrict_hayhooks_routes(app: Any) -> None:
             answer = schema["paths"].get(path, {}).get("post", {}).get("responses", {}).get("200")
             if answer is not None:
                 answer.setdefault("content", {})["text/event-stream"] = {"schema": {"description": (
-                    "With `stream: true`: chat.completion.chunk events, the last with `citations` and `gatehouse` "
-                    "(with openwebui_sources, Open WebUI source events too), then [DONE]")}}
+                    "With `stream: true`: chat.completion.chunk events (those announcing a cited passage carry an "
+                    "Open WebUI source event in `event`), the last with `citations` and `gatehouse`, then "
+                    "`data: [DONE]`")}}
         return schema
 
     async def unknown_model(request: Any, error: StarletteHTTPException) -> Any:
@@ -374,6 +376,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
         configure_tracing,
         metrics_router,
     )
+    from gatehouse.serving.streaming import StreamEnd
 
     keyring = KeyRing.from_manifest(manifest)
     host = host or manifest.host
@@ -396,6 +399,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     if manifest.mcp:
         mount_mcp(app)
     app.include_router(metrics_router())
+    app.add_middleware(StreamEnd, paths=CHAT_PATHS)
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
                        limiter=rate_limiter(manifest, database_url=shared_database_url(manifest)))
     app.add_middleware(EdgeMiddleware, keyed=keyring.enabled, allowed_hosts=manifest.allowed_hosts,

@@ -48,7 +48,6 @@ import yaml
 from fastapi import HTTPException, UploadFile
 from fastapi.responses import JSONResponse
 from fastapi_openai_compat import ChatCompletion
-from fastapi_openai_compat.chat_completions.models import Choice, Message
 from hayhooks import BasePipelineWrapper
 from haystack import Document, Pipeline
 from haystack.core.serialization import allow_deserialization_module
@@ -74,8 +73,9 @@ from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_principal
 from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
 from gatehouse.serving.manifest import Manifest, load_manifest
-from gatehouse.serving.observability import record_ask
-from gatehouse.serving.streaming import stream_answer
+from gatehouse.serving.client_tasks import client_task
+from gatehouse.serving.observability import record_ask, record_client_task
+from gatehouse.serving.streaming import chat_completion, stream_answer
 from gatehouse.settings import data_dir
 
 NAME_PATTERN = re.compile(KB_NAME_PATTERN)
@@ -98,16 +98,19 @@ class Turn(TypedDict):
 
 
 class Citation(TypedDict):
-    """A passage the answer cites as `[id]`."""
+    """A passage the answer cites as `[id]`: its title and section (`text`), the section alone, the start of its body
+    (`snippet`) and the units of it the answer stands on (`quote`)."""
 
     id: str
     text: str
+    section: str | None
     url: str | None
     chunk_id: str
     source: str | None
     kb: str | None
     confidence: float | None
     snippet: str
+    quote: str | None  # None in an answer cached before quotes were kept
 
 
 class Validation(TypedDict):
@@ -319,11 +322,13 @@ class AskWrapper(GatehouseWrapper):
         """
         OpenAI-compatible chat: the last user message is the question, earlier turns are its history.
 
-        Message contents are strings or lists of text parts. Optional extra body fields: `tenant`, `kb`. With
+        Message contents are strings or lists of text parts. Optional extra body fields: `tenant`, `kb`. Markers
+        read `[n]`, the n-th cited passage, which Open WebUI `sources` describe (see `streaming.py`). With
         `stream: true` an LLM answer is streamed sentence by sentence, each sentence once the citation verifier and
-        the output guardrails passed it (an answer made at once, in pieces when it is complete), and a final chunk
-        carries `citations` and `gatehouse` (status, metadata, validation, path, stream); with the manifest's
-        `openwebui_sources`, Open WebUI `source` events announce the cited passages and markers read `[n]`.
+        the output guardrails passed it (an answer made at once, in pieces when it is complete), a final chunk
+        carries `citations` and `gatehouse` (status, metadata, validation, path, stream, source_numbers), and
+        `data: [DONE]` ends the stream. Open WebUI's background task prompts (title, tags, follow-ups) are answered
+        without the pipeline (`client_tasks.py`).
         """
         limit = None if self.intake is None else self.intake.max_request_history_turns
         if limit is not None and len(messages) - 1 > limit:
@@ -338,26 +343,26 @@ class AskWrapper(GatehouseWrapper):
         turns = [t for t in turns if t["role"] in {"user", "assistant"} and t["content"]]
         if not turns or turns[-1]["role"] != "user":
             raise HTTPException(status_code=422, detail="messages must end with a non-empty user message")
-        query = self._query(turns[-1]["content"], "the last user message")
         tenant = self._tenant(body.get("tenant"), headers)
-        self._bounded(turns[:-1], None)
+        check_name(body.get("kb"), field="kb", kind="knowledge base")
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        task = client_task(turns)
+        if task is not None:  # Open WebUI's title, tags, follow-ups: answered here, not asked
+            record_client_task(task.kind)
+            if body.get("stream"):
+                return stream_answer(lambda streaming_callback: task.response(), completion_id=completion_id,
+                                     model=model)
+            return chat_completion(task.response(), completion_id=completion_id, model=model)
+        query = self._query(turns[-1]["content"], "the last user message")
+        self._bounded(turns[:-1], None)
 
         def ask(streaming_callback: StreamingCallbackT | None = None) -> dict[str, Any]:
             return self._ask(query, kb=body.get("kb"), tenant=tenant, mode=None, context=None, history=turns[:-1],
                              streaming_callback=streaming_callback)
 
         if body.get("stream"):
-            return stream_answer(ask, completion_id=completion_id, model=model,
-                                 openwebui=self.manifest.openwebui_sources)
-        response = ask()
-        extras = {"citations": response["citations"], "gatehouse": _gatehouse_extras(response)}
-        return ChatCompletion(
-            id=completion_id, object="chat.completion", created=int(time.time()), model=model,
-            choices=[Choice(index=0, message=Message(role="assistant", content=response["answer"]),
-                            finish_reason="stop")],
-            **extras,
-        )
+            return stream_answer(ask, completion_id=completion_id, model=model)
+        return chat_completion(ask(), completion_id=completion_id, model=model)
 
 
 def _text_of(content: Any, message: str) -> str:
@@ -415,10 +420,6 @@ def _out_of_time(budget: float, started: float, *, kb: str | None, tenant: str, 
     state = with_validation(state, "confidence_warnings",
                             f"No answer was ready within the time budget of {budget:g} s (limits.request_timeout_s).")
     return ResponseBuilder().run(state=state)["response"]
-
-
-def _gatehouse_extras(response: dict[str, Any]) -> dict[str, Any]:
-    return {key: response[key] for key in ("status", "error_message", "metadata", "validation", "path")}
 
 
 class RetrieveWrapper(GatehouseWrapper):

@@ -1,0 +1,116 @@
+"""
+Open WebUI's background tasks, recognised in a chat request and answered without running the ask pipeline.
+
+After each answer Open WebUI asks the chat's model for a chat title, tags and follow-up suggestions (and, with web
+search or files, search queries). Each is one user message holding a task prompt: `### Task:`, the instructions, a
+`### Output:` section naming the JSON object to reply with (`{ "title": ... }`, `{ "tags": [...] }`,
+`{ "follow_ups": [...] }`, `{ "queries": [...] }`) and the conversation between `<chat_history>` and
+`</chat_history>` (`USER: ...`, `ASSISTANT: ...`). Nothing else marks them: Open WebUI keeps its task name to itself
+(`metadata.task` is removed before the request leaves it). Sent to the ask pipeline, such a prompt is an instruction
+to the assistant, which its input guardrails refuse as a prompt injection.
+
+`client_task` recognises Open WebUI's default task prompts by that structure, and `reply` answers them at once: the
+title is the conversation's first question, shortened; tags, follow-ups and search queries are declined with an
+empty list (Open WebUI then keeps the chat untagged, shows no suggestions, searches nothing). No retrieval, no
+language model, no guardrail verdict: the reply is made from the caller's own words. A prompt that does not have the
+structure (another client's, an administrator's own task template) is a question like any other.
+
+Usage:
+```python
+from gatehouse.serving.client_tasks import client_task
+
+task = client_task([{"role": "user", "content": prompt}])   # None: not a task prompt
+if task is not None:
+    task.kind, task.reply()       # "title", '{"title": "How do I rotate an API key"}'
+    task.response()               # the same reply as a response contract, for the chat answer
+```
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gatehouse.components.printable import printable
+
+#: The JSON key each task replies with, as Open WebUI's default prompts name it.
+TASK_KEYS = ("title", "tags", "follow_ups", "queries")
+TITLE_CHARS = 50
+#: A longer message is not taken for a task prompt (Open WebUI's hold a few messages of history): it is a question,
+#: and the question's own bound (`max_query_chars`) answers it.
+MAX_TASK_CHARS = 100_000
+_TASK = re.compile(r"###[ \t]*Task:[ \t]*\n")
+_OUTPUT = re.compile(r"^###[ \t]*Output:", re.MULTILINE)
+_KEY = re.compile(r'\{\s*"(' + "|".join(TASK_KEYS) + r')"\s*:')
+_TURN = re.compile(r"^(USER|ASSISTANT|SYSTEM): ?", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """A recognised task: its kind (a `TASK_KEYS` entry) and the conversation it is about (`[(role, text)]`)."""
+
+    kind: str
+    history: list[tuple[str, str]]
+
+    def reply(self) -> str:
+        """The JSON object Open WebUI parses: a title from the first question, an empty list for the others."""
+        if self.kind != "title":
+            return json.dumps({self.kind: []})
+        question = next((text for role, text in self.history if role == "user"), "")
+        return json.dumps({"title": short_title(question)}, ensure_ascii=False)
+
+
+    def response(self) -> dict[str, Any]:
+        """The reply as a response contract (`status` success, `path` `["client_task"]`, `metadata.client_task`)."""
+        return {"answer": self.reply(), "citations": [], "metadata": {"client_task": self.kind}, "status": "success",
+                "error_message": None, "path": ["client_task"],
+                "validation": {"boundary_violations": [], "confidence_warnings": [], "guardrail_actions": [],
+                               "unsupported_sentences": []}}
+
+
+def client_task(turns: list[dict[str, str]]) -> ClientTask | None:
+    """
+    The Open WebUI task a chat request is, if it is one.
+
+    :param turns: The request's user and assistant turns (`role`, `content` as text), system messages left out.
+    :returns: The task, or None for a request that is not a single user message holding a task prompt (of at most
+        `MAX_TASK_CHARS` characters).
+    """
+    if len(turns) != 1 or turns[0]["role"] != "user" or len(turns[0]["content"]) > MAX_TASK_CHARS:
+        return None
+    prompt = turns[0]["content"].strip()
+    opens, closes = prompt.find("<chat_history>"), prompt.rfind("</chat_history>")
+    if not _TASK.match(prompt) or opens < 0 or closes < opens or prompt[closes:] != "</chat_history>":
+        return None
+    output = _OUTPUT.search(prompt, 0, opens)
+    section_end = prompt.find("\n###", output.end(), opens) if output else -1
+    key = _KEY.search(prompt, output.end(), section_end if section_end >= 0 else opens) if output else None
+    if key is None:
+        return None
+    return ClientTask(kind=key.group(1), history=_turns(prompt[opens + len("<chat_history>"):closes]))
+
+
+def _turns(history: str) -> list[tuple[str, str]]:
+    """The `ROLE: text` messages of a chat history (a message may span lines), as `(role, text)`."""
+    starts = list(_TURN.finditer(history))
+    return [(start.group(1).lower(), history[start.end():end].strip())
+            for start, end in zip(starts, [s.start() for s in starts[1:]] + [len(history)])]
+
+
+def short_title(question: str, limit: int = TITLE_CHARS) -> str:
+    """
+    A chat title from a question: its first line, whitespace normalised, without a closing `?`, `.` or `!`, cut at a
+    word and ended with "…" when longer than `limit`.
+
+    :param question: The user's question.
+    :param limit: The longest title.
+    :returns: The title, printable; empty for an empty question.
+    """
+    line = next((line for line in question.splitlines() if line.strip()), "")
+    title = " ".join(printable(line).split()).rstrip("?.! ")
+    if len(title) <= limit:
+        return title
+    cut = title[: limit - 1]
+    if " " in cut:
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip(" ,;:-") + "…"
