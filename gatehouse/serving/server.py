@@ -460,8 +460,8 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
 def shared_database_url(manifest: Manifest) -> str | None:
     """
     The PostgreSQL database the deployed pipelines keep their data in (the first `postgres: {url}` in a deployed
-    pipeline's YAML, else `GATEHOUSE_POSTGRES_URL`, as the store reads them), which several server processes may share, upload jobs and
-    per-caller limits included; None for the embedded store.
+    pipeline's YAML, else `GATEHOUSE_POSTGRES_URL`, as the store reads them), which several server processes may
+    share, upload jobs and per-caller limits included; None for the embedded store.
     """
     from gatehouse.settings import postgres_url
 
