@@ -57,6 +57,23 @@ def normalize_space(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
+def shortened(text: str, limit: int) -> str:
+    """
+    Text of at most `limit` characters: whole when it fits, else cut at a word and ended with "…" (the ellipsis
+    within `limit`).
+
+    :param text: Text on one line (see `normalize_space`).
+    :param limit: The most characters returned.
+    :returns: The text, or its start cut at a word, without a dangling `,;:-›`, and "…".
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut:
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip(" ,;:-›") + "…"
+
+
 def strip_heading_markers(text: str) -> str:
     """
     Remove leading markdown heading markers (`## `).

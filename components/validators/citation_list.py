@@ -31,7 +31,7 @@ from gatehouse.components.guardrails.sanitising import citation_url, plain_text
 from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers, rewrite_markers, strip_markers
 from gatehouse.components.printable import printable
 from gatehouse.components.terms import content_words, overlap
-from gatehouse.components.text_units import normalize_space, split_units, strip_heading_markers
+from gatehouse.components.text_units import normalize_space, shortened, split_units, strip_heading_markers
 
 #: The citation verifier's `citations` settings and their defaults: the snippet's length, the separator between
 #: title and section in the display text, the URL of a passage without `meta["url"]` (`{kb}` and `{source}` filled
@@ -143,12 +143,7 @@ class CitationList:
         body = [u.text for u in split_units(content, citation_pattern=self.citation_pattern) if u.kind != "heading"]
         text = normalize_space(" ".join(body) if body else strip_heading_markers(content))
         limit = self.settings["snippet_chars"]
-        if len(text) <= limit:
-            return text
-        cut = text[:limit]
-        if " " in cut:
-            cut = cut[: cut.rfind(" ")]
-        return cut.rstrip(" ,;:") + "…"
+        return text if len(text) <= limit else shortened(text, limit + 1)
 
     def _kb_url(self, passage: Document) -> str:
         """The passage's link in its knowledge base (`url_template`): where a citation points without a page URL,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gatehouse.components.printable import printable
+from gatehouse.components.text_units import shortened
 
 #: The JSON key each task replies with, as Open WebUI's default prompts name it.
 TASK_KEYS = ("title", "tags", "follow_ups", "queries")
@@ -107,10 +108,4 @@ def short_title(question: str, limit: int = TITLE_CHARS) -> str:
     :returns: The title, printable; empty for an empty question.
     """
     line = next((line for line in question.splitlines() if line.strip()), "")
-    title = " ".join(printable(line).split()).rstrip("?.! ")
-    if len(title) <= limit:
-        return title
-    cut = title[: limit - 1]
-    if " " in cut:
-        cut = cut[: cut.rfind(" ")]
-    return cut.rstrip(" ,;:-") + "…"
+    return shortened(" ".join(printable(line).split()).rstrip("?.! "), limit)

@@ -46,6 +46,7 @@ from haystack.dataclasses import StreamingCallbackT, StreamingChunk
 
 from gatehouse.components.citation_markers import rewrite_markers
 from gatehouse.components.printable import printable, printable_data
+from gatehouse.components.text_units import shortened
 
 #: Word-sized pieces of an answer streamed at once.
 STREAM_PIECE = re.compile(r"\S+\s*|\s+")
@@ -120,13 +121,7 @@ def chip_name(text: str, limit: int = CHIP_CHARS) -> str:
     :param limit: The longest name kept whole.
     :returns: The name, whitespace normalised.
     """
-    text = " ".join(str(text).split())
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    if " " in cut.strip():
-        cut = cut[: cut.rstrip().rfind(" ")]
-    return cut.rstrip(" ,;:-›") + "…"
+    return shortened(" ".join(str(text).split()), limit)
 
 
 class ChatSources:
