@@ -120,14 +120,15 @@ class DatabaseRateLimiter:
                 cursor.execute(f"DELETE FROM {CALLERS} WHERE updated < %s AND caller NOT IN "
                                f"(SELECT caller FROM {REQUESTS})", (now - FORGET_AFTER_S,))
                 self._pruned = now
-            cursor.execute(f"SELECT count(*) FROM {REQUESTS} WHERE caller = %s", (caller,))
-            running = cursor.fetchone()[0]
-            cursor.execute(f"SELECT count(*) FROM (SELECT caller FROM {REQUESTS} UNION "
-                           f"SELECT caller FROM {CALLERS} WHERE finished > %s) AS busy WHERE caller <> %s",
-                           (now - ACTIVE_S, caller))
-            busy = cursor.fetchone()[0]
-            cursor.execute(f"SELECT tokens, updated FROM {CALLERS} WHERE caller = %s", (caller,))
-            tokens, updated = cursor.fetchone() or (float(limits.requests_per_minute), now)
+            cursor.execute(f"SELECT (SELECT count(*) FROM {REQUESTS} WHERE caller = %(caller)s), "
+                           f"(SELECT count(*) FROM (SELECT caller FROM {REQUESTS} UNION SELECT caller FROM {CALLERS} "
+                           "WHERE finished > %(active)s) AS busy WHERE caller <> %(caller)s), "
+                           f"(SELECT tokens FROM {CALLERS} WHERE caller = %(caller)s), "
+                           f"(SELECT updated FROM {CALLERS} WHERE caller = %(caller)s)",
+                           {"caller": caller, "active": now - ACTIVE_S})
+            running, busy, tokens, updated = cursor.fetchone()
+            if tokens is None:  # a caller not seen for a minute: a full bucket
+                tokens, updated = float(limits.requests_per_minute), now
             refusal, tokens = decide(limits, running=running, busy_others=busy, tokens=tokens,
                                      elapsed=max(0.0, now - updated))
             cursor.execute(f"INSERT INTO {CALLERS} (caller, tokens, updated) VALUES (%s, %s, %s) ON CONFLICT (caller) "
