@@ -7,7 +7,7 @@ inside the record. Under a top-level object, each key holding an object or a lis
 
 import json
 
-from gatehouse.components.converters.csv_text import decode
+from gatehouse.components.converters.encodings import text_of
 from gatehouse.components.converters.extraction import Text, one_line
 
 LABEL_CHARS = 80  # longest text value that names a record in its heading
@@ -55,7 +55,7 @@ def _records(records: list[dict], path: str, text: Text) -> None:
 
 def extract(data: bytes, text: Text) -> None:
     """Add the JSON file's markdown to `text`."""
-    value = json.loads(decode(data))
+    value = json.loads(text_of(data))
     if _is_records(value):
         _records(value, "", text)
         return

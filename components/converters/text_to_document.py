@@ -3,8 +3,7 @@ TextToDocument: text and markdown files to documents, whatever their encoding.
 
 Haystack's `TextFileToDocument` decodes with one encoding and skips a file it cannot decode, so a file saved in Windows'
 cp1252 or in latin-1 gave no text at all. Here a byte order mark decides first (UTF-8, UTF-16, UTF-32), then UTF-8,
-then the fallback encodings in order (cp1252, then latin-1, which decodes any byte). A file holding NUL bytes is
-UTF-16 without a byte order mark or not text: no 8-bit encoding or UTF-8 text has them.
+then the fallback encodings in order (cp1252, then latin-1, which decodes any byte): `encodings.py`.
 
 Usage:
 ```python
@@ -19,27 +18,8 @@ import codecs
 
 from haystack import component
 
+from gatehouse.components.converters.encodings import DEFAULT_FALLBACK_ENCODINGS, candidates, decoded
 from gatehouse.components.converters.sources import FileConverter
-
-# UTF-32's marks first: UTF-32-LE's begins with UTF-16-LE's.
-BYTE_ORDER_MARKS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-DEFAULT_FALLBACK_ENCODINGS = ["cp1252", "latin-1"]
-
-
-def _candidates(data: bytes, fallback_encodings: list[str]) -> list[str]:
-    """The encodings to try on `data`, in order."""
-    for mark, encoding in BYTE_ORDER_MARKS:
-        if data.startswith(mark):
-            return [encoding]
-    if b"\x00" in data:  # UTF-16 without a mark: the NULs are the high bytes of its ASCII characters
-        return ["utf-16-le" if data[1::2].count(0) >= data[0::2].count(0) else "utf-16-be"]
-    return ["utf-8", *fallback_encodings]
 
 
 @component
@@ -73,11 +53,8 @@ class TextToDocument(FileConverter):
         :returns: The text, without a byte order mark.
         :raises ValueError: When no encoding to try decodes it (naming those tried).
         """
-        candidates = _candidates(data, self.fallback_encodings)
-        for encoding in candidates:
-            try:
-                return data.decode(encoding)
-            except UnicodeDecodeError:
-                continue
-        raise ValueError(f"{name}: not text in {', '.join(candidates)} "
-                         "(text_converter.fallback_encodings in index.yml)")
+        text = decoded(data, self.fallback_encodings)
+        if text is None:
+            raise ValueError(f"{name}: not text in {', '.join(candidates(data, self.fallback_encodings))} "
+                             "(text_converter.fallback_encodings in index.yml)")
+        return text
