@@ -8,6 +8,7 @@ Usage:
 from gatehouse.components.tables import table_rows
 
 table_rows(["Plan", "Price"], [["Solo", "$8"]])   # ["- Plan: Solo; Price: $8"]
+grid_rows([["Plan", "Price"], ["", ""], ["Solo", "$8"]])   # the same: the first row with text is the header
 ```
 """
 
@@ -35,3 +36,15 @@ def table_rows(header: list[str], rows: list[list[str]]) -> list[str]:
         if cells:
             items.append("- " + "; ".join(cells))
     return items
+
+
+def grid_rows(rows: list[list[str]]) -> list[str]:
+    """
+    A table read from a file's grid (a Word, PowerPoint or PDF table) as `table_rows` items: rows without text left
+    out, the first row the header when more follow (a lone row has no header).
+
+    :param rows: The table's rows of cell texts, top to bottom.
+    :returns: One markdown list item per row with text in it (none for an empty table).
+    """
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    return table_rows(rows[0], rows[1:]) if len(rows) > 1 else table_rows([], rows)

@@ -9,7 +9,7 @@ import io
 import re
 
 from gatehouse.components.converters.extraction import Text, one_line
-from gatehouse.components.tables import table_rows
+from gatehouse.components.tables import grid_rows
 
 _HEADING = re.compile(r"heading\s*([1-9])$", re.IGNORECASE)
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -55,11 +55,11 @@ def _table(table, text: Text) -> None:
             if cell._tc is not previous:
                 cells.append(one_line(cell.text))
             previous = cell._tc
-        if any(cells):
-            rows.append(cells)
-    if rows:
+        rows.append(cells)
+    items = grid_rows(rows)
+    if items:
         _new_block(text)
-        text.add(*(table_rows(rows[0], rows[1:]) if len(rows) > 1 else table_rows([], rows)), "")
+        text.add(*items, "")
 
 
 def extract(data: bytes, text: Text) -> None:

@@ -17,7 +17,7 @@ import io
 import time
 
 from gatehouse.components.converters.extraction import Text, TooMuchText, one_line
-from gatehouse.components.tables import table_rows
+from gatehouse.components.tables import grid_rows
 
 MIN_PATHS = 4  # paths a page draws before it is searched for ruled tables
 
@@ -51,10 +51,7 @@ def _with_tables(page) -> str | None:
         x0, y0, x1, y1 = table.bbox
         if y0 > top:
             parts.append(page.crop((page.bbox[0], top, page.bbox[2], y0), strict=False).extract_text() or "")
-        rows = [[one_line(cell or "") for cell in row] for row in table.extract()]
-        rows = [row for row in rows if any(row)]
-        if rows:
-            parts.append("\n".join(table_rows(rows[0], rows[1:]) if len(rows) > 1 else table_rows([], rows)))
+        parts.append("\n".join(grid_rows([[one_line(cell or "") for cell in row] for row in table.extract()])))
         top = max(top, y1)
     if top < page.bbox[3]:
         parts.append(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3]), strict=False).extract_text() or "")

@@ -8,7 +8,7 @@ presentation's title (its properties) heads the document.
 import io
 
 from gatehouse.components.converters.extraction import Text, one_line
-from gatehouse.components.tables import table_rows
+from gatehouse.components.tables import grid_rows
 
 
 def _shapes(shapes):
@@ -28,10 +28,9 @@ def _shape(shape, text: Text) -> None:
             if line:
                 text.add(f"{'  ' * paragraph.level}- {line}")
     elif getattr(shape, "has_table", False) and shape.has_table:
-        rows = [[one_line(cell.text) for cell in row.cells] for row in shape.table.rows]
-        rows = [row for row in rows if any(row)]
-        if rows:
-            text.add("", *(table_rows(rows[0], rows[1:]) if len(rows) > 1 else table_rows([], rows)), "")
+        items = grid_rows([[one_line(cell.text) for cell in row.cells] for row in shape.table.rows])
+        if items:
+            text.add("", *items, "")
 
 
 def extract(data: bytes, text: Text) -> None:
