@@ -49,13 +49,11 @@ import json
 import logging
 import re
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import psycopg
@@ -72,7 +70,10 @@ from gatehouse.document_stores.analysis import Analyzer, Bm25Encoder, term_index
 from gatehouse.document_stores.edge_document_store import SharedDocument
 from gatehouse.document_stores.edge_shard import ANALYSES, DRIFT
 from gatehouse.document_stores.errors import StoreUnavailableError
+from gatehouse.document_stores.postgres_errors import first_line, outage_over, scrub, shown, unavailable
+from gatehouse.document_stores.postgres_metrics import PRIMARY_READS
 from gatehouse.document_stores.postgres_pool import ConnectionPool, connection_pool
+from gatehouse.document_stores.postgres_standby import Standby, lsn, standby
 
 EXTENSIONS = ("vector",)
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
@@ -83,12 +84,8 @@ MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimension
 #: A hit's cosine to the query vector (the first parameter) and its best sentence's (the second), for the hybrid
 #: search's best-sentence scores; null without a vector.
 SIMILAR = (", 1 - (c.embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) FROM unnest(c.sentences) AS sentence)")
-PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORECASE)
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 READER_NAME = "gatehouse-reader"  # the application_name of the connections to the read URL (pg_stat_activity)
-DEFAULT_MAX_LAG_S = 1.0
-LAG_POLL_S = 0.01
-READ_RETRY_S = 30.0  # after a read URL could not be reached, how long searches go to the primary before trying again
 
 logger = logging.getLogger(__name__)
 #: The newest primary WAL position each process has seen per database (its own commits, the counters it read): a
@@ -96,8 +93,6 @@ logger = logging.getLogger(__name__)
 #: pipelines hold different store objects of one database.
 _SEEN: dict[str, int] = {}
 _SEEN_LOCK = threading.Lock()
-#: Until when (monotonic) each read URL is skipped after it could not be reached: every store object of the process.
-_READ_DOWN_UNTIL: dict[str, float] = {}
 
 
 def _configure(connection: psycopg.Connection) -> None:
@@ -112,15 +107,7 @@ def primary_pool(url: str, size: int | None = None) -> ConnectionPool:
     `GATEHOUSE_POSTGRES_POOL_SIZE`; a larger size grows it): every store object and the job queue share it.
     """
     return connection_pool(url, size=size or settings.postgres_pool_size(), name="PostgreSQL store",
-                           shown_url=_redacted(url), configure=_configure)
-
-
-def _lsn(text: str | None) -> int:
-    """A WAL position (`16/B374D848`) as a number."""
-    if not text:
-        return 0
-    high, _, low = str(text).partition("/")
-    return (int(high, 16) << 32) + int(low, 16)
+                           shown_url=shown(url), configure=_configure)
 
 
 #: The layout of the BM25 tables, kept in the table's settings: a table of another layout is refused, naming it.
@@ -233,26 +220,6 @@ def _where(filters: dict[str, Any] | None, extra: sql.Composable = sql.SQL("TRUE
     return sql.SQL(" WHERE ") + extra + clause, params
 
 
-def _redacted(url: str) -> str:
-    """The URL (or `key=value` connection string) without its password, to name the server in an error."""
-    url = PASSWORD_PARAMETER.sub(r"\1***", url)
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "the configured PostgreSQL URL"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
-
-
-def unavailable(url: str, error: BaseException, doing: str) -> StoreUnavailableError:
-    """The one-line error for the database at `url` that could not be used while `doing` (no password in it)."""
-    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return StoreUnavailableError(f"the PostgreSQL store at {_redacted(url)} cannot be used ({doing}: {detail}): "
-                                 "start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
-
-
 @contextlib.contextmanager
 def pooled_transaction(url: str, pool: ConnectionPool, timeout: float, doing: str,
                        after_commit: Callable[[psycopg.Connection], None] | None = None) -> Iterator[psycopg.Cursor]:
@@ -264,17 +231,18 @@ def pooled_transaction(url: str, pool: ConnectionPool, timeout: float, doing: st
     """
     try:
         connection = pool.get(timeout, doing)
-    except psycopg.Error as error:
-        raise unavailable(url, error, "connecting") from error
+    except psycopg.Error as error:  # the driver's own error is not chained: it may quote the password
+        raise unavailable(url, error, "connecting") from None
     try:
         with connection.transaction(), connection.cursor() as cursor:
             yield cursor
         if after_commit is not None:
             after_commit(connection)
     except psycopg.OperationalError as error:
-        raise unavailable(url, error, doing) from error
+        raise unavailable(url, error, doing) from None
     finally:
         pool.put(connection)
+    outage_over(url)
 
 
 class PostgresDocumentStore:
@@ -291,7 +259,7 @@ class PostgresDocumentStore:
         embedding_dim: int | None = None,
         indexed_fields: list[str] | None = None,
         read_url: str | None = None,
-        max_lag_s: float = DEFAULT_MAX_LAG_S,
+        max_lag_s: float | None = None,
         pool_size: int | None = None,
         pool_timeout_s: float | None = None,
     ) -> None:
@@ -339,7 +307,11 @@ class PostgresDocumentStore:
         self._url = url or settings.postgres_url() or ""
         if not self._url:
             raise ValueError("The PostgreSQL store needs GATEHOUSE_POSTGRES_URL or url.")
-        self.read_url, self.max_lag_s = read_url, float(max_lag_s)
+        if max_lag_s is not None and (isinstance(max_lag_s, bool) or not isinstance(max_lag_s, int | float)
+                                      or not 0 <= max_lag_s < float("inf")):
+            raise ValueError(f"max_lag_s must be a number of seconds of at least 0, got {max_lag_s!r}.")
+        self.read_url, self.max_lag_s = read_url, max_lag_s
+        self._max_lag_s = float(settings.postgres_max_lag_s() if max_lag_s is None else max_lag_s)
         self._read_url = read_url or settings.postgres_read_url() or ""
         if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
             raise ValueError(f"pool_size must be a whole number of at least 1, got {pool_size!r}.")
@@ -375,9 +347,9 @@ class PostgresDocumentStore:
     def _saw_commit(self, connection: psycopg.Connection) -> None:
         self._saw(connection.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
 
-    def _saw(self, lsn: str) -> None:
+    def _saw(self, position: str) -> None:
         with _SEEN_LOCK:
-            _SEEN[self._url] = max(_SEEN.get(self._url, 0), _lsn(lsn))
+            _SEEN[self._url] = max(_SEEN.get(self._url, 0), lsn(position))
 
     @contextlib.contextmanager
     def _read(self, doing: str) -> Iterator[psycopg.Cursor]:
@@ -385,16 +357,7 @@ class PostgresDocumentStore:
         A cursor for a search: on the read URL once it has replayed what this process has seen on the primary
         (waiting up to `max_lag_s`), else (no read URL, too far behind, unreachable) on the primary.
         """
-        connection = self._reader(doing) if self._read_url else None
-        if connection is not None:
-            try:
-                caught_up = self._caught_up(connection)
-            except psycopg.OperationalError as error:
-                self._reader_down(error)
-                caught_up = False
-            if not caught_up:  # behind by more than max_lag_s, or lost: the primary answers
-                self._reader_pool().put(connection)
-                connection = None
+        connection = self._standby_connection(doing) if self._read_url else None
         if connection is None:
             with self._transaction(doing) as cursor:
                 yield cursor
@@ -404,43 +367,51 @@ class PostgresDocumentStore:
                 yield cursor
         except psycopg.OperationalError as error:  # lost mid-search: this search fails, the next reads the primary
             self._reader_down(error)
-            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise StoreUnavailableError(f"the PostgreSQL read URL {_redacted(self._read_url)} was lost ({doing}: "
-                                        f"{detail}); the next searches read the primary") from error
+            raise StoreUnavailableError(
+                f"the PostgreSQL read URL {shown(self._read_url)} was lost ({doing}: "
+                f"{scrub(first_line(error), self._read_url)}); the next searches read the primary",
+                outage=shown(self._read_url)) from None
         finally:
             self._reader_pool().put(connection)
 
-    def _caught_up(self, connection: psycopg.Connection) -> bool:
-        """Whether the standby has replayed what this process has seen, waiting up to `max_lag_s` for it."""
-        with _SEEN_LOCK:
-            seen = _SEEN.get(self._url, 0)
-        deadline = time.monotonic() + self.max_lag_s
-        while seen and _lsn(connection.execute("SELECT pg_last_wal_replay_lsn()").fetchone()[0]) < seen:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(LAG_POLL_S)
-        return True
+    def _standby(self) -> Standby:
+        return standby(self._read_url, shown(self._read_url))
 
     def _reader_pool(self) -> ConnectionPool:
         return connection_pool(self._read_url, size=self._pool_size, name="PostgreSQL read URL",
-                               shown_url=_redacted(self._read_url), application_name=READER_NAME, connect_timeout=5,
-                               configure=_configure)
+                               shown_url=shown(self._read_url), application_name=READER_NAME, connect_timeout=5,
+                               configure=_configure, role="standby")
 
-    def _reader(self, doing: str) -> psycopg.Connection | None:
-        """A connection to the read URL checked out of its pool (None while it is known to be unreachable)."""
-        if time.monotonic() < _READ_DOWN_UNTIL.get(self._read_url, 0.0):
-            return None
-        try:
-            return self._reader_pool().get(self._pool_timeout_s, doing)
-        except psycopg.Error as error:
-            self._reader_down(error)
-            return None
+    def _standby_connection(self, doing: str) -> psycopg.Connection | None:
+        """
+        A connection to the read URL once it has replayed what this process has seen on the primary (waiting up to
+        `max_lag_s` once per lag episode: `postgres_standby`), or None: the search reads the primary (counted, by
+        reason: `lag`, `unreachable`).
+        """
+        state = self._standby()
+        reason = state.skipped()
+        if reason is None:
+            try:
+                connection = self._reader_pool().get(self._pool_timeout_s, doing)
+            except psycopg.Error as error:
+                self._reader_down(error)
+                reason = "unreachable"
+        if reason is None:
+            with _SEEN_LOCK:
+                seen = _SEEN.get(self._url, 0)
+            try:
+                if state.caught_up(connection, seen=seen, max_lag_s=self._max_lag_s):
+                    return connection
+                reason = "lag"
+            except psycopg.OperationalError as error:
+                self._reader_down(error)
+                reason = "unreachable"
+            self._reader_pool().put(connection)
+        PRIMARY_READS.labels(reason=reason).inc()
+        return None
 
     def _reader_down(self, error: BaseException) -> None:
-        _READ_DOWN_UNTIL[self._read_url] = time.monotonic() + READ_RETRY_S
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        logger.warning("the PostgreSQL read URL %s cannot be used (%s): searches read the primary for %.0f s",
-                       _redacted(self._read_url), detail, READ_RETRY_S)
+        self._standby().down(error, scrub(first_line(error), self._read_url))
 
     def close(self) -> None:
         """
@@ -471,12 +442,12 @@ class PostgresDocumentStore:
         try:
             connection = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
         except psycopg.Error as error:
-            raise unavailable(self._url, error, "connecting") from error
+            raise unavailable(self._url, error, "connecting") from None
         with connection:
             try:
                 self._set_up_in(connection)
             except psycopg.Error as error:  # refused, lost, read-only (a standby before the table exists)
-                raise unavailable(self._url, error, "setting up its tables") from error
+                raise unavailable(self._url, error, "setting up its tables") from None
 
     def _set_up_in(self, connection: psycopg.Connection) -> None:
         installed = {row[0] for row in connection.execute("SELECT extname FROM pg_extension")}
@@ -489,9 +460,9 @@ class PostgresDocumentStore:
                             sql.Identifier(extension)))
                 except psycopg.Error as error:
                     raise StoreUnavailableError(
-                        f"the PostgreSQL database at {_redacted(self._url)} lacks the {extension} extension and this "
-                        f"user cannot create it ({str(error).strip().splitlines()[0]}): run CREATE EXTENSION "
-                        f"{extension}; as a superuser in that database") from error
+                        f"the PostgreSQL database at {shown(self._url)} lacks the {extension} extension and this "
+                        f"user cannot create it ({scrub(first_line(error), self._url)}): run CREATE EXTENSION "
+                        f"{extension}; as a superuser in that database") from None
         if connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
