@@ -70,9 +70,16 @@ from gatehouse.document_stores.analysis import Analyzer, Bm25Encoder, term_index
 from gatehouse.document_stores.edge_document_store import SharedDocument
 from gatehouse.document_stores.edge_shard import ANALYSES, DRIFT
 from gatehouse.document_stores.errors import StoreUnavailableError
-from gatehouse.document_stores.postgres_errors import first_line, outage_over, scrub, shown, unavailable
+from gatehouse.document_stores.postgres_errors import (
+    first_line,
+    outage_over,
+    report_outage,
+    scrub,
+    shown,
+    unavailable,
+)
 from gatehouse.document_stores.postgres_metrics import PRIMARY_READS
-from gatehouse.document_stores.postgres_pool import ConnectionPool, connection_pool
+from gatehouse.document_stores.postgres_pool import ConnectionPool, PoolExhaustedError, connection_pool
 from gatehouse.document_stores.postgres_standby import Standby, lsn, standby
 
 EXTENSIONS = ("vector",)
@@ -86,6 +93,7 @@ MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimension
 SIMILAR = (", 1 - (c.embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) FROM unnest(c.sentences) AS sentence)")
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 READER_NAME = "gatehouse-reader"  # the application_name of the connections to the read URL (pg_stat_activity)
+READY_TIMEOUT_S = 2.0  # how long a readiness check waits for a pooled connection
 
 logger = logging.getLogger(__name__)
 #: The newest primary WAL position each process has seen per database (its own commits, the counters it read): a
@@ -93,6 +101,8 @@ logger = logging.getLogger(__name__)
 #: pipelines hold different store objects of one database.
 _SEEN: dict[str, int] = {}
 _SEEN_LOCK = threading.Lock()
+#: The databases this process's stores were opened on: (primary URL, read URL or "") -> max_lag_s (`readiness`).
+_OPENED: dict[tuple[str, str], float] = {}
 
 
 def _configure(connection: psycopg.Connection) -> None:
@@ -108,6 +118,58 @@ def primary_pool(url: str, size: int | None = None) -> ConnectionPool:
     """
     return connection_pool(url, size=size or settings.postgres_pool_size(), name="PostgreSQL store",
                            shown_url=shown(url), configure=_configure)
+
+
+def reader_pool(read_url: str, size: int | None = None) -> ConnectionPool:
+    """This process's pool of connections to the read URL (as `primary_pool`), named `READER_NAME` there."""
+    return connection_pool(read_url, size=size or settings.postgres_pool_size(), name="PostgreSQL read URL",
+                           shown_url=shown(read_url), application_name=READER_NAME, connect_timeout=5,
+                           configure=_configure, role="standby")
+
+
+def readiness(timeout_s: float = READY_TIMEOUT_S) -> list[tuple[str, float]]:
+    """
+    Why the databases of this process's stores cannot serve now, each a caller-safe reason (no user, host, port or
+    database name) with the seconds after which to ask again; empty when they can: each primary answers a query,
+    each read URL can be reached and is not lagging (`Standby.ready`: behind what it received for `max_lag_s`, or
+    in a lag episode). An outage found is logged as the searches' are (once, `report_outage`).
+
+    :param timeout_s: How long a check waits for a pooled connection.
+    """
+    with _SEEN_LOCK:
+        opened = sorted(_OPENED.items())
+    problems: list[tuple[str, float]] = []
+    for url in sorted({url for (url, _), _ in opened}):
+        for attempt in (1, 2):  # an idle connection the server dropped fails once (and its idle peers are closed)
+            try:
+                with pooled_transaction(url, primary_pool(url), timeout_s, "checking readiness") as cursor:
+                    cursor.execute("SELECT 1")
+                break
+            except StoreUnavailableError as error:
+                if attempt == 2 or isinstance(error, PoolExhaustedError):
+                    report_outage(error)
+                    problems.append((error.public, error.retry_after_s))
+                    break
+    for (_, read_url), max_lag_s in opened:
+        if not read_url:
+            continue
+        state = standby(read_url, shown(read_url))
+        reason = "the standby cannot be reached" if state.skipped() == "unreachable" else None
+        for attempt in (1, 2) if reason is None else ():
+            try:
+                with reader_pool(read_url).connection(timeout_s, "checking readiness") as connection:
+                    reason = state.ready(connection, max_lag_s)
+                break
+            except psycopg.Error as error:
+                if attempt == 2:
+                    state.down(error, scrub(first_line(error), read_url))
+                    reason = "the standby cannot be reached"
+            except StoreUnavailableError as error:  # its pool stayed busy
+                reason = error.public
+                break
+        if reason is not None:
+            problems.append((reason, max(state.retry_after_s(), StoreUnavailableError.retry_after_s)))
+    return problems
 
 
 #: The layout of the BM25 tables, kept in the table's settings: a table of another layout is refused, naming it.
@@ -326,6 +388,9 @@ class PostgresDocumentStore:
                        "postings": sql.Identifier(f"{table}_postings"), "terms": sql.Identifier(f"{table}_terms"),
                        "totals": sql.Identifier(f"{table}_totals")}
         self._set_up()
+        with _SEEN_LOCK:
+            key = (self._url, self._read_url)
+            _OPENED[key] = max(_OPENED.get(key, 0.0), self._max_lag_s)
 
     # -- connections ------------------------------------------------------------------------------------------
     @property
@@ -378,9 +443,7 @@ class PostgresDocumentStore:
         return standby(self._read_url, shown(self._read_url))
 
     def _reader_pool(self) -> ConnectionPool:
-        return connection_pool(self._read_url, size=self._pool_size, name="PostgreSQL read URL",
-                               shown_url=shown(self._read_url), application_name=READER_NAME, connect_timeout=5,
-                               configure=_configure, role="standby")
+        return reader_pool(self._read_url, self._pool_size)
 
     def _standby_connection(self, doing: str) -> psycopg.Connection | None:
         """

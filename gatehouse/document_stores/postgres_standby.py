@@ -138,9 +138,8 @@ class Standby:
                 self._condition.notify_all()
         if not caught_up:
             STANDBY_LAG_EPISODES.inc()
-            logger.warning("the PostgreSQL read URL %s has not replayed what this process has seen on the primary "
-                           "within max_lag_s (%g s): searches read the primary until it has caught up",
-                           self.shown_url, max_lag_s)
+            logger.warning("the PostgreSQL read URL %s stayed behind the primary for max_lag_s (%g s): searches "
+                           "read the primary until it has caught up", self.shown_url, max_lag_s)
         return caught_up
 
     def _ended(self) -> None:

@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -374,8 +375,10 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
         ObservabilityError,
         ObservabilityMiddleware,
         configure_tracing,
+        job_queues,
         metrics_router,
     )
+    from gatehouse.serving.readiness import readiness_router
     from gatehouse.serving.streaming import StreamEnd
 
     keyring = KeyRing.from_manifest(manifest)
@@ -398,7 +401,8 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     _document_error_answers(app, manifest, keyring)
     if manifest.mcp:
         mount_mcp(app)
-    app.include_router(metrics_router())
+    app.include_router(metrics_router(job_queues(index_pipelines)))
+    app.include_router(readiness_router(manifest))
     app.add_middleware(StreamEnd, paths=CHAT_PATHS)
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
                        limiter=rate_limiter(manifest, database_url=shared_database_url(manifest)))
@@ -497,11 +501,14 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
     """
     Run `processes` server processes on one listening socket (the kernel hands each connection to one of them) until
     interrupted; a process that dies (a crash, `kill -9`) is started again, one that exits with status 2 (it cannot
-    start as configured) stops them all.
+    start as configured) stops them all. Their metrics go to one folder (`PROMETHEUS_MULTIPROC_DIR`, a temporary one
+    unless set), so a scrape of any process reports them all.
 
     :raises ServeError: When the store is the embedded one (only one process may open it), or the address cannot be
         bound.
     """
+    from prometheus_client import multiprocess
+
     if shared_database_url(manifest) is None:
         raise ServeError(f"processes is {processes}, but the store is the embedded one, which only one process may "
                          "open: set GATEHOUSE_POSTGRES_URL (or postgres: {url} in the pipelines), or run one process")
@@ -515,6 +522,8 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
     prepare_deployments(manifest)
+    metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="gatehouse-metrics-")
+    environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}  # one /metrics view of every process
     command = [sys.executable, "-m", "gatehouse.cli", "serve", "--manifest", str(manifest.path), "--host", host,
                "--port", str(port), "--processes", "1", "--fd", str(listener.fileno()),
                *(["--allow-remote-without-keys"] if allow_remote_without_keys else [])]
@@ -525,7 +534,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     def start() -> subprocess.Popen:
-        return subprocess.Popen(command, pass_fds=[listener.fileno()], preexec_fn=_die_with_parent)
+        return subprocess.Popen(command, pass_fds=[listener.fileno()], preexec_fn=_die_with_parent, env=environment)
 
     children = [start() for _ in range(processes)]
     print(f"gatehouse serve: {processes} processes on http://{host}:{port} (pids "
@@ -541,6 +550,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
                     failed = f"process {index + 1} of {processes} could not start (see its message above)"
                     stopping.set()
                     break
+                multiprocess.mark_process_dead(child.pid, metrics_dir)  # its gauges go; its counters stay summed
                 children[index] = start()
                 print(f"gatehouse serve: process {index + 1} of {processes} (pid {child.pid}) exited with status "
                       f"{status}; started pid {children[index].pid}", file=sys.stderr, flush=True)
@@ -556,5 +566,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if metrics_dir != os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     if failed:
         raise ServeError(failed)
