@@ -582,14 +582,48 @@ def test_documents_by_point_keeps_the_order_adds_meta_and_skips_deleted_ids(stor
     assert found[1].meta["lexical_score"] == 2.0
 
 
-def test_a_table_of_the_earlier_bm25_layout_is_refused_naming_it(store, postgres, table):
-    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:  # as the branch's first tables were made
-        comment = admin.execute("SELECT obj_description(%s::regclass, 'pg_class')", (table,)).fetchone()[0]
-        earlier = {key: value for key, value in json.loads(comment).items() if key != "bm25"}
+def _comment(postgres, table: str, **changes) -> dict:
+    """Rewrite the table's settings comment with `changes` (None removes a key); returns what was there."""
+    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:
+        comment = json.loads(admin.execute("SELECT obj_description(%s::regclass, 'pg_class')", (table,)).fetchone()[0])
+        rewritten = {key: value for key, value in {**comment, **changes}.items() if value is not None}
         admin.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table),
-                                                                  sql.Literal(json.dumps(earlier))))
-    with pytest.raises(ValueError, match="created with other settings \\(bm25 None\\)"):
+                                                                  sql.Literal(json.dumps(rewritten))))
+    return comment
+
+
+def test_a_table_of_schema_version_1_is_migrated_in_place(store, postgres, table, caplog):
+    caplog.set_level(logging.INFO, logger="gatehouse.document_stores.postgres")
+    store.write_documents([chunk("Rotate API keys from the console.")])
+    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:  # as the tables of schema version 1 were
+        admin.execute(sql.SQL("ALTER TABLE {} DROP COLUMN version").format(sql.Identifier(f"{table}_terms")))
+    assert _comment(postgres, table, bm25="postings", schema=None)["schema"] == 2
+    upgraded = PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    assert _comment(postgres, table)["schema"] == 2 and _comment(postgres, table)["bm25"] == "postings-versioned"
+    assert [d.content for d in upgraded.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
+    upgraded.write_documents([chunk("Rotate keys monthly.", doc_id="faq/b.md")])
+    assert len(upgraded.bm25_retrieval("rotate")) == 2
+    assert f"the PostgreSQL table {table} was migrated from schema version 1 to 2" in caplog.text
+    _comment(postgres, table, schema=None)  # a table written before the version was kept: recorded, nothing to run
+    PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    assert _comment(postgres, table)["schema"] == 2 and caplog.text.count("was migrated") == 1
+    upgraded.close()
+
+
+def test_a_table_that_cannot_be_migrated_says_what_to_run(store, postgres, table):
+    _comment(postgres, table, schema=3)
+    with pytest.raises(StoreUnavailableError, match=f"the PostgreSQL table {table} has schema version 3, newer than "
+                                                    "this Gatehouse's 2: run pip install --upgrade "
+                                                    "'gatehouse\\[postgres\\]' on every machine that uses it"):
         PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    _comment(postgres, table, schema=None, bm25=None)  # as the first tables were made (BM25 in tsvectors)
+    with pytest.raises(StoreUnavailableError) as raised:
+        PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    assert str(raised.value) == (
+        f"the PostgreSQL table {table} has an earlier layout than schema version 1 (BM25 in tsvectors), which cannot "
+        "be migrated in place: run gatehouse ingest with postgres: {table: <a new name>} in the pipelines to write a "
+        "new table, then drop this one")
+    assert "schema" not in _comment(postgres, table)  # nothing changed
 
 
 def _metric(name: str, **labels: str) -> float:

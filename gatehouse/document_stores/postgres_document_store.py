@@ -80,6 +80,7 @@ from gatehouse.document_stores.postgres_errors import (
 )
 from gatehouse.document_stores.postgres_metrics import PRIMARY_READS
 from gatehouse.document_stores.postgres_pool import ConnectionPool, PoolExhaustedError, connection_pool
+from gatehouse.document_stores.postgres_schema import LAYOUTS, SCHEMA_VERSION, migrate, stored_settings
 from gatehouse.document_stores.postgres_standby import Standby, lsn, standby
 
 EXTENSIONS = ("vector",)
@@ -172,9 +173,6 @@ def readiness(timeout_s: float = READY_TIMEOUT_S) -> list[tuple[str, float]]:
     return problems
 
 
-#: The layout of the BM25 tables, kept in the table's settings: a table of another layout is refused, naming it.
-#: `versioned`: each term's row carries a version every change of its postings moves (for `_PostingsCache`).
-BM25_LAYOUT = "postings-versioned"
 
 #: The query's terms (ids, counts, the version of their postings the caller holds, or null) with their IDF over the
 #: whole table (every tenant's chunks, as in the local shard) and their version; a term's postings (chunk `pk`s and
@@ -530,6 +528,7 @@ class PostgresDocumentStore:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
                 self._create(connection)
+        migrate(connection, self.table)
         self._check(connection)
 
     def _create(self, connection: psycopg.Connection) -> None:
@@ -566,16 +565,13 @@ class PostgresDocumentStore:
 
     def _settings(self) -> dict[str, Any]:
         """What the table is created with and must be opened with (kept as the table's comment)."""
-        return {"embedding_dim": self._dim, "indexed_fields": self.indexed_fields, **ANALYSIS, "bm25": BM25_LAYOUT}
+        return {"embedding_dim": self._dim, "indexed_fields": self.indexed_fields, **ANALYSIS,
+                "bm25": LAYOUTS[SCHEMA_VERSION], "schema": SCHEMA_VERSION}
 
     def _check(self, connection: psycopg.Connection) -> None:
         """Refuse a table created with other settings, naming them."""
-        comment = connection.execute("SELECT obj_description(%s::regclass, 'pg_class')", (self.table,)).fetchone()[0]
-        try:
-            stored = json.loads(comment or "")
-        except ValueError:
-            stored = None
-        if not isinstance(stored, dict):
+        stored = stored_settings(connection, self.table)
+        if stored is None:
             raise ValueError(f"The PostgreSQL table {self.table} was not created by Gatehouse: name another table.")
         if self.embedding_dim is None:
             self._dim = stored.get("embedding_dim", self._dim)
