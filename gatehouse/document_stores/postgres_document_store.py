@@ -27,7 +27,12 @@ Every write is one transaction: `replace_documents` deletes a document's earlier
 moves the counters and BM25 statistics together (writers wait for each other on the totals row), so a killed process
 or server leaves whole documents only. Each call checks a connection out of the process's pool for the database
 (`postgres_pool`: bounded, shared by every store object) and gives it back; a database that cannot be reached or
-used, or whose pooled connections all stay busy, is a `StoreUnavailableError` naming the server without its password.
+used, or whose pooled connections all stay busy, is a `StoreUnavailableError` naming the server without its password
+(`postgres_errors`: also scrubbed from the driver's words), with a line for API callers that names nothing of it.
+With a read URL the searches read a hot standby once it has replayed what the process has seen on the primary
+(`postgres_standby`: one wait of `max_lag_s` per lag episode, then the primary). The tables carry a schema version,
+and older ones are migrated in place when a store opens them (`postgres_schema`). `readiness()` says whether the
+databases of the process's stores can serve (`GET /ready`).
 
 Haystack filters are translated by pgvector-haystack's filter module (`meta.<key>` as `meta->>'key'`: `==`, `!=`,
 `in`, `not in`, ranges, `AND`, `OR`).

@@ -16,7 +16,9 @@ server's `max_connections` under load. Here a call checks a connection out for o
   serving);
 - each new connection is set up by the pool's `configure` callback (the vector type, `hnsw.iterative_scan`);
 - a connection given back broken (a lost or restarted server) is closed, and so are the idle ones (they are most
-  likely dead too): the next call opens a new one. A connection given back inside a transaction is closed.
+  likely dead too): the next call opens a new one. A connection given back inside a transaction is closed;
+- its connections open and in use, its size, the calls that waited and those that gave up are Prometheus series
+  (`postgres_metrics`, labelled `primary` or `standby`).
 
 `psycopg_pool.ConnectionPool` was tried first and does not fit: it opens connections in background workers, so a
 refused or unreachable server leaves every call waiting its full timeout for a `PoolTimeout` that has lost the

@@ -6,7 +6,8 @@ and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `EdgeMiddlewa
 cross-origin writes), `GuardMiddleware` (auth, tenants, body limit) and `StreamEnd` (`data: [DONE]` after a chat
 stream) in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing, deployment and
 traces for admin keys only), serves the docs pages from local files, adds the knowledge-base routes (`/kbs`) over
-the index pipeline's stores and the ingest-job routes (`/index/jobs`), mounts MCP at `/mcp` when enabled and runs it
+the index pipeline's stores, the ingest-job routes (`/index/jobs`), `/metrics` and `/ready` (readiness; `/status` is
+Hayhooks' liveness), mounts MCP at `/mcp` when enabled and runs it
 with uvicorn, with bounds on request headers (`gatehouse.serving.http_limits`) and forwarded headers believed only
 from `trusted_proxies`.
 
