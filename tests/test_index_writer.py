@@ -20,20 +20,13 @@ def embedder() -> DocumentEmbedder:
     return e
 
 
-@pytest.fixture(params=["shared", "separate", "postgres", "qdrant"])
+@pytest.fixture(params=["shared", "separate", "postgres"])
 def stores(request, tmp_path, monkeypatch):
     """The default layout (both stores in one shard: one write per document), two separate stores (as with a
-    Qdrant server and Elasticsearch: each store written in turn), one PostgreSQL table (one transaction per
-    document), and the Qdrant path (`GATEHOUSE_QDRANT_URL`: qdrant-haystack's store, here in qdrant-client's
-    in-process mode) beside the local lexical store."""
+    Qdrant server and Elasticsearch: each store written in turn) and one PostgreSQL table (one transaction per
+    document)."""
     monkeypatch.delenv("GATEHOUSE_QDRANT_URL", raising=False)
     monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
-    if request.param == "qdrant":
-        monkeypatch.setenv("GATEHOUSE_QDRANT_URL", ":memory:")
-        dense = DenseDocumentStore(index=f"writer_{uuid.uuid4().hex[:12]}")
-        lexical = LexicalDocumentStore(local={"path": str(tmp_path / "lexical")})
-        assert (dense.active_backend, lexical.active_backend) == ("qdrant", "local")
-        return dense, lexical
     if request.param == "postgres":
         postgres = {"url": request.getfixturevalue("postgres").primary_url, "table": f"writer_{uuid.uuid4().hex[:12]}"}
         dense, lexical = DenseDocumentStore(postgres=postgres), LexicalDocumentStore(postgres=postgres)
@@ -163,8 +156,6 @@ def test_run_chunk_without_embedding_raises(stores):
 
 def test_run_stores_sentence_vectors_with_the_chunks(stores, embedder):
     dense, lexical = stores
-    if dense.active_backend == "qdrant":
-        pytest.skip("a Qdrant collection keeps no sentence vectors")
     docs = embedder.run(documents=chunks(["Rotate keys monthly. Billing is yearly."]))["documents"]
     sentences = embedder._backend.embed(["Rotate keys monthly.", "Billing is yearly."])
     IndexWriter(dense_store=dense, lexical_store=lexical).run(
@@ -182,8 +173,9 @@ def test_run_stores_sentence_vectors_with_the_chunks(stores, embedder):
 
 
 def test_run_the_qdrant_path_answers_a_hybrid_search_after_a_rewrite(embedder, tmp_path, monkeypatch):
-    """The Qdrant path end to end in one process: written by the writer, searched by the hybrid retriever, which
-    fuses the dense and BM25 lists without sentence scores (a Qdrant collection keeps none)."""
+    """The Qdrant path (`GATEHOUSE_QDRANT_URL`: qdrant-haystack's store, here in qdrant-client's in-process mode)
+    beside the local lexical store, in one process: a document written and replaced by the writer (each store in
+    turn), searched by the hybrid retriever, which fuses the dense and BM25 lists without sentence scores."""
     from gatehouse.components.retrievers.hybrid_retriever import HybridRetriever
 
     monkeypatch.setenv("GATEHOUSE_QDRANT_URL", ":memory:")
@@ -193,8 +185,10 @@ def test_run_the_qdrant_path_answers_a_hybrid_search_after_a_rewrite(embedder, t
     writer = IndexWriter(dense_store=dense, lexical_store=lexical)
     writer.run(report=plan(DOC_ID), documents=embedder.run(documents=chunks(["Rotate API keys every 90 days.",
                                                                              "Invoices are sent monthly."]))["documents"])
-    writer.run(report=plan(DOC_ID), documents=embedder.run(documents=chunks(["Rotate API keys every 30 days.",
-                                                                             "Invoices are sent monthly."]))["documents"])
+    replaced = writer.run(report=plan(DOC_ID), documents=embedder.run(documents=chunks([
+        "Rotate API keys every 30 days.", "Invoices are sent monthly."]))["documents"])["report"]
+    assert replaced["written"][0]["replaced_chunks"] == 1
+    assert dense.count_documents() == lexical.count_documents() == 2
     retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, top_k=5, chunks_per_group=5)
     query = "how often do I rotate API keys"
     found = retriever.run(query=query, query_embedding=embedder._backend.embed([query])[0].tolist(),

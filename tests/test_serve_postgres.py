@@ -319,6 +319,9 @@ def test_readiness_one_metrics_view_of_two_processes_sums_their_requests(cluster
     assert scrapes[-1][("gatehouse_server_processes", ())] == 2
     assert scrapes[-1][("gatehouse_postgres_pool_size", (("pool", "primary"),))] >= 2 * 8
     assert ("gatehouse_ingest_jobs", (("status", "queued"),)) not in scrapes[-1]  # c serves no index pipeline
+    queue = _scrape(cluster["servers"]["a"])  # every server's upload jobs, read from the database at the scrape
+    assert queue[("gatehouse_ingest_jobs", (("status", "queued"),))] == 0
+    assert queue[("gatehouse_ingest_tenants_waiting", ())] == 0
     print(f"--processes 2: /status requests per process {per_process}, scraped {scrapes[-1][sample]:.0f}")
 
 

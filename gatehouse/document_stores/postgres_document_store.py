@@ -51,7 +51,6 @@ store.bm25_retrieval("rotaton", filters=filters, top_k=5, analysis="ngrams")    
 
 import contextlib
 import json
-import logging
 import re
 import threading
 from collections import Counter
@@ -101,7 +100,6 @@ DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 READER_NAME = "gatehouse-reader"  # the application_name of the connections to the read URL (pg_stat_activity)
 READY_TIMEOUT_S = 2.0  # how long a readiness check waits for a pooled connection
 
-logger = logging.getLogger(__name__)
 #: The newest primary WAL position each process has seen per database (its own commits, the counters it read): a
 #: search on a standby waits until the standby has replayed that far. Process-wide: the index and the retrieve
 #: pipelines hold different store objects of one database.
@@ -176,7 +174,6 @@ def readiness(timeout_s: float = READY_TIMEOUT_S) -> list[tuple[str, float]]:
         if reason is not None:
             problems.append((reason, max(state.retry_after_s(), StoreUnavailableError.retry_after_s)))
     return problems
-
 
 
 #: The query's terms (ids, counts, the version of their postings the caller holds, or null) with their IDF over the
@@ -437,8 +434,7 @@ class PostgresDocumentStore:
             self._reader_down(error)
             raise StoreUnavailableError(
                 f"the PostgreSQL read URL {shown(self._read_url)} was lost ({doing}: "
-                f"{scrub(first_line(error), self._read_url)}); the next searches read the primary",
-                outage=shown(self._read_url)) from None
+                f"{scrub(first_line(error), self._read_url)}); the next searches read the primary") from None
         finally:
             self._reader_pool().put(connection)
 

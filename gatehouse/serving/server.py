@@ -502,8 +502,8 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
     """
     Run `processes` server processes on one listening socket (the kernel hands each connection to one of them) until
     interrupted; a process that dies (a crash, `kill -9`) is started again, one that exits with status 2 (it cannot
-    start as configured) stops them all. Their metrics go to one folder (`PROMETHEUS_MULTIPROC_DIR`, a temporary one
-    unless set), so a scrape of any process reports them all.
+    start as configured) stops them all. Their metrics go to one temporary folder (`PROMETHEUS_MULTIPROC_DIR`), so a
+    scrape of any process reports them all.
 
     :raises ServeError: When the store is the embedded one (only one process may open it), or the address cannot be
         bound.
@@ -523,7 +523,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
     prepare_deployments(manifest)
-    metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="gatehouse-metrics-")
+    metrics_dir = tempfile.mkdtemp(prefix="gatehouse-metrics-")  # new each start: no stale process's series
     environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}  # one /metrics view of every process
     command = [sys.executable, "-m", "gatehouse.cli", "serve", "--manifest", str(manifest.path), "--host", host,
                "--port", str(port), "--processes", "1", "--fd", str(listener.fileno()),
@@ -567,7 +567,6 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if metrics_dir != os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     if failed:
         raise ServeError(failed)
