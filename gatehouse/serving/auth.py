@@ -36,7 +36,7 @@ from gatehouse.serving.rate_limits import CallerLimits, RateLimiter
 if TYPE_CHECKING:
     from gatehouse.serving.db_rate_limits import DatabaseRateLimiter
 
-OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}
+OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status"), ("GET", "/ready"), ("HEAD", "/ready")}
 # Hayhooks' routes that deploy code or show every tenant's requests: an admin key's (absent without keys).
 ADMIN_PATHS = ("/deploy_files", "/deploy-yaml", "/undeploy/{pipeline_name}", "/traces")
 REFUSAL_PAUSE_S = 1.0  # a request over its caller's limits is answered (429) after this pause, at most Retry-After

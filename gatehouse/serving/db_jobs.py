@@ -54,6 +54,7 @@ from psycopg.types.json import Jsonb
 from gatehouse.document_stores.errors import StoreUnavailableError, find_data_dir_error
 from gatehouse import settings
 from gatehouse.document_stores.postgres_document_store import pooled_transaction, primary_pool
+from gatehouse.document_stores.postgres_errors import report_outage
 from gatehouse.ingest import FileOutcome, ingest_file
 from gatehouse.serving.jobs import RECENT_JOBS, RETRY_AFTER_UNKNOWN_S, UNFINISHED, IngestJob, JobAccepted, QueueFull
 from gatehouse.serving.observability import record_ingest
@@ -215,6 +216,15 @@ class DatabaseIngestJobs:
                                   (self._tenants(tenants), self._tenants(tenants), limit)).fetchall()
         return [_view(row) for row in rows]
 
+    def queue(self) -> dict[str, int]:
+        """How many jobs wait and run on every server, and how many tenants have one waiting (for `/metrics`)."""
+        with self._cursor("counting the jobs") as cursor:
+            queued, running, tenants = cursor.execute(self._sql(
+                "SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status <> 'queued'), "
+                "count(DISTINCT tenant) FILTER (WHERE status = 'queued') FROM {jobs} "
+                "WHERE status IN ('queued', 'running', 'cancelling')")).fetchone()
+        return {"queued": queued, "running": running, "tenants_waiting": tenants}
+
     def wait(self, job_id: str) -> IngestJob:
         """Block until a job is finished (by whichever server runs it); the finished job."""
         while True:
@@ -241,7 +251,7 @@ class DatabaseIngestJobs:
             try:
                 claimed = self._claim()
             except StoreUnavailableError as error:  # the database went away: try again later, the jobs wait there
-                logger.warning("ingest worker: %s", error)
+                report_outage(error)  # one warning per outage, not one per poll
                 claimed = None
             except Exception:
                 logger.exception("ingest worker: could not take a job")

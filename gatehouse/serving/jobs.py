@@ -299,6 +299,13 @@ class IngestJobs:
             jobs = [job for job in reversed(self._jobs.values()) if tenants is None or job.tenant in tenants]
             return [job.view() for job in jobs[:limit]]
 
+    def queue(self) -> dict[str, int]:
+        """How many jobs wait and run, and how many tenants have one waiting (no names: for `/metrics`)."""
+        with self._lock:
+            unfinished = [job.status for job in self._jobs.values() if job.status in UNFINISHED]
+            return {"queued": unfinished.count("queued"), "running": len(unfinished) - unfinished.count("queued"),
+                    "tenants_waiting": len(self._waiting)}
+
     def wait(self, job_id: str) -> IngestJob:
         """
         Block until a job is finished (done, failed or cancelled).

@@ -6,7 +6,8 @@ and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `EdgeMiddlewa
 cross-origin writes), `GuardMiddleware` (auth, tenants, body limit) and `StreamEnd` (`data: [DONE]` after a chat
 stream) in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing, deployment and
 traces for admin keys only), serves the docs pages from local files, adds the knowledge-base routes (`/kbs`) over
-the index pipeline's stores and the ingest-job routes (`/index/jobs`), mounts MCP at `/mcp` when enabled and runs it
+the index pipeline's stores, the ingest-job routes (`/index/jobs`), `/metrics` and `/ready` (readiness; `/status` is
+Hayhooks' liveness), mounts MCP at `/mcp` when enabled and runs it
 with uvicorn, with bounds on request headers (`gatehouse.serving.http_limits`) and forwarded headers believed only
 from `trusted_proxies`.
 
@@ -28,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -374,8 +376,10 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
         ObservabilityError,
         ObservabilityMiddleware,
         configure_tracing,
+        job_queues,
         metrics_router,
     )
+    from gatehouse.serving.readiness import readiness_router
     from gatehouse.serving.streaming import StreamEnd
 
     keyring = KeyRing.from_manifest(manifest)
@@ -398,7 +402,8 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     _document_error_answers(app, manifest, keyring)
     if manifest.mcp:
         mount_mcp(app)
-    app.include_router(metrics_router())
+    app.include_router(metrics_router(job_queues(index_pipelines)))
+    app.include_router(readiness_router(manifest))
     app.add_middleware(StreamEnd, paths=CHAT_PATHS)
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
                        limiter=rate_limiter(manifest, database_url=shared_database_url(manifest)))
@@ -497,11 +502,14 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
     """
     Run `processes` server processes on one listening socket (the kernel hands each connection to one of them) until
     interrupted; a process that dies (a crash, `kill -9`) is started again, one that exits with status 2 (it cannot
-    start as configured) stops them all.
+    start as configured) stops them all. Their metrics go to one temporary folder (`PROMETHEUS_MULTIPROC_DIR`), so a
+    scrape of any process reports them all.
 
     :raises ServeError: When the store is the embedded one (only one process may open it), or the address cannot be
         bound.
     """
+    from prometheus_client import multiprocess
+
     if shared_database_url(manifest) is None:
         raise ServeError(f"processes is {processes}, but the store is the embedded one, which only one process may "
                          "open: set GATEHOUSE_POSTGRES_URL (or postgres: {url} in the pipelines), or run one process")
@@ -515,6 +523,8 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
     prepare_deployments(manifest)
+    metrics_dir = tempfile.mkdtemp(prefix="gatehouse-metrics-")  # new each start: no stale process's series
+    environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}  # one /metrics view of every process
     command = [sys.executable, "-m", "gatehouse.cli", "serve", "--manifest", str(manifest.path), "--host", host,
                "--port", str(port), "--processes", "1", "--fd", str(listener.fileno()),
                *(["--allow-remote-without-keys"] if allow_remote_without_keys else [])]
@@ -525,7 +535,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     def start() -> subprocess.Popen:
-        return subprocess.Popen(command, pass_fds=[listener.fileno()], preexec_fn=_die_with_parent)
+        return subprocess.Popen(command, pass_fds=[listener.fileno()], preexec_fn=_die_with_parent, env=environment)
 
     children = [start() for _ in range(processes)]
     print(f"gatehouse serve: {processes} processes on http://{host}:{port} (pids "
@@ -541,6 +551,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
                     failed = f"process {index + 1} of {processes} could not start (see its message above)"
                     stopping.set()
                     break
+                multiprocess.mark_process_dead(child.pid, metrics_dir)  # its gauges go; its counters stay summed
                 children[index] = start()
                 print(f"gatehouse serve: process {index + 1} of {processes} (pid {child.pid}) exited with status "
                       f"{status}; started pid {children[index].pid}", file=sys.stderr, flush=True)
@@ -556,5 +567,6 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     if failed:
         raise ServeError(failed)

@@ -68,7 +68,12 @@ from gatehouse.components.routers.request_intake import RequestIntake
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
-from gatehouse.document_stores.errors import DataDirError, find_data_dir_error, require_writable_tree
+from gatehouse.document_stores.errors import (
+    DataDirError,
+    StoreUnavailableError,
+    find_data_dir_error,
+    require_writable_tree,
+)
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_principal
 from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
@@ -183,7 +188,9 @@ def check_name(value: Any, *, field: str, kind: str) -> None:
 def data_dir_unavailable() -> Iterator[None]:
     """
     Answer a request the data directory cannot serve (read-only, full) with a 503 and the one-line reason, instead of
-    the error of the component or store that met it; other errors pass unchanged.
+    the error of the component or store that met it; other errors pass unchanged. A store's database that cannot be
+    used is a 503 with `Retry-After` and the caller's line (`StoreUnavailableError.public`: no database user, host,
+    port or name); the full line goes to the log, once per outage.
 
     :raises HTTPException: 503 naming the data directory's problem and what to do.
     """
@@ -195,6 +202,12 @@ def data_dir_unavailable() -> Iterator[None]:
         cause = find_data_dir_error(error, data_dir())
         if cause is None:
             raise
+        if isinstance(cause, StoreUnavailableError):
+            from gatehouse.document_stores.postgres_errors import report_outage
+
+            report_outage(cause)
+            raise HTTPException(status_code=503, detail=cause.public,
+                                headers={"Retry-After": str(cause.retry_after_s)}) from None
         raise HTTPException(status_code=503, detail=str(cause)) from error
 
 
