@@ -82,6 +82,7 @@ def test_edge_settings_are_read_and_normalised(tmp_path):
         ({"limits": {"max_headers": 0}}, "limits.max_headers must be a whole number, at least 8"),
         ({"limits": {"header_timeout_s": "soon"}}, "limits.header_timeout_s must be a number, at least 0.1"),
         ({"limits": {"body_timeout_s": 0}}, "limits.body_timeout_s must be a number, at least 0.1"),
+        ({"port": 99999}, "port must be a whole number from 1 to 65535, not 99999"),
         ({"limits": {"max_connections": 0}}, "limits.max_connections must be a whole number, at least 1"),
     ],
 )

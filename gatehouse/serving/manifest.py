@@ -217,6 +217,13 @@ def _trusted_proxies(raw: Any, path: Path) -> tuple[str, ...]:
     return tuple(str(entry) for entry in raw)
 
 
+def _port(value: Any, path: Path) -> int:
+    """A TCP port, 1 to 65535."""
+    _require(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535, path,
+             f"port must be a whole number from 1 to 65535, not {value!r}.")
+    return value
+
+
 def _at_least(value: Any, minimum: float, path: Path, where: str, *, whole: bool = True) -> Any:
     """A limit that cannot be switched off: a number (whole, unless `whole` is false), at least `minimum`."""
     kinds = int if whole else (int, float)
@@ -266,7 +273,7 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
     manifest = Manifest(
         path=path,
         host=str(raw.get("host", "127.0.0.1")),
-        port=int(raw.get("port", 1416)),
+        port=_port(raw.get("port", 1416), path),
         log_level=log_level,
         logging=_log_settings(raw.get("logging") or {}, path),
         pipelines=pipelines,
