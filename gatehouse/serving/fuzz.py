@@ -75,7 +75,6 @@ from schemathesis.core.failures import Failure, FailureGroup, ServerError
 from schemathesis.generation import GenerationMode
 from schemathesis.openapi.checks import UndefinedStatusCode
 
-from gatehouse.components.printable import printable
 from gatehouse.pipelines import pipeline_path
 from gatehouse.serving.bench import serve_process
 from gatehouse.settings import data_dir
@@ -298,6 +297,8 @@ def _check_answer(result: RouteResult, status: int, text: str, sent: str, exampl
 
 
 _NAME = re.compile(r"[a-z][a-z_]*")
+#: A mutated field named as a schema names them: `body.messages[0].content`, `query.tenant`, `header Host`.
+_FIELD = re.compile(r"header \w+|(body|form|query|path)(\.[a-z][a-z_]*(\[\d+\])*)*")
 
 
 def named_fields(request: dict[str, Any]) -> list[str]:
@@ -568,9 +569,10 @@ def report(results: dict[str, RouteResult], seconds: float | None = None) -> lis
                                            for kind, counter in by_kind.items()))
     for label, result in results.items():
         if result.mutated_fields:
-            fields = sorted(printable(where) for where in result.mutated_fields)
-            shown = ", ".join(fields[:20]) + (f", ... ({len(fields)} in all)" if len(fields) > 20 else "")
-            lines.append(f"{label} mutated in: {shown}")
+            named = sorted(where for where in result.mutated_fields if _FIELD.fullmatch(where))
+            others = len(result.mutated_fields) - len(named)
+            lines.append(f"{label} mutated in: {', '.join(named)}"
+                         + (f" and {others} fields of generated names" if others else ""))
     total = sum(r.cases for r in results.values())
     errors = sum(r.server_errors for r in results.values())
     undocumented = sum(sum(r.undocumented.values()) for r in results.values())
