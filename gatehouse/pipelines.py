@@ -182,9 +182,9 @@ def _unloadable(origin: str, spec: dict[str, Any], error: Exception) -> str:
         module = match.group(1)
         named = [f"{name!r} ({component.get('type')})" for name, component in (spec.get("components") or {}).items()
                  if isinstance(component, dict) and str(component.get("type", "")).startswith(module + ".")]
-        return (f"{origin}: component {', '.join(named) or 'of module ' + repr(module)} is of a module pipelines may not "
-                f"load: Gatehouse loads {' and '.join(ALLOWED_MODULES)}, and `gatehouse serve` also the allowed_modules "
-                "of hayhooks.yml")
+        return (f"{origin}: component {', '.join(named) or 'of module ' + repr(module)} is of a module pipelines may "
+                f"not load: Gatehouse loads {' and '.join(ALLOWED_MODULES)}, and `gatehouse serve` also the "
+                "allowed_modules of hayhooks.yml")
     if match := _NOT_IMPORTED.search(text):
         return (f"{origin}: component {match.group(2)!r} has type {match.group(1)!r}, which does not exist: check its "
                 "spelling (docs/pipelines.md lists the components) or install the package that provides it")

@@ -182,7 +182,8 @@ def test_a_pipeline_naming_a_type_it_may_not_load_is_one_line_and_status_2(cli, 
     assert err.startswith(f"gatehouse: {ask}: {message}") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("args", [["serve", "--prepare-only", "--port", "99999"], ["serve", "--prepare-only", "--port", "0"],
+@pytest.mark.parametrize("args", [["serve", "--prepare-only", "--port", "99999"],
+                                  ["serve", "--prepare-only", "--port", "0"],
                                   ["llm", "serve", "--path", "missing.gguf", "--port", "65536"]])
 def test_a_port_outside_1_to_65535_is_refused(cli, args):
     code, _, err = cli(args)

@@ -169,7 +169,8 @@ def test_a_mutation_goes_into_each_field_in_turn_and_into_fields_other_cases_had
     request = {"method": "POST", "url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer k"},
                "json_body": True, "json": call, "data": None, "files": None, "params": None}
     known = ["body.params.arguments.query", "body.params.arguments.top_k"]
-    fields = [mutated(dict(request), "surrogate_escape", turn, random.Random(0), known=known).where for turn in range(9)]
+    fields = [mutated(dict(request), "surrogate_escape", turn, random.Random(0), known=known).where
+              for turn in range(9)]
     assert set(fields) == {"body.jsonrpc", "body.id", "body.method", "body.params", "body.params.name",
                            "body.params.arguments", "body.params.arguments.query", "body.params.arguments.top_k"}
     top_k = mutated(dict(request), "non_finite", 7, random.Random(0), known=known)  # (7 + 0) % 8: a field added

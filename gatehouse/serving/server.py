@@ -418,8 +418,9 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
           allow_remote_without_keys: bool = False, processes: int | None = None, fd: int | None = None) -> None:
     """
     Check the bind address, write the deployments and run the server until interrupted: uvicorn with the manifest's
-    header, body and connection bounds (`http_limits`; the descriptor limit raised to the hard one), believing `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default
-    believes them from any local process, which could then choose its rate-limit bucket).
+    header, body and connection bounds (`http_limits`; the descriptor limit raised to the hard one), believing
+    `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default believes them from any
+    local process, which could then choose its rate-limit bucket).
 
     :param processes: Server processes on the port (default the manifest's `processes`); more than one runs
         `serve_processes`.

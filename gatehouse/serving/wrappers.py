@@ -9,7 +9,7 @@ per-component outputs. These wrappers give each kind of pipeline a typed request
   streams sentence by sentence, each sent once verified (see `streaming.py`).
 - retrieve: `POST /{name}/run` returns the hybrid search's documents with scores and metadata, screened as an ask
   screens its passages (`PassageScreen`'s rules): hostile blocks removed, documents left empty withheld, unsafe URLs
-  dropped.
+  dropped. Its query passes the deployed ask pipeline's input guardrails first (refused: 422; redacted).
 - index: `POST /{name}/run` takes a multipart upload of files into a knowledge base and queues it as an ingest
   job (202; `wait=true` answers with the report when it is done).
 
