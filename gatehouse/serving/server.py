@@ -22,6 +22,7 @@ app = build_app(manifest, prepare_deployments(manifest))   # an ASGI app; `serve
 
 import contextlib
 import ipaddress
+import logging
 import os
 import shutil
 import signal
@@ -442,10 +443,14 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
                         allow_remote_without_keys=allow_remote_without_keys)
         return
     try:  # before the pipelines open their files
-        max_connections = connection_limit(raise_descriptor_limit(), manifest.max_connections)
+        descriptors = raise_descriptor_limit()
+        max_connections = connection_limit(descriptors, manifest.max_connections)
     except ValueError as error:
         raise ServeError(f"{manifest.path}: {error}") from error
     configure_logging(log_format=manifest.logging.format, level=manifest.log_level)
+    logging.getLogger("gatehouse.serving").info(
+        "at most %d connections at once (limits.max_connections; this process may open %d files)", max_connections,
+        descriptors)
     deploy_dir = prepare_deployments(manifest) if fd is None else default_deploy_dir().resolve()
     app = build_app(manifest, deploy_dir, host=host, port=port)
     # uvicorn's own records go to that handler unformatted by it; ObservabilityMiddleware writes the access records
