@@ -280,6 +280,13 @@ def test_stalled_bodies_leave_their_caller_served_and_are_closed_with_a_408(keyl
             sock.close()
 
 
+def test_no_mcp_stream_holds_a_callers_request_open(keyless):
+    # stateless, the server has no messages of its own to stream: an idle GET stream held a slot as long as it lasted
+    with httpx.stream("GET", f"{keyless}/mcp", headers={"Accept": "text/event-stream"}, timeout=30) as response:
+        assert response.status_code == 405  # (not a stream that stays open: its body is not read here)
+        assert set(response.headers["allow"].split(", ")) == {"POST", "DELETE"}
+
+
 class IdleFlood:
     """One client holding `count` idle connections to a port, re-opening those the server closed every `every_s`."""
 
