@@ -20,16 +20,53 @@ if TYPE_CHECKING:
 SAMPLE_QUESTION = "How do I rotate an API key?"
 
 
+class CommandError(Exception):
+    """A command that cannot run as asked: `main` prints its message on one line and exits with status 2."""
+
+
+def _read_text(path: str, what: str) -> str:
+    """
+    The text of a file a command names (`--context @FILE`, `--history FILE`).
+
+    :param path: The file.
+    :param what: What it is, for the message (`the context file`).
+    :raises CommandError: When it is missing, a folder, unreadable or not UTF-8 text.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CommandError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise CommandError(f"{what} {path} is a folder, not a file") from None
+    except UnicodeDecodeError as error:
+        raise CommandError(f"{what} {path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                           f"{error.start}); save it as UTF-8") from None
+    except OSError as error:
+        raise CommandError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
 def _load_history(path: str | None) -> list[dict[str, Any]]:
     if not path:
         return []
     try:
-        history = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise SystemExit(f"gatehouse: cannot read the history file {path}: {error}") from error
+        history = json.loads(_read_text(path, "the history file"))
+    except json.JSONDecodeError as error:
+        raise CommandError(f"the history file {path} is not JSON: {error.msg} at line {error.lineno} column "
+                           f"{error.colno}") from None
     if not isinstance(history, list):
-        raise SystemExit(f"gatehouse: the history file {path} must hold a JSON list of {{role, content}} turns.")
+        raise CommandError(f"the history file {path} must hold a JSON list of {{role, content}} turns")
     return history
+
+
+def port_number(text: str) -> int:
+    """An `argparse` type: a TCP port, 1 to 65535 (anything else would be bound as another port, or any)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number: use 1 to 65535")
+    return port
 
 
 def format_response(response: dict[str, Any]) -> str:
@@ -154,7 +191,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     context = args.context
     if context and context.startswith("@"):
-        context = Path(context[1:]).read_text(encoding="utf-8")
+        context = _read_text(context[1:], "the context file")
     from gatehouse.pipelines import PipelineYAMLError
 
     try:
@@ -423,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="CPU threads (default: the cores the machine is not busy with, at least one)")
     llm_serve.add_argument("--ctx", type=int, default=DEFAULT_CONTEXT,
                            help=f"context window in tokens (default {DEFAULT_CONTEXT})")
-    llm_serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")
+    llm_serve.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                           help=f"port on 127.0.0.1, 1-65535 (default {DEFAULT_PORT})")
     llm_serve.add_argument("--verbose", action="store_true", help="llama.cpp's log (default: errors only)")
     llm_serve.set_defaults(handler=cmd_llm_serve)
 
@@ -438,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve the pipelines over REST, OpenAI-compatible chat and MCP")
     serve.add_argument("--host", help="address to bind (default: the manifest's, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default: the manifest's, 1416)")
+    serve.add_argument("--port", type=port_number, help="port, 1-65535 (default: the manifest's, 1416)")
     serve.add_argument("--manifest", help="serving manifest (default: hayhooks.yml in the project)")
     serve.add_argument("--allow-remote-without-keys", action="store_true",
                        help="bind beyond loopback although no auth key is configured")
@@ -637,6 +675,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout, sys.stderr = TerminalText(stdout), TerminalText(stderr)
     try:
         return args.handler(args)
+    except CommandError as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
     except Exception as error:
         operator_error = find_data_dir_error(error, settings.data_dir())  # held, read-only, full: one line
         if operator_error is None:

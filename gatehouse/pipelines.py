@@ -1,12 +1,13 @@
 """Loading Gatehouse's YAML pipelines safely: an allowlist for our own modules, never unsafe deserialisation."""
 
+import re
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
 import yaml
 from haystack import Pipeline
-from haystack.core.errors import DeserializationError
+from haystack.core.errors import DeserializationError, PipelineError
 from haystack.marshal import YamlMarshaller
 
 from gatehouse.components.setting_groups import MovedSettingError
@@ -134,7 +135,9 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
     :param generator: A generator profile that replaces the `generator` component (see `load_pipeline`).
     :returns: The pipeline.
     :raises PipelineYAMLError: If the spec (or a sub-pipeline's) names components Gatehouse no longer has, or a
-        setting where it stood before it moved into a group.
+        setting where it stood before it moved into a group, or cannot be built as written (a component of a module
+        outside the allowlist, a type that does not exist, settings a component refuses, a bad connection): one line
+        naming the component.
     """
     spec = deepcopy(spec)
     if generator is not None:
@@ -156,7 +159,41 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
             raise PipelineYAMLError(str(error.__cause__)) from error
         if isinstance(error.__cause__, MovedSettingError):
             raise PipelineYAMLError(f"{origin}: {error.__cause__}") from error
-        raise
+        raise PipelineYAMLError(_unloadable(origin, spec, error)) from error
+    except PipelineError as error:
+        raise PipelineYAMLError(_unloadable(origin, spec, error)) from error
+
+
+#: What Haystack says of a component type outside the allowlist, of one it cannot import, of one that failed to start.
+_NOT_ALLOWED = re.compile(r"from module '([^']+)': the module is not on the trusted-module allowlist")
+_NOT_IMPORTED = re.compile(r"Component '([^']+)' \(name: '([^']+)'\) not imported")
+_NOT_BUILT = re.compile(r"Couldn't deserialize component '([^']+)' of class '([^']+)'")
+_UNKNOWN_SETTING = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def _unloadable(origin: str, spec: dict[str, Any], error: Exception) -> str:
+    """
+    One line saying why Haystack could not build the pipeline of `spec`: a component whose type is outside the modules
+    pipelines may load, a type that does not exist, a component that refused its settings, or Haystack's own first
+    line (a connection, a missing `type`).
+    """
+    text = str(error)
+    if match := _NOT_ALLOWED.search(text):
+        module = match.group(1)
+        named = [f"{name!r} ({component.get('type')})" for name, component in (spec.get("components") or {}).items()
+                 if isinstance(component, dict) and str(component.get("type", "")).startswith(module + ".")]
+        return (f"{origin}: component {', '.join(named) or 'of module ' + repr(module)} is of a module pipelines may "
+                f"not load: Gatehouse loads {' and '.join(ALLOWED_MODULES)}, and `gatehouse serve` also the "
+                "allowed_modules of hayhooks.yml")
+    if match := _NOT_IMPORTED.search(text):
+        return (f"{origin}: component {match.group(2)!r} has type {match.group(1)!r}, which does not exist: check its "
+                "spelling (docs/pipelines.md lists the components) or install the package that provides it")
+    if (match := _NOT_BUILT.search(text)) and error.__cause__ is not None:
+        cause = str(error.__cause__).splitlines()[0] if str(error.__cause__) else type(error.__cause__).__name__
+        if unknown := _UNKNOWN_SETTING.search(cause):
+            cause = f"it has no setting {unknown.group(1)!r} (docs/pipelines.md lists its settings)"
+        return f"{origin}: component {match.group(1)!r} ({match.group(2)}) cannot be built as written: {cause}"
+    return f"{origin}: {text.strip().splitlines()[0] if text.strip() else type(error).__name__}"
 
 
 def component_spec(spec: dict[str, Any], name: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ Skipped (with the reason) only when the PostgreSQL server package cannot start a
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,8 +30,8 @@ from gatehouse.settings import bundled_dir
 
 PIPELINES = bundled_dir() / "pipelines"
 KEYS = {"PG_TEST_ADMIN": "pg-admin-secret", "PG_TEST_ACME": "pg-acme-secret", "PG_TEST_INITECH": "pg-initech-secret",
-        "PG_TEST_METERED": "pg-metered-secret"}
-ADMIN, ACME, INITECH, METERED = (f"Bearer {secret}" for secret in KEYS.values())
+        "PG_TEST_METERED": "pg-metered-secret", "PG_TEST_CAPPED": "pg-capped-secret"}
+ADMIN, ACME, INITECH, METERED, CAPPED = (f"Bearer {secret}" for secret in KEYS.values())
 LEASE_S = 2
 TABLE = "gatehouse_chunks"
 
@@ -41,7 +42,8 @@ def _manifest(path: Path, kinds: tuple[str, ...], **extra) -> Path:
         "auth": {"keys": [{"env": "PG_TEST_ADMIN", "tenants": ["public", "acme", "initech"], "admin": True},
                           {"env": "PG_TEST_ACME", "tenants": ["acme"]},
                           {"env": "PG_TEST_INITECH", "tenants": ["initech"]},
-                          {"env": "PG_TEST_METERED", "tenants": ["acme"], "requests_per_minute": 3}]},
+                          {"env": "PG_TEST_METERED", "tenants": ["acme"], "requests_per_minute": 3},
+                          {"env": "PG_TEST_CAPPED", "tenants": ["acme"], "max_concurrent_requests": 1}]},
         "mcp": False,
         "limits": {"ingest_workers": 1, "max_queued_jobs": 20, "max_queued_jobs_per_tenant": 20,
                    "ingest_job_lease_s": LEASE_S, "requests_per_minute": 0, "max_concurrent_requests": 0},
@@ -193,6 +195,26 @@ def test_a_keys_request_rate_is_one_limit_over_every_server(cluster):
         statuses = [client.post("/retrieve/run", json={"query": "lockers", "top_k": 1}).status_code
                     for client in (on_a, on_b, on_c, on_a)]
     assert statuses == [200, 200, 200, 429]  # 3 a minute in all, not 3 on each server
+
+
+def test_stalled_bodies_hold_none_of_their_keys_requests_over_every_process(cluster):
+    c = cluster["servers"]["c"]  # two processes, one limit per key in the database
+    head = (f"POST /retrieve/run HTTP/1.1\r\nHost: 127.0.0.1:{c.port}\r\nAuthorization: {CAPPED}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n").encode()
+    stalled = []
+    try:
+        for _ in range(4):  # spread over both processes; the key may run 1 request at a time
+            sock = socket.create_connection(("127.0.0.1", c.port), timeout=60)
+            sock.sendall(head + b'{"query": "')  # 11 bytes of the 1,000, and no more
+            stalled.append(sock)
+        time.sleep(1)  # (before the fix, by now one of them held the key's only running request)
+        with c.client(CAPPED) as client:
+            statuses = [client.post("/retrieve/run", json={"query": "lockers", "top_k": 1}).status_code
+                        for _ in range(3)]
+        assert statuses == [200] * 3
+    finally:
+        for sock in stalled:
+            sock.close()
 
 
 def test_a_job_is_cancelled_through_another_server(cluster):

@@ -100,6 +100,9 @@ CLIENT_TASKS = Counter("gatehouse_chat_client_tasks",
                        ["task"])
 SERVER_PROCESSES = Gauge("gatehouse_server_processes", "Server processes answering on the port (--processes N).",
                          multiprocess_mode="livesum")
+SEARCH_REFUSALS = Counter("gatehouse_search_refusals",
+                          "Searches (retrieve) the input guardrails refused, by violation (prompt_injection, ...).",
+                          ["violation"])
 INGEST_FILES = Counter("gatehouse_ingest_files", "Uploaded files by outcome.", ["outcome"])
 INGEST_CHUNKS = Counter("gatehouse_ingest_chunks_written", "Chunks written by uploads.")
 for _status in STATUSES:
@@ -262,6 +265,12 @@ def record_client_task(task: str) -> None:
     """Count one Open WebUI background task answered without the ask pipeline, and log it (its kind only)."""
     CLIENT_TASKS.labels(task=task).inc()
     ask_logger.info("client task answered: %s", task, extra={"fields": {"task": task}})
+
+
+def record_search_refusal(violation: str) -> None:
+    """Count one search the input guardrails refused, and log it (the violation only, never the query)."""
+    SEARCH_REFUSALS.labels(violation=violation).inc()
+    ask_logger.info("search refused: %s", violation, extra={"fields": {"violation": violation}})
 
 
 def record_ingest(report: Mapping[str, Any]) -> None:

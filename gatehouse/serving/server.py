@@ -2,14 +2,14 @@
 `gatehouse serve`: Hayhooks with Gatehouse's pipelines, configured by the serving manifest (`hayhooks.yml`).
 
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
-and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `EdgeMiddleware` (duplicate headers, `Host`,
-cross-origin writes), `GuardMiddleware` (auth, tenants, body limit) and `StreamEnd` (`data: [DONE]` after a chat
-stream) in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing, deployment and
-traces for admin keys only), serves the docs pages from local files, adds the knowledge-base routes (`/kbs`) over
-the index pipeline's stores, the ingest-job routes (`/index/jobs`), `/metrics` and `/ready` (readiness; `/status` is
-Hayhooks' liveness), mounts MCP at `/mcp` when enabled and runs it
-with uvicorn, with bounds on request headers (`gatehouse.serving.http_limits`) and forwarded headers believed only
-from `trusted_proxies`.
+and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `PrintableErrors` (what error answers quote of
+the request escaped), `EdgeMiddleware` (duplicate headers, `Host`, cross-origin writes), `GuardMiddleware` (auth,
+tenants, body limit) and `StreamEnd` (`data: [DONE]` after a chat stream) in front, narrows Hayhooks' generic routes
+(only chat pipelines in `/v1/models`, no drawing, deployment and traces for admin keys only), serves the docs pages
+from local files, adds the knowledge-base routes (`/kbs`) over the index pipeline's stores, the ingest-job routes
+(`/index/jobs`), `/metrics` and `/ready` (readiness; `/status` is Hayhooks' liveness), mounts MCP at `/mcp` when
+enabled and runs it with uvicorn, with bounds on request headers, bodies and connections
+(`gatehouse.serving.http_limits`) and forwarded headers believed only from `trusted_proxies`.
 
 Usage:
 ```python
@@ -23,6 +23,7 @@ app = build_app(manifest, prepare_deployments(manifest))   # an ASGI app; `serve
 
 import contextlib
 import ipaddress
+import logging
 import os
 import shutil
 import signal
@@ -39,7 +40,7 @@ import yaml
 
 from gatehouse.settings import data_dir
 from gatehouse.serving.auth import ADMIN_PATHS, OPEN_PATHS, GuardMiddleware, KeyRing, rate_limiter
-from gatehouse.serving.edge import SAFE_METHODS, EdgeMiddleware
+from gatehouse.serving.edge import SAFE_METHODS, EdgeMiddleware, PrintableErrors
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 
 GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
@@ -409,6 +410,7 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
                        limiter=rate_limiter(manifest, database_url=shared_database_url(manifest)))
     app.add_middleware(EdgeMiddleware, keyed=keyring.enabled, allowed_hosts=manifest.allowed_hosts,
                        remote=not is_loopback(host), allowed_origins=manifest.cors_allow_origins)
+    app.add_middleware(PrintableErrors)
     app.add_middleware(ObservabilityMiddleware)  # outermost: request ids and metrics for refused requests too
     return app
 
@@ -422,8 +424,9 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
           allow_remote_without_keys: bool = False, processes: int | None = None, fd: int | None = None) -> None:
     """
     Check the bind address, write the deployments and run the server until interrupted: uvicorn with the manifest's
-    header bounds, believing `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default
-    believes them from any local process, which could then choose its rate-limit bucket).
+    header, body and connection bounds (`http_limits`; the descriptor limit raised to the hard one), believing
+    `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default believes them from any
+    local process, which could then choose its rate-limit bucket).
 
     :param processes: Server processes on the port (default the manifest's `processes`); more than one runs
         `serve_processes`.
@@ -431,7 +434,7 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
     """
     import uvicorn
 
-    from gatehouse.serving.http_limits import bounded_http_protocol
+    from gatehouse.serving.http_limits import bounded_http_protocol, connection_limit, raise_descriptor_limit
     from gatehouse.serving.observability import configure_logging
 
     host = host or manifest.host
@@ -444,12 +447,21 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
         serve_processes(manifest, host=host, port=port, processes=processes,
                         allow_remote_without_keys=allow_remote_without_keys)
         return
+    try:  # before the pipelines open their files
+        descriptors = raise_descriptor_limit()
+        max_connections = connection_limit(descriptors, manifest.max_connections)
+    except ValueError as error:
+        raise ServeError(f"{manifest.path}: {error}") from error
     configure_logging(log_format=manifest.logging.format, level=manifest.log_level)
+    logging.getLogger("gatehouse.serving").info(
+        "at most %d connections at once (limits.max_connections; this process may open %d files)", max_connections,
+        descriptors)
     deploy_dir = prepare_deployments(manifest) if fd is None else default_deploy_dir().resolve()
     app = build_app(manifest, deploy_dir, host=host, port=port)
     # uvicorn's own records go to that handler unformatted by it; ObservabilityMiddleware writes the access records
     protocol = bounded_http_protocol(max_header_bytes=manifest.max_header_bytes, max_headers=manifest.max_headers,
-                                     header_timeout_s=manifest.header_timeout_s)
+                                     header_timeout_s=manifest.header_timeout_s,
+                                     body_timeout_s=manifest.body_timeout_s, max_connections=max_connections)
     config = uvicorn.Config(app, host=host, port=port, log_level=manifest.log_level, log_config=None,
                             access_log=False, http=protocol, proxy_headers=bool(manifest.trusted_proxies),
                             forwarded_allow_ips=list(manifest.trusted_proxies))
