@@ -344,6 +344,6 @@ def test_cli_ingest_of_a_file_over_max_chunks_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "gatehouse.cli", "ingest", "parts.md", "--kb", "notes"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert done.stderr == ("[1/1] parts.md failed: splitter failed: public/notes/parts.md gives 3 chunks, over the "
-                           "limit of 2 per file (splitter.max_chunks in index.yml)\n")
+    assert done.stderr == ("[1/1] parts.md failed: splitter failed: public/notes/parts.md gives 3 chunks or more, over "
+                           "the limit of 2 per file (splitter.max_chunks in index.yml)\n")
     assert "failed parts.md: splitter failed" in done.stdout
