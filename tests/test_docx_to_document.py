@@ -5,6 +5,7 @@ from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ByteStream
 
+from gatehouse.components.converters.bounded import time_budget
 from gatehouse.components.converters.docx_to_document import DOCXToDocument
 from gatehouse.components.preprocessors.section_splitter import SectionSplitter
 from office_files import docx_file, zip_bomb
@@ -39,7 +40,7 @@ def test_init():
 def test_to_dict():
     assert component_to_dict(DOCXToDocument(max_chars=10), "docx_converter") == {
         "type": "gatehouse.components.converters.docx_to_document.DOCXToDocument",
-        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024, "max_expanded_mb": 256},
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024, "max_expanded_mb": 256, "timeout_base_s": 15.0, "timeout_s_per_mb": 20.0},
     }
 
 
@@ -97,6 +98,16 @@ def test_run_an_extraction_over_its_time_budget_is_stopped():
     with pytest.raises(ValueError, match=r"^handbook.docx: text extraction took over 0.01 s "
                                          r"\(docx_converter.timeout_s in index.yml\)$"):
         DOCXToDocument(timeout_s=0.01).run(sources=[upload(HANDBOOK)])
+
+
+def test_run_a_files_time_budget_grows_with_its_size():
+    assert [time_budget(size, base_s=15, per_mb_s=20, cap_s=60) for size in (0, 2**20, 10 * 2**20)] == [15, 35, 60]
+    small = DOCXToDocument(timeout_s=60, timeout_base_s=0.01, timeout_s_per_mb=0.01)  # 0.01 s + 0.01 s per MB
+    megabytes = len(HANDBOOK) / 2**20
+    with pytest.raises(ValueError, match=rf"^handbook.docx: text extraction took over {0.01 + 0.01 * megabytes:g} s "
+                                         rf"\(docx_converter.timeout_base_s plus timeout_s_per_mb for its "
+                                         rf"{megabytes:.2f} MB in index.yml\)$"):
+        small.run(sources=[upload(HANDBOOK)])
 
 
 def test_each_paragraph_style_is_looked_up_once(monkeypatch):
