@@ -17,7 +17,7 @@ from haystack.dataclasses import ByteStream
 from server_process import running_server
 from test_pdf_to_document import bomb
 
-from gatehouse.pipelines import load_pipeline
+from gatehouse.pipelines import component_spec, load_pipeline
 from gatehouse.serving import jobs as jobs_module
 from gatehouse.serving.bench import _markdown
 from gatehouse.serving.jobs import IngestJobs, QueueFull
@@ -335,7 +335,7 @@ def test_cli_ingest_prints_a_progress_line_per_file(tmp_path):
 
 def test_cli_ingest_of_a_file_over_max_chunks_is_one_line(tmp_path):
     spec = yaml.safe_load((PROJECT_ROOT / "pipelines" / "index.yml").read_text(encoding="utf-8"))
-    spec["components"]["splitter"]["init_parameters"]["max_chunks"] = 2
+    component_spec(spec, "splitter")["init_parameters"]["max_chunks"] = 2
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "index.yml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     (tmp_path / "parts.md").write_text("\n\n".join(f"## Part {n}\n\nThe text of part {n}." for n in range(3)))
