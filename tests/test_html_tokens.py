@@ -60,13 +60,15 @@ def test_tokens_are_those_of_html_parser(fragment):
     assert joined(html_tokens(fragment)) == parsed(fragment)
 
 
-@pytest.mark.parametrize("fragment", ["<!-- open <b>x</b>", "<?pi <b>x", "</x never", "<a <b>", "<![CDATA[ x", "<a b='c d"])
+@pytest.mark.parametrize("fragment", ["<!-- open <b>x</b>", "<?pi <b>x", "</x never", "<a <b>", "<![CDATA[ x",
+                                      "<a b='c d"])
 def test_a_construct_left_open_is_text_up_to_the_next_bracket_as_html_parser_makes_it(fragment):
     assert joined(html_tokens(fragment)) == parsed(fragment)
 
 
 def test_an_unclosed_script_drops_the_rest_and_an_unknown_section_is_dropped_where_html_parser_raised():
-    assert list(html_tokens("a<script>never closed <b>x</b>")) == [("text", "a"), ("start", "script", "<script>", False)]
+    assert list(html_tokens("a<script>never closed <b>x</b>")) == [("text", "a"),
+                                                                     ("start", "script", "<script>", False)]
     with pytest.raises(AssertionError):
         parsed("<![foo[ x ]]>after")
     assert list(html_tokens("<![foo[ x ]]>after")) == [("text", "after")]

@@ -88,7 +88,7 @@ def test_run_a_document_over_max_chunks_raises_naming_the_limit():
     long = Document(content="\n\n".join(f"## Part {n}\n\nText of part {n}." for n in range(12)),
                     meta={"doc_id": "public/kb/long.md", "mime_type": "text/markdown"})
     assert len(SectionSplitter(min_words=1, max_chunks=12).run(documents=[long])["documents"]) == 12
-    with pytest.raises(ValueError, match=r"long.md gives 12 chunks or more, over the limit of 11 .*splitter.max_chunks"):
+    with pytest.raises(ValueError, match=r"long.md gives 12 chunks or more, over the limit of 11 .*max_chunks"):
         SectionSplitter(min_words=1, max_chunks=11).run(documents=[long])
 
 

@@ -90,7 +90,7 @@ class ChildPipeline(SuperComponent):
         return default_from_dict(cls, data)
 
     def warm_up(self) -> None:
-        """Start the process children are forked from (its imports take seconds), so that the first run does not wait."""
+        """Start the process children are forked from (its imports take seconds): the first run need not wait."""
         _start_forkserver(self.spec)
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
@@ -110,8 +110,9 @@ class ChildPipeline(SuperComponent):
         names = ", ".join(name for name, _ in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         outcome = _in_child(self.pipeline.to_dict(), data, self._get_include_outputs_from(), budget)
         if outcome[0] == "over time":
-            raise ValueError(f"{names or 'the input'}: converting and splitting took over {budget:.0f} s (the chunker's "
-                             "timeout_base_s plus timeout_s_per_mb per MB, at most timeout_s a file, in index.yml)")
+            raise ValueError(f"{names or 'the input'}: converting and splitting took over {budget:.0f} s (the "
+                             "chunker's timeout_base_s plus timeout_s_per_mb per MB, at most timeout_s a file, in "
+                             "index.yml)")
         if outcome[0] == "stopped":
             raise ValueError(f"{names or 'the input'}: the process converting and splitting it stopped "
                              f"(exit code {outcome[1]})")
@@ -129,7 +130,8 @@ def _files(value: Any) -> list[tuple[str, int]]:
         return [file for item in value for file in _files(item)]
     if isinstance(value, ByteStream):
         meta = value.meta or {}
-        return [(str(meta.get("source") or meta.get("file_name") or meta.get("file_path") or "a file"), len(value.data))]
+        name = meta.get("source") or meta.get("file_name") or meta.get("file_path") or "a file"
+        return [(str(name), len(value.data))]
     if isinstance(value, (str, Path)) and Path(value).is_file():
         return [(Path(value).name, Path(value).stat().st_size)]
     return []
@@ -145,8 +147,8 @@ def _start_forkserver(spec: dict[str, Any]) -> None:
         if _preloaded:
             return
         modules = {str(part["type"]).rpartition(".")[0] for part in (spec.get("components") or {}).values()}
-        # `__main__` too (multiprocessing's default): loaded once here, a child does not run the main script again
-        _CONTEXT.set_forkserver_preload(["__main__", "haystack", __name__, *sorted(module for module in modules if module)])
+        # `__main__` too (multiprocessing's default): a main script loaded there is not run again in each child
+        _CONTEXT.set_forkserver_preload(["__main__", "haystack", __name__, *sorted(filter(None, modules))])
         multiprocessing.forkserver.ensure_running()
         _preloaded = True
 
