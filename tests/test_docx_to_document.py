@@ -125,3 +125,11 @@ def test_each_paragraph_style_is_looked_up_once(monkeypatch):
     text = run("docx", docx_file(blocks), max_chars=100_000, max_expanded_mb=256)["text"]
     assert text.startswith("Line 0.\n\nLine 1.\n\n") and text.endswith("Line 299.\n\n# Leave\n\n- Ask first.\n\nDone.\n")
     assert len(looked_up) == 3  # the paragraphs' default style, Heading 1 and List Bullet: once each
+
+
+def test_paragraphs_of_nothing_visible_are_left_out():
+    """A paragraph of a zero-width space looks empty: 100,000 of them made chunks of nothing to embed and store."""
+    from gatehouse.components.converters.extraction import run
+
+    blocks = [("p", "\u200b"), ("p", "Visible \u200btext."), ("p", "\u00ad \u200d"), ("table", [["\u200b", "B"]])]
+    assert run("docx", docx_file(blocks), max_chars=1000, max_expanded_mb=256)["text"] == "Visible \u200btext.\n\n- B\n"
