@@ -22,6 +22,7 @@ chunker.run(sources=[upload])["documents"]   # the chunks, made in a child proce
 import inspect
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -37,8 +38,6 @@ from haystack.dataclasses import ByteStream
 
 from gatehouse.components.converters.bounded import time_budget
 from gatehouse.pipelines import build_pipeline
-
-logger = logging.getLogger(__name__)
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _PRELOAD = threading.Lock()
@@ -166,7 +165,7 @@ def _in_child(spec: dict[str, Any], data: dict[str, Any], include: set[str], bud
     sending.close()
     try:
         if not receiving.poll(budget):
-            return ("over time",) if child.is_alive() or child.exitcode is None else ("stopped", child.exitcode)
+            return ("over time",)
         try:
             records, outcome = receiving.recv()
         except (EOFError, OSError):
