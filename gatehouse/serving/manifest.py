@@ -88,7 +88,7 @@ class Manifest:
     request_timeout_s: float = 300.0  # an ask's whole time budget, LLM calls and retries included
     requests_per_minute: int = 600  # per caller (API key, or client address without keys); 0 = no limit
     max_concurrent_requests: int = 2  # per caller, requests running at once; 0 = no cap
-    ingest_workers: int = 1  # upload jobs indexing at once
+    ingest_workers: int = 1  # files of upload jobs indexing at once
     max_queued_jobs: int = 10  # upload jobs waiting for a worker; one more is refused with 429
     max_queued_jobs_per_tenant: int = 5  # of those, how many one tenant may hold
     ingest_job_history: int = 1000  # finished upload jobs kept in memory (and reported); older ones are forgotten
