@@ -306,8 +306,9 @@ class IngestJobs:
         """How many jobs wait and run, and how many tenants have one waiting (no names: for `/metrics`)."""
         with self._lock:
             unfinished = [job.status for job in self._jobs.values() if job.status in UNFINISHED]
+            waiting = sum(any(job.status == "queued" for job in jobs) for jobs in self._turns.values())
             return {"queued": unfinished.count("queued"), "running": len(unfinished) - unfinished.count("queued"),
-                    "tenants_waiting": len(self._waiting)}
+                    "tenants_waiting": waiting}
 
     def wait(self, job_id: str) -> IngestJob:
         """
