@@ -353,7 +353,7 @@ def cmd_bench_domains(args: argparse.Namespace) -> int:
     split = lambda text: [item.strip() for item in (text or "").split(",") if item.strip()]  # noqa: E731
     return _bench("domains_bench", args, generators=split(args.generators), sets=split(args.sets) or None,
                   corpora=args.corpora, workdir=args.workdir, pipeline=args.pipeline, limit=args.limit,
-                  name_kb=args.name_kb, progress=not args.quiet)
+                  name_kb=args.name_kb, progress=not args.quiet, baseline_python=args.baseline_python)
 
 
 def cmd_bench_injection(args: argparse.Namespace) -> int:
@@ -590,6 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
     domains.add_argument("--limit", type=int, help="at most this many questions per set, each kind in turn")
     domains.add_argument("--name-kb", action="store_true",
                          help="name each set's KB in the request instead of routing (routing is then not measured)")
+    domains.add_argument("--baseline-python", help="the python of another checkout's environment (e.g. ../base/.venv/bin/"
+                                                   "python): the same benchmark on its Gatehouse, printed beside")
     domains.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
     domains.add_argument("--quiet", action="store_true", help="no line per question")
     domains.set_defaults(handler=cmd_bench_domains)
