@@ -310,7 +310,7 @@ def cmd_bench_claims(args: argparse.Namespace) -> int:
 def cmd_bench_answerability(args: argparse.Namespace) -> int:
     """`gatehouse bench answerability`: the answerability gate of ask.yml on SQuAD 2.0 tune/report articles."""
     return _bench("answerability_bench", args, dataset=args.dataset, pipeline=args.pipeline, sample=args.sample,
-                  seed=args.seed, top_k=args.top_k, fit_weights=args.fit,
+                  seed=args.seed, top_k=args.top_k, fit=args.fit,
                   max_false_abstention=args.max_false_abstention,
                   domains=[d.strip() for d in (args.domains or "").split(",") if d.strip()] or None,
                   domains_workdir=args.domains_workdir, max_wrong_success=args.max_wrong_success,
@@ -510,21 +510,22 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--quiet", action="store_true", help="no progress bar")
     claims.set_defaults(handler=cmd_bench_claims)
     answerability = benches.add_parser(
-        "answerability", help="answerability gate on SQuAD 2.0 (tune articles vs report articles; --fit fits on tune)")
+        "answerability", help="answerability gate on SQuAD 2.0 (tune articles vs report articles) and documentation "
+                              "tune sets; --fit chooses its thresholds on tune")
     answerability.add_argument("--dataset", help="SQuAD 2.0 dev JSON (default: under the shared data folder)")
     answerability.add_argument("--pipeline", default="ask", help="pipeline name or YAML whose gate is measured")
     answerability.add_argument("--sample", type=int, default=300, help="questions per split, half unanswerable")
     answerability.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     answerability.add_argument("--top-k", type=int, default=5, help="BM25 paragraphs per question (default 5)")
-    answerability.add_argument("--fit", action="store_true", help="fit weights, bias and threshold on tune")
+    answerability.add_argument("--fit", action="store_true", help="choose the threshold and success threshold on tune")
     answerability.add_argument("--max-false-abstention", type=float, default=0.15,
                                help="with --fit: largest false abstention rate on tune (default 0.15)")
     answerability.add_argument("--domains", help="documentation sets of role tune (eval/sets/domains/, or YAML files) "
-                                                 "that join the fit and set the success threshold, e.g. httpx")
+                                                 "that join tune and set the success threshold, e.g. httpx")
     answerability.add_argument("--domains-workdir", help="the domain benchmark's workdir (default "
                                                          "<data dir>/bench/domains)")
     answerability.add_argument("--max-wrong-success", type=float, default=0.04,
-                               help="with --domains: largest share of questions answered wrongly above the success "
+                               help="with --fit: largest share of questions answered wrongly at or above the success "
                                     "threshold (default 0.04)")
     answerability.add_argument("--output", help="write the report as JSON to this file")
     answerability.add_argument("--quiet", action="store_true", help="no progress bar")
