@@ -182,11 +182,23 @@ def test_run_a_heading_that_matches_the_question_counts_as_evidence(gate):
                     settings=EVIDENCE)
     assert heading_text(REVOKE) == "Revoke an API key" and heading_text(PASSAGES[2]) == "History"
     assert reading.headings[0] == 1.0 and reading.headings[1] < EVIDENCE["heading_match"]
-    assert reading.passages[0] == pytest.approx(reading.of_passage(0)[0].score + EVIDENCE["heading_bonus"])
+    assert reading.passages[0] == pytest.approx(max(reading.of_passage(0)[0].score + EVIDENCE["heading_bonus"], 1.0))
     assert reading.passages[1] == pytest.approx(reading.of_passage(1)[0].score)
     # A list's coverage is its best item's with the lead: naming every word across six steps states no one thing.
     steps = next(u for u in reading.of_passage(1) if u.unit.kind == "list")
     assert steps.coverage < 1.0
+
+
+def test_run_a_strong_heading_over_weak_units_answers_with_the_section(gate):
+    """No unit names what the question asks ("Python 3.10 or later."), but the heading does: the section answers."""
+    requirements = Document(content="Python 3.10 or later.\n\nNote (Windows): the tool runs on Windows through WSL only.",
+                            meta={"source_id": "S1", "title": "Installing", "heading_path": ["Installing",
+                                                                                              "System requirements"]})
+    name, state = route(AnswerabilityGate(threshold=0.411, success_threshold=0.665),
+                        "What are the system requirements for the tool?", passages=[requirements])
+    assert name == "answerable" and state["answerability"]["shape"] == "section"
+    assert state["answerability"]["score"] >= 0.665 and state.get("status") != "partial"
+    assert state["answer_candidates"][0]["kind"] == "section"
 
 
 def test_run_on_topic_question_the_passages_do_not_answer(gate):

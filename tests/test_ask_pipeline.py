@@ -63,7 +63,7 @@ def test_revoke_an_api_key_is_answered_from_its_section_also_as_the_readmes_foll
     for response in (follow_up, direct):
         assert response["status"] == "success", response["path"]
         assert [c["url"].rsplit("#", 1)[-1] for c in response["citations"]] == ["revoke-an-api-key"]
-        assert response["answer"].startswith("Open the key's menu and choose Revoke")
+        assert response["answer"].startswith("Revoke an API key: [S1]\n\nOpen the key's menu and choose Revoke")
         assert "Rotate" not in response["answer"]
     assert direct["metadata"]["cache"]["status"] == "hit" and direct["answer"] == follow_up["answer"]
 

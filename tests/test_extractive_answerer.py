@@ -185,12 +185,13 @@ def test_run_table_row_keeps_its_headers(answerer):
 def test_run_code_block_with_its_lead_in_and_what_follows(answerer):
     state = new_state("Show me code that passes a timeout to a single call", passages=[CODE])
     answer = answerer.run(state=state)["state"]["answer"]
-    assert answer == ("You can pass a timeout to a single call: [S3]\n\n```python\nclient.get(url, timeout=3)\n```"
-                      "\n\n[S3]\n\nTimeouts are in seconds. [S3]")
+    assert answer == ("Timeouts: [S3]\n\nYou can pass a timeout to a single call: [S3]\n\n```python\n"
+                      "client.get(url, timeout=3)\n```\n\n[S3]\n\nTimeouts are in seconds. [S3]")
 
 
 def test_run_the_key_unit_first_then_what_completes_it_within_the_bound(answerer):
-    # The sentence naming the value comes first, then the one that gives it; the bound keeps the rest out.
+    # Under its section's heading, the sentence naming the value comes first, then the one that gives it; the bound
+    # keeps the rest out.
     limits = passage("Requests are limited per key. The limit is set under Settings.\n\nThe default limit is 600 "
                      "requests per minute. Bursts above it are queued for up to 10 seconds. Queued requests past that "
                      "fail with HTTP 429 and a retry-after header.", "S1", section="Limits")
@@ -198,7 +199,8 @@ def test_run_the_key_unit_first_then_what_completes_it_within_the_bound(answerer
     named = next(u for u in units if u.text.startswith("The limit is set"))
     candidates = [{"passage": 0, "first": named.first, "last": named.last, "kind": "sentence"}]
     answer = ExtractiveAnswerer(layout={"max_words": 20}).answer("Where is the limit set?", [limits], candidates)
-    assert answer == ("The limit is set under Settings. [S1]\n\nThe default limit is 600 requests per minute. [S1]")
+    assert answer == ("Limits: [S1]\n\nThe limit is set under Settings. [S1]\n\nThe default limit is 600 requests per "
+                      "minute. [S1]")
     assert "Requests are limited" not in answer  # the key unit first: nothing before it
 
 
@@ -232,8 +234,8 @@ def test_run_the_gates_candidate_decides(answerer):
     candidates = [gate_candidate(1, 3, 3, 0.9), gate_candidate(0, 1, 1, 0.8)]
     state = new_state("Can I change a key's scopes?", passages=PASSAGES, answer_candidates=candidates)
     answer = answerer.run(state=state)["state"]["answer"]
-    assert answer == ("Scopes are chosen when the key is created and cannot be changed later; create a new key "
-                      "instead. [S2]")
+    assert answer == ("Key scopes: [S2]\n\nScopes are chosen when the key is created and cannot be changed later; "
+                      "create a new key instead. [S2]")
 
 
 def test_run_style_span_answers_with_the_phrase(answerer):

@@ -218,8 +218,10 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
                    else f"no passage names {', '.join(absent)}" if absent
                    else f"nothing the answer would show gives a {answer_type}"
                    if typed and not self._shows(answer_type, reading, key, question) else None)
-        section = key is not None and key is reading.key and self._uncertain(reading) and (
-            self.success_threshold is None or score >= self.success_threshold)
+        # units too close to tell, or too weak, in a passage strong by its heading or its evidence: its section answers
+        section = key is not None and key is reading.key and (
+            self._uncertain(reading) or key.score < self.threshold) and (
+            score >= (self.threshold if self.success_threshold is None else self.success_threshold))
         record = {
             "score": round(score, 4),
             "threshold": self.threshold,

@@ -13,8 +13,9 @@ Every answer unit (`gatehouse.components.answer_units`) of the first `passages` 
 - `score`: `embedding_weight * cosine + lexical_weight * coverage`.
 
 A passage's `heading` is the same share of the question's terms in its own heading (its section's; its document's title
-when it has none): in documentation a heading says what its section answers, so a heading holding at least `heading_match` of them adds `heading_bonus` to
-the passage's evidence, its best unit's score. The answer keeps retrieval's order: it is read from the first passage
+when it has none): in documentation a heading says what its section answers, so a heading holding at least
+`heading_match` of them is strong evidence: the passage's evidence, its best unit's score, gets `heading_bonus` and is
+at least that share. The answer keeps retrieval's order: it is read from the first passage
 unless another passage's evidence beats it by at least `switch_margin` (a heading match, or a unit clearly closer).
 
 Usage:
@@ -182,8 +183,8 @@ def weigh(question: str, passages: list[Document], *, lexicon: Lexicon, embed: C
     for unit in scored:
         evidence.setdefault(unit.unit.passage, unit.score)
     for index in evidence:
-        if headings[index] >= settings["heading_match"]:
-            evidence[index] += settings["heading_bonus"]
+        if headings[index] >= settings["heading_match"]:  # the heading says this section answers: strong evidence
+            evidence[index] = max(evidence[index] + settings["heading_bonus"], headings[index])
     chosen = min(evidence)  # the best-ranked passage with a unit
     strongest = max(evidence, key=lambda i: (evidence[i], -i))
     if evidence[strongest] >= evidence[chosen] + settings["switch_margin"]:

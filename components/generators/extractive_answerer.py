@@ -45,9 +45,10 @@ class ExtractiveAnswerer(MovedSettings):
     - The key unit is the answerability gate's first candidate (`state["answer_candidates"]`); without the gate's
       candidates, the passages are weighed as the gate weighs them (`gatehouse.components.answerability.evidence`):
       the first passage unless another one is clearly stronger, its best unit.
-    - The answer shows the key unit first, then what completes it (`answer_units.completed`): an item as its list with
-      the lead-in, then the units that follow it in its section (the next sentence or code block holding the value a
-      sentence names), within `layout.max_words` words; one procedure per answer.
+    - The answer shows the key unit first, under its section's heading (what a section is about is often written
+      there only), then what completes it (`answer_units.completed`): an item as its list with the lead-in, then the
+      units that follow it in its section (the next sentence or code block holding the value a sentence names), within
+      `layout.max_words` words; one procedure per answer.
     - A candidate of kind `section` (the gate could not tell the passage's units apart) is answered with the passage's
       section from its start, under its heading, within the same bound.
     - `style`: `unit` (the above), `span` (only the gate's short answer, e.g. a value or a name, with its marker; the
@@ -166,7 +167,8 @@ class ExtractiveAnswerer(MovedSettings):
         if self.style == "span" and best.get("span"):
             return f"{best['span']} [{marker}]"
         shown = completed(key, units, max_words=self.layout["max_words"])
-        return "\n\n".join(render(u, marker) for u in shown)
+        title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
+        return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render(u, marker) for u in shown])
 
 
 def _section_title(passage: Any, shown: list[AnswerUnit]) -> str:
