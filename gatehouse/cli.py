@@ -325,7 +325,7 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
 def cmd_bench_ask(args: argparse.Namespace) -> int:
     """`gatehouse bench ask`: warm ask P50, Haystack's input copying and the cache hit, beside a baseline checkout."""
     return _bench("ask_bench", args, baseline_python=args.baseline_python, rounds=args.rounds, hits=args.hits,
-                  limit=args.limit)
+                  limit=args.limit, domain_set=args.set, corpora=args.corpora)
 
 
 def cmd_bench_startup(args: argparse.Namespace) -> int:
@@ -544,7 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "python), measured by turns with this one")
     asks.add_argument("--rounds", type=int, default=3, help="rounds of every question per side (default 3)")
     asks.add_argument("--hits", type=int, default=50, help="answer-cache hits timed per side (default 50)")
-    asks.add_argument("--limit", type=int, help="at most this many golden questions")
+    asks.add_argument("--limit", type=int, help="at most this many questions")
+    asks.add_argument("--set", help="a documentation set of eval/sets/domains/ (e.g. prometheus): its corpus and its "
+                                    "answerable and unanswerable questions instead of the sample KBs and golden set")
+    asks.add_argument("--corpora", help="with --set: the folder of the documentation corpora (default: docs_corpora "
+                                        "in the shared data folder)")
     asks.add_argument("--output", help="write the report as JSON to this file")
     asks.set_defaults(handler=cmd_bench_ask)
     startup = benches.add_parser(
