@@ -310,7 +310,7 @@ def test_run_reads_the_sentence_vectors_ingest_stored(tmp_path):
     before = backend.encoded_count
     name, state = route(gate, "When do API keys expire?")
     assert name == "answerable" and state["answer_candidates"][0]["text"] == "API keys expire after 90 days."
-    assert backend.encoded_count - before == 1  # the question
+    assert backend.encoded_count - before <= 1  # the question, unless this process embedded it already
 
 
 def test_run_llm_tier_failure_keeps_the_evidence_and_warns(monkeypatch):
