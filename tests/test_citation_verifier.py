@@ -375,6 +375,15 @@ def test_run_after_assembler_and_extractive_answerer(verifier):
     assert out["path"][-3:] == ["assemble_context", "generate_extractive", "verify_citations"]
 
 
+def test_run_the_quote_shows_code_as_the_answer_does(verifier):
+    revoke = passage("Open the menu and choose Revoke, or run `corvio keys revoke <key-id>`. Revoking is permanent.",
+                     "S1")
+    answer = "Open the menu and choose Revoke, or run `corvio keys revoke <key-id>`. [S1]"
+    out = verify(verifier, answer, passages=[revoke])
+    assert out["answer"] == answer
+    assert out["citations"][0]["quote"] == "Open the menu and choose Revoke, or run `corvio keys revoke <key-id>`."
+
+
 def test_run_a_quote_of_its_passage_is_supported_without_being_embedded(tmp_path):
     """What the extractive answerer writes (sentences, items, code, a heading as a lead) quotes its passage word for
     word: such a claim scores 1.0 and nothing is encoded; a paraphrase is embedded and scored as before."""
