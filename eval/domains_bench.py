@@ -479,8 +479,9 @@ def format_table(report: dict[str, Any]) -> str:
                                                                     f"{s['completion_tokens_p50']:.0f}"
                 if s.get("cached_prompt_share") is not None:
                     tokens += f" ({s['cached_prompt_share']:.0%} of prompt tokens cached)"
-                lines.append(f"| {name} | {entry['role']} | {side_name} | {generator} | {_cell(s.get('first_passage'))} "
-                             f"| {_cell(s.get('first_three'))} | {_cell(s['answerable_correct'])} | "
+                lines.append(f"| {name} | {entry['role']} | {side_name} | {generator} | "
+                             f"{_cell(s.get('first_passage'))} | {_cell(s.get('first_three'))} | "
+                             f"{_cell(s['answerable_correct'])} | "
                              f"{_cell(s['unanswerable_abstained'])} | {_cell(s['wrong_success'])} | "
                              f"{_cell(s['follow_up_handled'])} | {_cell(s['multi_part_handled'])} | "
                              f"{s['latency_p50_s']} | {tokens} |")

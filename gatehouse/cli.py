@@ -595,8 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     domains.add_argument("--limit", type=int, help="at most this many questions per set, each kind in turn")
     domains.add_argument("--name-kb", action="store_true",
                          help="name each set's KB in the request instead of routing (routing is then not measured)")
-    domains.add_argument("--baseline-python", help="the python of another checkout's environment (e.g. ../base/.venv/bin/"
-                                                   "python): the same benchmark on its Gatehouse, printed beside")
+    domains.add_argument("--baseline-python",
+                         help="the python of another checkout's environment (e.g. ../base/.venv/bin/python): the same "
+                              "benchmark on its Gatehouse, printed beside")
     domains.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
     domains.add_argument("--quiet", action="store_true", help="no line per question")
     domains.set_defaults(handler=cmd_bench_domains)

@@ -150,7 +150,8 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
     if generator is not None:
         _use_generator_profile(origin, spec, generator)
     for old in sorted(set(_moved_types(spec))):
-        logger.warning("%s: `type: %s` is deprecated; it loads %s, write that instead.", origin, old, MOVED_CLASSES[old])
+        logger.warning("%s: `type: %s` is deprecated; it loads %s, write that instead.", origin, old,
+                       MOVED_CLASSES[old])
     outdated = sorted(set(_outdated_types(spec)))
     settings = list(dict.fromkeys(_outdated_settings(spec.get("components") or {})))
     if outdated or settings:

@@ -35,9 +35,9 @@ PASSAGES = [
 ]
 #: The sample FAQ's two sections the demo question is about, ranked as retrieval ranks them.
 REVOKE = Document(
-    content="Revoking is immediate and permanent. Open the key's menu and choose Revoke, then confirm by typing the key "
-            "name, or run `corvio keys revoke <key-id>`. The key stops working across all Corvio regions within 60 "
-            "seconds.",
+    content="Revoking is immediate and permanent. Open the key's menu and choose Revoke, then confirm by typing the "
+            "key name, or run `corvio keys revoke <key-id>`. The key stops working across all Corvio regions within "
+            "60 seconds.",
     meta={"source_id": "S1", "title": "Creating, rotating and revoking API keys",
           "heading_path": ["Creating, rotating and revoking API keys", "Revoke an API key"]})
 ROTATE = Document(
@@ -191,7 +191,8 @@ def test_run_a_heading_that_matches_the_question_counts_as_evidence(gate):
 
 def test_run_a_strong_heading_over_weak_units_answers_with_the_section(gate):
     """No unit names what the question asks ("Python 3.10 or later."), but the heading does: the section answers."""
-    requirements = Document(content="Python 3.10 or later.\n\nNote (Windows): the tool runs on Windows through WSL only.",
+    requirements = Document(content="Python 3.10 or later.\n\nNote (Windows): the tool runs on Windows through WSL "
+                                    "only.",
                             meta={"source_id": "S1", "title": "Installing", "heading_path": ["Installing",
                                                                                               "System requirements"]})
     name, state = route(AnswerabilityGate(threshold=0.411, success_threshold=0.665),
@@ -217,8 +218,8 @@ def test_run_number_and_entity_the_passages_never_state(gate):
     lexicon = Lexicon()
     assert lexicon.missing_entities("What did the platform team release in Munich in 2019?", PASSAGES) == [
         "2019", "munich"]
-    assert lexicon.missing_entities("What does error CGW-3001 mean?", [Document(content="CGW-3001: upstream timeout.")]) \
-        == []
+    assert lexicon.missing_entities("What does error CGW-3001 mean?",
+                                    [Document(content="CGW-3001: upstream timeout.")]) == []
     # Contractions are no names, and a title-cased question's capitals say nothing (only its numbers count).
     assert lexicon.missing_entities("Isn't Munich where I'm going?", PASSAGES) == ["munich"]
     assert lexicon.missing_entities("Platform Team Release In Munich 2019", PASSAGES) == ["2019"]

@@ -40,8 +40,9 @@ def test_run_benchmark_refuses_a_baseline_that_is_no_interpreter(tmp_path):
 def test_format_table_prints_each_stages_share():
     side = {"python": "python", "ask_p50_ms": 40.0, "ask_p95_ms": 90.0, "copy_share": 0.02, "cache_hit_p50_ms": None,
             "stage_shares": {"retrieval": 0.5, "answerability": 0.1}}
+    baseline = {**side, "stage_shares": {"answerability": 0.6}}
     table = format_table({"questions": 34, "asked": "prometheus questions", "rounds": 1,
-                          "sides": {"this checkout": side, "baseline": {**side, "stage_shares": {"answerability": 0.6}}}})
+                          "sides": {"this checkout": side, "baseline": baseline}})
     assert "34 prometheus questions x 1 rounds" in table and "| this checkout | 40.0 | 90.0 | 2.0% | - |" in table
     assert "| retrieval | 50.0% | 0.0% |" in table and "| answerability | 10.0% | 60.0% |" in table
 

@@ -25,7 +25,8 @@ def answered(**fields) -> dict:
 def test_init():
     assert ResponseBuilder().require_citations_for_success is True
     assert ResponseBuilder(require_citations_for_success=False).require_citations_for_success is False
-    assert ResponseBuilder().partial_notice == DEFAULT_PARTIAL_NOTICE and ResponseBuilder(partial_notice="").partial_notice == ""
+    assert ResponseBuilder().partial_notice == DEFAULT_PARTIAL_NOTICE
+    assert ResponseBuilder(partial_notice="").partial_notice == ""
 
 
 def test_to_dict():
