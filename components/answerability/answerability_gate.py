@@ -3,9 +3,9 @@ The answerability gate: which passage answers the question, with which unit, and
 
 It runs after the passages are assembled and reads the first of them (`evidence.passages`) in retrieval's order
 (`gatehouse.components.answerability.evidence`): every answer unit gets its cosine to the question (from the sentence
-vectors ingest stored) and its coverage of the question's terms; a passage's evidence is its best unit's, more when
-its heading matches the question. The answer is read from the first passage unless another one's evidence is clearly
-stronger (`evidence.switch_margin`).
+vectors ingest stored) and its coverage of the question's terms; a passage's evidence is its best unit's, and at
+least its heading's match when its heading matches the question (strong evidence). The answer is read from the first
+passage unless another one's evidence is clearly stronger (`evidence.switch_margin`).
 
 The chosen passage's evidence decides:
 - below `threshold`, or when the question states a name or number no passage contains (`rules.require_entities`),
@@ -14,9 +14,11 @@ The chosen passage's evidence decides:
   (with `on_unanswerable: partial`, on `answerable` with status `partial` and that reason as a warning);
 - else on `answerable`, with status `partial` and a warning below `success_threshold`.
 
-The answerer gets `state["answer_candidates"]`, best first: the key unit of the chosen passage, or, when its units are
-too close to tell (`rules.section_margin`) in a passage whose evidence reaches `success_threshold`, its section
-(a candidate of kind `section`). An optional LLM tier rates the chosen passage and is blended in with `llm.weight`.
+The answerer gets `state["answer_candidates"]`, best first: the key unit of the chosen passage (for a question
+expecting a type of answer, its best unit whose answer shows one), or, when its units are too close to tell
+(`rules.section_margin`) or too weak (below `threshold`) in a passage whose evidence reaches `success_threshold` (a
+matching heading), its section (a candidate of kind `section`). An optional LLM tier rates the chosen passage and is
+blended in with `llm.weight`.
 
 Usage:
 ```python
