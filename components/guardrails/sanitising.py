@@ -186,7 +186,7 @@ def plain_text(text: str) -> str:
 def plain_text_keeping_code(text: str) -> str:
     """
     `plain_text` of a text but its code (fenced blocks, code spans), which stays verbatim, as an answer shows it: a
-    citation's quote of `` `corvio keys revoke <key-id>` `` holds `<key-id>` as the answer does.
+    citation's quote of `` `tool keys revoke <key-id>` `` holds `<key-id>` as the answer does.
 
     :param text: Text from a document, markdown.
     :returns: Plain text with its code verbatim (control characters removed).
