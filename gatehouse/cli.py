@@ -347,7 +347,7 @@ def cmd_bench_claims(args: argparse.Namespace) -> int:
 def cmd_bench_answerability(args: argparse.Namespace) -> int:
     """`gatehouse bench answerability`: the answerability gate of ask.yml on SQuAD 2.0 tune/report articles."""
     return _bench("answerability_bench", args, dataset=args.dataset, pipeline=args.pipeline, sample=args.sample,
-                  seed=args.seed, top_k=args.top_k, fit_weights=args.fit,
+                  seed=args.seed, top_k=args.top_k, fit=args.fit,
                   max_false_abstention=args.max_false_abstention,
                   domains=[d.strip() for d in (args.domains or "").split(",") if d.strip()] or None,
                   domains_workdir=args.domains_workdir, max_wrong_success=args.max_wrong_success,
@@ -362,7 +362,7 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
 def cmd_bench_ask(args: argparse.Namespace) -> int:
     """`gatehouse bench ask`: warm ask P50, Haystack's input copying and the cache hit, beside a baseline checkout."""
     return _bench("ask_bench", args, baseline_python=args.baseline_python, rounds=args.rounds, hits=args.hits,
-                  limit=args.limit)
+                  limit=args.limit, domain_set=args.set, corpora=args.corpora)
 
 
 def cmd_bench_startup(args: argparse.Namespace) -> int:
@@ -390,7 +390,7 @@ def cmd_bench_domains(args: argparse.Namespace) -> int:
     split = lambda text: [item.strip() for item in (text or "").split(",") if item.strip()]  # noqa: E731
     return _bench("domains_bench", args, generators=split(args.generators), sets=split(args.sets) or None,
                   corpora=args.corpora, workdir=args.workdir, pipeline=args.pipeline, limit=args.limit,
-                  name_kb=args.name_kb, progress=not args.quiet)
+                  name_kb=args.name_kb, progress=not args.quiet, baseline_python=args.baseline_python)
 
 
 def cmd_bench_injection(args: argparse.Namespace) -> int:
@@ -548,21 +548,22 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--quiet", action="store_true", help="no progress bar")
     claims.set_defaults(handler=cmd_bench_claims)
     answerability = benches.add_parser(
-        "answerability", help="answerability gate on SQuAD 2.0 (tune articles vs report articles; --fit fits on tune)")
+        "answerability", help="answerability gate on SQuAD 2.0 (tune articles vs report articles) and documentation "
+                              "tune sets; --fit chooses its thresholds on tune")
     answerability.add_argument("--dataset", help="SQuAD 2.0 dev JSON (default: under the shared data folder)")
     answerability.add_argument("--pipeline", default="ask", help="pipeline name or YAML whose gate is measured")
     answerability.add_argument("--sample", type=int, default=300, help="questions per split, half unanswerable")
     answerability.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     answerability.add_argument("--top-k", type=int, default=5, help="BM25 paragraphs per question (default 5)")
-    answerability.add_argument("--fit", action="store_true", help="fit weights, bias and threshold on tune")
+    answerability.add_argument("--fit", action="store_true", help="choose the threshold and success threshold on tune")
     answerability.add_argument("--max-false-abstention", type=float, default=0.15,
                                help="with --fit: largest false abstention rate on tune (default 0.15)")
     answerability.add_argument("--domains", help="documentation sets of role tune (eval/sets/domains/, or YAML files) "
-                                                 "that join the fit and set the success threshold, e.g. httpx")
+                                                 "that join tune and set the success threshold, e.g. httpx")
     answerability.add_argument("--domains-workdir", help="the domain benchmark's workdir (default "
                                                          "<data dir>/bench/domains)")
     answerability.add_argument("--max-wrong-success", type=float, default=0.04,
-                               help="with --domains: largest share of questions answered wrongly above the success "
+                               help="with --fit: largest share of questions answered wrongly at or above the success "
                                     "threshold (default 0.04)")
     answerability.add_argument("--output", help="write the report as JSON to this file")
     answerability.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -581,7 +582,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "python), measured by turns with this one")
     asks.add_argument("--rounds", type=int, default=3, help="rounds of every question per side (default 3)")
     asks.add_argument("--hits", type=int, default=50, help="answer-cache hits timed per side (default 50)")
-    asks.add_argument("--limit", type=int, help="at most this many golden questions")
+    asks.add_argument("--limit", type=int, help="at most this many questions")
+    asks.add_argument("--set", help="a documentation set of eval/sets/domains/ (e.g. prometheus): its corpus and its "
+                                    "answerable and unanswerable questions instead of the sample KBs and golden set")
+    asks.add_argument("--corpora", help="with --set: the folder of the documentation corpora (default: docs_corpora "
+                                        "in the shared data folder)")
     asks.add_argument("--output", help="write the report as JSON to this file")
     asks.set_defaults(handler=cmd_bench_ask)
     startup = benches.add_parser(
@@ -628,6 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
     domains.add_argument("--limit", type=int, help="at most this many questions per set, each kind in turn")
     domains.add_argument("--name-kb", action="store_true",
                          help="name each set's KB in the request instead of routing (routing is then not measured)")
+    domains.add_argument("--baseline-python",
+                         help="the python of another checkout's environment (e.g. ../base/.venv/bin/python): the same "
+                              "benchmark on its Gatehouse, printed beside")
     domains.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
     domains.add_argument("--quiet", action="store_true", help="no line per question")
     domains.set_defaults(handler=cmd_bench_domains)

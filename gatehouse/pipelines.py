@@ -1,5 +1,6 @@
 """Loading Gatehouse's YAML pipelines safely: an allowlist for our own modules, never unsafe deserialisation."""
 
+import logging
 import re
 from copy import deepcopy
 from pathlib import Path
@@ -13,13 +14,15 @@ from haystack.marshal import YamlMarshaller
 from gatehouse.components.setting_groups import MovedSettingError
 from gatehouse.settings import pipelines_dir
 
+logger = logging.getLogger(__name__)
+
 ALLOWED_MODULES = ["gatehouse.components.*", "gatehouse.document_stores.*"]
 #: Components of this package run a pipeline YAML of their own (`pipeline_file`, or its content as `spec`).
 SUB_PIPELINE_MODULE = "gatehouse.components.pipelines."
 
 # Where the modules of the flat `components` package went when it became `gatehouse.components.<family>`.
 RENAMED_MODULES = {
-    "components.answerability_gate": "gatehouse.components.routers.answerability_gate",
+    "components.answerability_gate": "gatehouse.components.answerability.answerability_gate",
     "components.bm25_retriever": "gatehouse.components.retrievers.bm25_retriever",
     "components.citation_verifier": "gatehouse.components.validators.citation_verifier",
     "components.context_selector": "gatehouse.components.routers.context_selector",
@@ -68,6 +71,13 @@ RETIRED_CLASSES = {
         "(docs/pipelines.md lists the settings of each)",
     "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
         "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
+}
+
+#: Classes that moved to another module: a YAML naming the old path loads the class where it is now, with a one-line
+#: warning.
+MOVED_CLASSES = {
+    "gatehouse.components.routers.answerability_gate.AnswerabilityGate":
+        "gatehouse.components.answerability.answerability_gate.AnswerabilityGate",
 }
 
 _REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"
@@ -142,6 +152,9 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
     spec = deepcopy(spec)
     if generator is not None:
         _use_generator_profile(origin, spec, generator)
+    for old in sorted(set(_moved_types(spec))):
+        logger.warning("%s: `type: %s` is deprecated; it loads %s, write that instead.", origin, old,
+                       MOVED_CLASSES[old])
     outdated = sorted(set(_outdated_types(spec)))
     settings = list(dict.fromkeys(_outdated_settings(spec.get("components") or {})))
     if outdated or settings:
@@ -297,6 +310,20 @@ def _use_generator_profile(origin: str, spec: dict[str, Any], generator: str) ->
             raise PipelineYAMLError(f"{profile_path}: `llm_tiers` names {name!r}, which {origin} does not have.") \
                 from None
         tier["init_parameters"] = {**(tier.get("init_parameters") or {}), "chat_generator": deepcopy(chat_generator)}
+
+
+def _moved_types(node: Any):
+    """Write every `type:` of the YAML tree that names a moved class (`MOVED_CLASSES`) as it is now; yield the old."""
+    if isinstance(node, dict):
+        kind = node.get("type")
+        if isinstance(kind, str) and kind in MOVED_CLASSES:
+            node["type"] = MOVED_CLASSES[kind]
+            yield kind
+        for value in node.values():
+            yield from _moved_types(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _moved_types(value)
 
 
 def _outdated_types(node: Any):
