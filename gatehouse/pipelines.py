@@ -188,7 +188,7 @@ def _unloadable(origin: str, spec: dict[str, Any], error: Exception) -> str:
     """
     One line saying why Haystack could not build the pipeline of `spec`: a component whose type is outside the modules
     pipelines may load, a type that does not exist, a component that refused its settings, or Haystack's own first
-    line (a connection, a missing `type`).
+    message (a connection with its sockets' types, a missing `type`) on one line.
     """
     text = str(error)
     if match := _NOT_ALLOWED.search(text):
@@ -206,7 +206,8 @@ def _unloadable(origin: str, spec: dict[str, Any], error: Exception) -> str:
         if unknown := _UNKNOWN_SETTING.search(cause):
             cause = f"it has no setting {unknown.group(1)!r} (docs/pipelines.md lists its settings)"
         return f"{origin}: component {match.group(1)!r} ({match.group(2)}) cannot be built as written: {cause}"
-    return f"{origin}: {text.strip().splitlines()[0] if text.strip() else type(error).__name__}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]  # Haystack's detail (the sockets' types)
+    return f"{origin}: {' '.join(lines) if lines else type(error).__name__}"
 
 
 def component_spec(spec: dict[str, Any], name: str) -> dict[str, Any]:
