@@ -114,7 +114,8 @@ def load_pipeline(name_or_path: str | Path, *, generator: str | None = None) -> 
     :param name_or_path: A pipeline name in the pipelines folder, or a YAML file path.
     :param generator: A generator profile (`llm` is `generators/llm.yml` of the pipelines folder: one component's
         `type` and `init_parameters`) that replaces the pipeline's `generator` component (in a sub-pipeline too: the
-        ask pipeline's is in `answer.yml`); None keeps the YAML's own.
+        ask pipeline's is in `answer.yml`), gives the components it names in `llm_tiers` its chat generator, and sets
+        the settings it gives other components in `settings`; None keeps the YAML's own.
     :returns: The loaded pipeline.
     :raises FileNotFoundError: If no such YAML file (pipeline or profile) exists.
     :raises PipelineYAMLError: If the YAML names components Gatehouse no longer has, sets what a component no longer
@@ -280,9 +281,10 @@ def without_answer_cache(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _use_generator_profile(origin: str, spec: dict[str, Any], generator: str) -> None:
     """
-    Replace the pipeline spec's `generator` component (in a sub-pipeline too) by the profile's component spec, and give
+    Replace the pipeline spec's `generator` component (in a sub-pipeline too) by the profile's component spec, give
     each component the profile's `llm_tiers` names (the condenser, the planner) the profile's `chat_generator` as its
-    LLM tier (their rules stay the fallback when it fails).
+    LLM tier (their rules stay the fallback when it fails), and set the profile's `settings` of other components
+    (by name or path, as `component_spec` finds them) over their own: a mapping setting is merged key by key.
     """
     profile_path = generator_profile_path(generator)
     if not profile_path.is_file():
@@ -299,18 +301,39 @@ def _use_generator_profile(origin: str, spec: dict[str, Any], generator: str) ->
     if not isinstance(profile, dict) or not isinstance(profile.get("type"), str):
         raise PipelineYAMLError(f"{profile_path} must hold one component: its `type` and `init_parameters`.")
     tiers = profile.pop("llm_tiers", None) or []
+    overrides = profile.pop("settings", None) or {}
     chat_generator = (profile.get("init_parameters") or {}).get("chat_generator")
     if tiers and not isinstance(chat_generator, dict):
         raise PipelineYAMLError(f"{profile_path}: `llm_tiers` needs the profile's own `chat_generator` to give them.")
+    if not isinstance(overrides, dict) or not all(isinstance(v, dict) for v in overrides.values()):
+        raise PipelineYAMLError(f"{profile_path}: `settings` must map a component's name to the settings it changes "
+                                "(`answerability: {threshold: 0.2}`).")
     target.clear()
     target.update(profile)
     for name in tiers:
-        try:
-            tier = component_spec(spec, str(name))
-        except KeyError:
-            raise PipelineYAMLError(f"{profile_path}: `llm_tiers` names {name!r}, which {origin} does not have.") \
-                from None
+        tier = _profile_component(spec, str(name), origin, profile_path, "llm_tiers")
         tier["init_parameters"] = {**(tier.get("init_parameters") or {}), "chat_generator": deepcopy(chat_generator)}
+    for name, settings in overrides.items():
+        component = _profile_component(spec, str(name), origin, profile_path, "settings")
+        component["init_parameters"] = _merged(component.get("init_parameters") or {}, settings)
+
+
+def _profile_component(spec: dict[str, Any], name: str, origin: str, profile_path: Path, key: str) -> dict[str, Any]:
+    """The component a profile's `llm_tiers` or `settings` names (a clear error when the pipeline has none)."""
+    try:
+        return component_spec(spec, name)
+    except KeyError:
+        raise PipelineYAMLError(f"{profile_path}: `{key}` names {name!r}, which {origin} does not have.") from None
+
+
+def _merged(settings: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with `changes` over them; a mapping changed by a mapping is merged key by key."""
+    merged = deepcopy(settings)
+    for key, value in changes.items():
+        current = merged.get(key)
+        merged[key] = _merged(current, value) if isinstance(current, dict) and isinstance(value, dict) \
+            else deepcopy(value)
+    return merged
 
 
 def _moved_types(node: Any):

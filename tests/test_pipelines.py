@@ -112,18 +112,65 @@ def test_component_spec_reaches_into_sub_pipelines_without_writing_their_files()
 
 def test_build_pipeline_with_a_changed_sub_pipeline_and_a_generator_profile():
     spec = read_spec("ask")
+    component_spec(spec, "answerability")["init_parameters"]["success_threshold"] = 0.9
     component_spec(spec, "answerability")["init_parameters"]["threshold"] = 0.2
     pipeline = build_pipeline(spec, generator="llm")
     answer = pipeline.get_component("answer").pipeline
-    assert answer.get_component("answerability").threshold == 0.2
+    gate = answer.get_component("answerability")
+    assert gate.success_threshold == 0.9  # the spec's own change stays...
+    assert gate.threshold == 0.25  # ...under the profile's `settings`, which win where they say something
+    assert gate.rules["require_entities"] is False and gate.rules["require_type"] is False
+    assert gate.rules["max_candidates"] == 5  # a mapping is merged key by key: its other keys as they were
     assert type(answer.get_component("generator")).__name__ == "LLMAnswerer"
-    # the profile's model condenses follow-ups and plans multi-part questions too (its `llm_tiers`)
-    for tier in ("condenser", "planner"):
-        assert type(pipeline.get_component(tier).chat_generator).__name__ == "OpenAICompatibleChatGenerator"
-        assert component_spec(spec, tier)["init_parameters"].get("chat_generator") is None
+    # the profile's model condenses follow-ups (its `llm_tiers`); the planner splits by its rules alone
+    assert type(pipeline.get_component("condenser").chat_generator).__name__ == "OpenAICompatibleChatGenerator"
+    assert pipeline.get_component("planner").chat_generator is None
+    assert component_spec(spec, "condenser")["init_parameters"].get("chat_generator") is None
     assert component_spec(spec, "generator")["type"].endswith(".ExtractiveAnswerer")  # the spec given is unchanged
+    assert component_spec(spec, "answerability")["init_parameters"]["threshold"] == 0.2
     with pytest.raises(PipelineYAMLError, match="no `generator` component"):
         load_pipeline("retrieve", generator="llm")
+
+
+def _profile(folder, text: str) -> None:
+    """Pipelines folder `folder`: this one's pipelines and one generator profile, `custom`, of `text`."""
+    from gatehouse.settings import pipelines_dir
+
+    (folder / "generators").mkdir(parents=True)
+    for path in pipelines_dir().glob("*.yml"):
+        (folder / path.name).write_text(path.read_text())
+    (folder / "generators" / "custom.yml").write_text(text)
+
+
+EXTRACTIVE_PROFILE = "type: gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer\n"
+
+
+def test_a_generator_profile_sets_other_components_settings(tmp_path, monkeypatch):
+    _profile(tmp_path, EXTRACTIVE_PROFILE + "init_parameters: {style: span}\n"
+                       "settings:\n"
+                       "  answer.answerability: {on_unanswerable: partial, evidence: {passages: 2}}\n"
+                       "  intake: {max_history_turns: 3}\n")
+    monkeypatch.setenv("GATEHOUSE_PIPELINES_DIR", str(tmp_path))
+    pipeline = load_pipeline("ask", generator="custom")
+    gate = pipeline.get_component("answer").pipeline.get_component("answerability")
+    assert gate.on_unanswerable == "partial" and gate.evidence["passages"] == 2
+    assert gate.evidence["switch_margin"] == 0.05 and gate.threshold == 0.425  # the rest as answer.yml says
+    assert pipeline.get_component("intake").max_history_turns == 3
+    assert pipeline.get_component("answer").pipeline.get_component("generator").style == "span"
+    assert load_pipeline("ask").get_component("intake").max_history_turns == 20  # without the profile: the YAML's
+
+
+@pytest.mark.parametrize(("settings", "error"), [
+    ("settings:\n  nowhere: {threshold: 0.1}\n", "`settings` names 'nowhere', which .* does not have"),
+    ("settings: [answerability]\n", "`settings` must map a component's name to the settings it changes"),
+    ("settings:\n  answerability: 0.1\n", "`settings` must map a component's name to the settings it changes"),
+    ("settings:\n  answerability: {no_such_setting: 1}\n", "component 'answerability' .*no setting 'no_such_setting'"),
+])
+def test_a_generator_profiles_settings_that_cannot_apply_are_one_clear_error(tmp_path, monkeypatch, settings, error):
+    _profile(tmp_path, EXTRACTIVE_PROFILE + settings)
+    monkeypatch.setenv("GATEHOUSE_PIPELINES_DIR", str(tmp_path))
+    with pytest.raises(PipelineYAMLError, match=error):
+        load_pipeline("ask", generator="custom")
 
 
 def test_load_pipeline_names_the_two_classes_of_a_split_guardrails(tmp_path):
