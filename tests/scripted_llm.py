@@ -102,7 +102,6 @@ def llm_pipeline(folder: Path, name: str, base_url: str, *, timeout: float = 60.
     profile = yaml.safe_load((PROJECT_ROOT / "pipelines" / "generators" / "llm.yml").read_text(encoding="utf-8"))
     generator = profile["init_parameters"]["chat_generator"]["init_parameters"]
     generator.update(api_base_url=base_url, model=name, timeout=timeout)
-    profile["init_parameters"]["max_units"] = None  # whole passages: the script cites a phrase of the passage
     target = component_spec(spec, "generator")
     target.clear()
     target.update(profile)

@@ -9,6 +9,7 @@ from gatehouse.components.generators.llm_answerer import (
     DEFAULT_SYSTEM_PROMPT,
     DEFAULT_USER_PROMPT,
     LLMAnswerer,
+    estimate_tokens,
 )
 from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
 from gatehouse.components.generators.reply_stream import ReplyStream
@@ -90,22 +91,25 @@ def test_init(llm_env):
     assert answerer.prompt == {"system": DEFAULT_SYSTEM_PROMPT, "user": DEFAULT_USER_PROMPT,
                                "passage": DEFAULT_PASSAGE_TEMPLATE, "not_found_reply": "NOT_FOUND"}
     assert DEFAULT_PASSAGE_TEMPLATE == "[{source_id}] {heading}\n{content}"
-    assert answerer.max_passages is None
+    assert answerer.max_passages is None and answerer.max_passage_tokens is None
     assert answerer.fallback_message == FALLBACK_MESSAGE
     assert answerer.fallback_to_extractive is True
     assert generator.api_base_url == CLOSED_PORT_URL and generator.model == "local-model"
     assert generator.configured_api_base_url == CLOSED_PORT_URL and generator.configured_model is None
     with pytest.raises(ValueError, match="max_passages"):
         LLMAnswerer(chat_generator=generator, max_passages=0)
+    with pytest.raises(ValueError, match="max_passage_tokens"):
+        LLMAnswerer(chat_generator=generator, max_passage_tokens=0)
     with pytest.raises(ValueError, match="'prompt' has no setting 'system_prompt'"):
         LLMAnswerer(chat_generator=generator, prompt={"system_prompt": "Be brief."})
 
 
-def test_the_prompt_asks_for_a_marker_after_every_sentence_with_an_example():
+def test_the_prompt_asks_for_a_marker_after_every_sentence_with_examples():
     assert "[S2]" in DEFAULT_SYSTEM_PROMPT and "NOT_FOUND" in DEFAULT_SYSTEM_PROMPT
-    example_answer = DEFAULT_SYSTEM_PROMPT.rsplit("Answer: ", 1)[1]
-    sentences = [s for s in example_answer.split(". ") if s]
+    answered, not_found = DEFAULT_SYSTEM_PROMPT.split("Answer: ")[1:]
+    sentences = [s for s in answered.split("\n")[0].split(". ") if s]
     assert len(sentences) == 2 and all("[S1]" in s for s in sentences)  # the few-shot answer cites each sentence
+    assert not_found == "NOT_FOUND"  # and one question the sources do not answer
 
 
 def test_init_generator_reads_environment_and_never_writes_it(llm_env, monkeypatch):
@@ -147,8 +151,7 @@ def test_to_dict(llm_env, monkeypatch):
             "prompt": {"system": DEFAULT_SYSTEM_PROMPT, "user": DEFAULT_USER_PROMPT,
                        "passage": DEFAULT_PASSAGE_TEMPLATE, "not_found_reply": "NOT_FOUND"},
             "max_passages": 3,
-            "max_units": None,
-            "max_unit_words": 80,
+            "max_passage_tokens": None,
             "fallback_message": FALLBACK_MESSAGE,
             "fallback_to_extractive": False,
         },
@@ -183,33 +186,64 @@ def test_from_dict_names_where_a_moved_setting_went(llm_env):
         assert f"'{old}' is now '{new}'" in str(raised.value)
 
 
-def test_messages_number_the_passages_and_ask_the_standalone_question():
+def test_from_dict_leaves_out_the_retired_unit_settings_with_a_warning(llm_env, caplog, monkeypatch):
+    monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", "gatehouse.components.*")
+    data = LLMAnswerer(chat_generator=closed_port_generator(), max_passages=2).to_dict()
+    data["init_parameters"] = {**data["init_parameters"], "max_units": 5, "max_unit_words": 60}
+    restored = LLMAnswerer.from_dict(data)
+    assert restored.max_passages == 2
+    assert "LLMAnswerer no longer takes 'max_units' (the model reads the first passages whole" in caplog.text
+
+
+REVOKE = Document(
+    content="Revoking is immediate. Open the key's menu and choose Revoke, or run `corvio keys revoke <key-id>`.",
+    meta={"source_id": "S1", "title": "API keys", "section": "Revoke an API key",
+          "heading_path": ["API keys", "Managing keys", "Revoke an API key"], "source": "api-keys.md"})
+
+
+def test_messages_send_the_system_prompt_first_and_the_same_for_every_question():
+    answerer = LLMAnswerer(chat_generator=RecordedReplies([]))
+    first = answerer.messages(new_state("How do I revoke an API key?", passages=[REVOKE, *PASSAGES]))
+    second = answerer.messages(new_state("When are invoices sent?", passages=list(reversed(PASSAGES))))
+    assert [m.role.value for m in first] == ["system", "user"]
+    assert first[0].text == second[0].text == DEFAULT_SYSTEM_PROMPT  # the prompt cache's shared prefix
+    assert "{" not in DEFAULT_SYSTEM_PROMPT and "NOT_FOUND" in DEFAULT_SYSTEM_PROMPT
+    for messages, question in ((first, "How do I revoke an API key?"), (second, "When are invoices sent?")):
+        assert messages[1].text.endswith(f"\n\nQuestion: {question}\nAnswer:")  # the question last
+        assert question not in messages[0].text
+
+
+def test_messages_send_the_first_passages_whole_with_their_heading_paths():
+    answerer = LLMAnswerer(chat_generator=RecordedReplies([]), max_passages=2)
+    _, user = answerer.messages(new_state("How do I revoke an API key?", passages=[REVOKE, *PASSAGES]))
+    assert user.text.startswith(f"[S1] API keys › Managing keys › Revoke an API key\n{REVOKE.content}\n\n"
+                                f"[S1] API keys › Rotating a key\n{PASSAGES[0].content}\n\nQuestion:")
+    assert "Invoices" not in user.text  # max_passages: the first two only
+    [_, plain] = LLMAnswerer(chat_generator=RecordedReplies([])).messages(new_state("When are invoices sent?",
+                                                                                    passages=PASSAGES))
+    assert "[S2] Billing\nInvoices are emailed" in plain.text  # no heading path: the document's title
+
+
+def test_messages_fit_the_passage_budget_passage_by_passage_and_cut_only_the_first():
+    long = Document(content=" ".join(f"word{n}." for n in range(200)), meta={"source_id": "S1", "title": "Long"})
+    short = Document(content="Keys expire after 90 days.", meta={"source_id": "S3", "title": "Expiry"})
+    first = estimate_tokens(f"[S1] API keys › Rotating a key\n{PASSAGES[0].content}")  # 14 for S2, 10 for S3
+    answerer = LLMAnswerer(chat_generator=RecordedReplies([]), max_passage_tokens=first + 12)
+    sent = answerer.sent_passages([PASSAGES[0], PASSAGES[1], short])
+    assert [d.meta["source_id"] for d in sent] == ["S1", "S3"]  # S2 does not fit after S1, the shorter S3 does
+    assert sent[0].content == PASSAGES[0].content  # whole
+    [cut] = answerer.sent_passages([long, short])  # the first passage alone is over the budget: cut to it
+    assert cut.content.startswith("word0. word1.") and cut.content.endswith(" …") and len(cut.content) < 200
+    assert estimate_tokens(answerer.messages(new_state("q", passages=[long]))[1].text) <= first + 12 + 8
+    assert estimate_tokens("Run `corvio keys revoke <key-id>`.") == 12  # words and punctuation marks
+
+
+def test_messages_ask_the_standalone_question():
     answerer = LLMAnswerer(chat_generator=RecordedReplies([]), max_passages=1)
     state = new_state("revoke it", passages=PASSAGES, original_query="and how do I revoke it?",
                       condensed_query="how do I revoke an API key?")
-    system, user = answerer.messages(state)
-    assert system.text == DEFAULT_SYSTEM_PROMPT
-    assert "[S1] API keys › Rotating a key\nTo rotate an API key, open Settings" in user.text
-    assert "[S2]" not in user.text  # max_passages: only the best passage is sent
-    assert user.text.startswith("Question: how do I revoke an API key?\n\nSources:\n")
-    assert "Question: how do I revoke an API key?\nAnswer in one to three sentences" in user.text
-    [_, plain] = LLMAnswerer(chat_generator=RecordedReplies([])).messages(new_state("When are invoices sent?",
-                                                                                    passages=PASSAGES))
-    assert "[S2] Billing\nInvoices are emailed" in plain.text and "Question: When are invoices sent?" in plain.text
-
-
-def test_messages_send_the_gates_answering_units_not_whole_passages():
-    candidates = [{"passage": 1, "first": 0, "last": 0, "text": "Invoices are emailed on the first day.", "score": 0.9},
-                  {"passage": 0, "first": 2, "last": 4, "text": "Steps:\n1. Open Settings.\n2. " + "word " * 100,
-                   "score": 0.5},
-                  {"passage": 0, "first": 3, "last": 3, "text": "1. Open Settings.", "score": 0.4}]
-    answerer = LLMAnswerer(chat_generator=RecordedReplies([]), max_units=3, max_unit_words=10)
-    _, user = answerer.messages(new_state("When are invoices sent?", passages=PASSAGES, answer_candidates=candidates))
-    assert "[S2] Billing\nInvoices are emailed on the first day." in user.text
-    assert "[S1] API keys › Rotating a key\nSteps:\n1. Open Settings.\n2. word word word word word …" in user.text
-    assert user.text.count("1. Open Settings.") == 1  # a unit inside another one is sent once
-    assert "To rotate an API key, open Settings" not in user.text  # not the whole passage
-    assert LLMAnswerer(chat_generator=RecordedReplies([]), max_units=3).to_dict()["init_parameters"]["max_units"] == 3
+    _, user = answerer.messages(state)
+    assert user.text.endswith("Question: how do I revoke an API key?\nAnswer:")
 
 
 @pytest.mark.parametrize(("written", "normalized"), [

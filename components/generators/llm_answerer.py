@@ -5,6 +5,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gatehouse.components.chat import ChatGeneratorSerialization, with_deadline
@@ -20,45 +21,53 @@ logger = logging.getLogger(__name__)
 #: What a degraded answer says: never the exception text (that goes to the log).
 LLM_FAILED_MESSAGE = "The language model did not answer."
 
-#: Rules, answer format and one worked example: small models copy the example's `[S#]` after each sentence.
+#: Rules, the answer format and two worked examples (one answered, one NOT_FOUND): small models copy the example's
+#: `[S#]` after each sentence. It is the same for every question and comes first, so a llama.cpp server reads it once
+#: and then from its prompt cache.
 DEFAULT_SYSTEM_PROMPT = (
-    "You answer questions about documentation using ONLY the numbered sources you are given.\n"
+    "You answer questions about documentation using ONLY the numbered sources you are given. Each source starts with "
+    "its marker and its heading path (document › section).\n"
     "\n"
     "Rules:\n"
-    "1. Answer the question directly in one to three short sentences. Do not copy whole passages; add nothing the "
+    "1. Answer the question directly in one or two short sentences. Do not copy whole passages; add nothing the "
     "sources do not say.\n"
-    "2. End every sentence with the marker of the source that says it, like [S2]. Check that the marker's source "
-    "really contains the fact.\n"
-    "3. For a procedure, give the steps as one or two sentences, each with its marker.\n"
-    "4. Copy names, numbers, prices and menu paths exactly as the source writes them.\n"
-    "5. If no source answers the question, reply with exactly: NOT_FOUND\n"
+    "2. End every sentence with the marker of the source that says it, like [S2].\n"
+    "3. Copy names, numbers, options, commands and menu paths exactly as the source writes them.\n"
+    "4. If no source states the answer, reply with exactly: NOT_FOUND\n"
     "\n"
-    "Example:\n"
-    "Sources:\n"
+    "Example 1:\n"
     "[S1] Billing › Invoices\n"
     "Invoices are emailed to the account owner on the first day of each month. Past invoices can be downloaded "
     "from Settings > Billing.\n"
     "\n"
     "[S2] Security › Sessions\n"
-    "Sessions expire after 12 hours without activity. Signing out ends the session on every device.\n"
+    "Sessions expire after 12 hours without activity.\n"
     "\n"
     "Question: When do I get my invoice, and where are the old ones?\n"
     "Answer: Invoices are emailed to the account owner on the first day of each month [S1]. Past invoices can be "
-    "downloaded from Settings > Billing [S1]."
+    "downloaded from Settings > Billing [S1].\n"
+    "\n"
+    "Example 2:\n"
+    "[S1] Security › Sessions\n"
+    "Sessions expire after 12 hours without activity.\n"
+    "\n"
+    "Question: How long are invoices kept?\n"
+    "Answer: NOT_FOUND"
 )
 
-#: The question before the sources (read with it in mind) and again after them, with the answer format. (Sources then
-#: the question alone, shorter, made a 1.5B model echo source headings and reply NOT_FOUND far more often.)
-DEFAULT_USER_PROMPT = (
-    "Question: {question}\n\nSources:\n{passages}\n\nQuestion: {question}\n"
-    "Answer in one to three sentences, each ending with the [S#] marker of the source that says it."
-)
+#: The passages, then the question last (what changes most, after what may be cached).
+DEFAULT_USER_PROMPT = "{passages}\n\nQuestion: {question}\nAnswer:"
 DEFAULT_PASSAGE_TEMPLATE = "[{source_id}] {heading}\n{content}"
 #: What the model is sent and the reply that means "no passage answers": the `system` message, the `user` message
-#: (`{passages}` and `{question}` filled in), a `passage` as sent (`{source_id}`, `{heading}`, `{title}`, `{section}`,
-#: `{content}`) and the `not_found_reply` the system prompt asks for.
+#: (`{passages}` and `{question}` filled in), a `passage` as sent (`{source_id}`, `{heading}`: its heading path,
+#: `{title}`, `{section}`, `{content}`) and the `not_found_reply` the system prompt asks for.
 DEFAULT_PROMPT: dict[str, str] = {"system": DEFAULT_SYSTEM_PROMPT, "user": DEFAULT_USER_PROMPT,
                                   "passage": DEFAULT_PASSAGE_TEMPLATE, "not_found_reply": "NOT_FOUND"}
+#: Settings earlier answerers took that this one does not (a YAML setting them still loads, with a warning).
+RETIRED_SETTINGS: dict[str, str] = {
+    "max_units": "the model reads the first passages whole, within max_passage_tokens, not the gate's units",
+    "max_unit_words": "the model reads the first passages whole, within max_passage_tokens, not the gate's units",
+}
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_prompt_tokens")
 
 # Marker spellings small models use instead of `[S2]`: `[2]`, `[S 2]`, `[Source 2]`, `(S2)`, `(S1, S2)`.
@@ -69,17 +78,35 @@ _PARENTHESISED_MARKER = re.compile(r"\(\s*(S\d+(?:\s*[,;]\s*S\d+)*)\s*\)", re.IG
 _ANSWER_PREFIX = re.compile(r"^\s*answer\s*:\s*", re.IGNORECASE)
 
 
+#: What is counted as a token of a passage: a word or a punctuation mark (on documentation, within 0.9-1.6 of the
+#: BPE tokens of the models `gatehouse llm install` serves, median 1.05).
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+#: The end of a reply's last whole sentence: `.`, `!` or `?` with any markers after it, or a marker.
+_SENTENCE_END = re.compile(r"(?:[.!?](?:\s*\[S\d+(?:\s*,\s*S\d+)*\])*|\[S\d+(?:\s*,\s*S\d+)*\])(?=\s|$)")
+
+
+def estimate_tokens(text: str) -> int:
+    """A text's tokens as the passage budget counts them: its words and punctuation marks."""
+    return len(_TOKEN.findall(text))
+
+
 @component
 class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
     """
     Generates a cited answer with a chat model (llama.cpp's server from `gatehouse llm serve`, vLLM, Ollama, OpenAI,
     ...), given as any Haystack chat generator in `chat_generator`.
 
-    The model sees the system prompt (rules, the `[S#]` answer format and a worked example), then the numbered
-    passages (`max_passages` of them, best first) and the question: the condensed standalone question for a
-    follow-up, else the user's question. Marker spellings small models use (`[2]`, `(S2)`, `[Source 2]`) are
-    rewritten to `[S2]`; the citation verifier then removes every sentence its passage does not support. A reply of
-    exactly `prompt.not_found_reply` is the fallback message with status `fallback`.
+    The model reads passages, not fragments of them: the system prompt (rules, the `[S#]` answer format and worked
+    examples; the same for every question, so a server with a prompt cache reads it once), then the first passages in
+    retrieval's order, each whole under its marker and heading path (`[S1] Document › Section › Subsection`), as many
+    as fit `max_passage_tokens` (words and punctuation marks; at most `max_passages`; the first is always sent, cut to
+    the budget when it alone is longer), then the question: the condensed standalone question for a follow-up, else
+    the user's question. One call per question.
+
+    Marker spellings small models use (`[2]`, `(S2)`, `[Source 2]`) are rewritten to `[S2]`; a reply cut by the
+    token limit keeps its whole sentences; the citation verifier then removes every sentence its passage does not
+    support. A reply of exactly `prompt.not_found_reply` is the fallback message with status `fallback`: the model,
+    not a threshold, decides that the passages do not answer.
 
     The server's token counts (the reply's `meta["usage"]`) are added to the state's `usage`
     (`prompt_tokens`, `completion_tokens`, `total_tokens`, `cached_prompt_tokens`), which the response reports in
@@ -98,7 +125,7 @@ class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
     from gatehouse.components.generators.llm_answerer import LLMAnswerer
     from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
 
-    answerer = LLMAnswerer(chat_generator=OpenAICompatibleChatGenerator(), max_passages=3)
+    answerer = LLMAnswerer(chat_generator=OpenAICompatibleChatGenerator(), max_passages=3, max_passage_tokens=300)
     state = answerer.run(state=state_with_passages)["state"]
     state["answer"], state["usage"]
     ```
@@ -106,6 +133,7 @@ class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
 
     moved_settings = {"system_prompt": "prompt.system", "user_prompt": "prompt.user",
                       "passage_template": "prompt.passage", "not_found_reply": "prompt.not_found_reply"}
+    retired_settings = RETIRED_SETTINGS
 
     def __init__(
         self,
@@ -113,28 +141,27 @@ class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
         chat_generator: Any,
         prompt: dict[str, str] | None = None,
         max_passages: int | None = None,
-        max_units: int | None = None,
-        max_unit_words: int = 80,
+        max_passage_tokens: int | None = None,
         fallback_message: str = FALLBACK_MESSAGE,
         fallback_to_extractive: bool = True,
     ) -> None:
         """
         :param chat_generator: A Haystack chat generator component.
         :param prompt: The messages and passages as sent, and the not-found reply (`DEFAULT_PROMPT`: keys, defaults).
-        :param max_passages: Only the first (best) passages are sent; None sends all of them.
-        :param max_units: Send at most this many of the answerability gate's best answering units (a sentence, a list,
-            a code block with its lead-in) under their passages' markers; None, or no candidates: whole passages.
-        :param max_unit_words: A unit sent is cut after this many words (a long list or code block keeps its head).
+        :param max_passages: Only the first (best) passages are sent; None: as many as the budget takes.
+        :param max_passage_tokens: The passages sent, whole, fit this many tokens (words and punctuation marks) together;
+            the first is always sent (cut to it when longer). None: no budget.
         :param fallback_message: The answer when the model replies `prompt.not_found_reply`.
         :param fallback_to_extractive: Answer extractively when the model fails (else the status is `error`).
         """
         if max_passages is not None and max_passages < 1:
             raise ValueError(f"max_passages must be at least 1 or None, got {max_passages}")
+        if max_passage_tokens is not None and max_passage_tokens < 1:
+            raise ValueError(f"max_passage_tokens must be at least 1 or None, got {max_passage_tokens}")
         self.chat_generator = chat_generator
         self.prompt = setting_group("prompt", prompt, DEFAULT_PROMPT)
         self.max_passages = max_passages
-        self.max_units = max_units
-        self.max_unit_words = max_unit_words
+        self.max_passage_tokens = max_passage_tokens
         self.fallback_message = fallback_message
         self.fallback_to_extractive = fallback_to_extractive
         self._extractive = ExtractiveAnswerer() if fallback_to_extractive else None
@@ -151,37 +178,35 @@ class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
         :param state: The state with `passages` and the question.
         :returns: The system and user messages.
         """
-        numbered = self._units(state) or "\n\n".join(
-            self._passage(doc) for doc in list(state.get("passages") or [])[: self.max_passages])
+        numbered = "\n\n".join(self._passage(doc) for doc in self.sent_passages(list(state.get("passages") or [])))
         question = state.get("condensed_query") or state.get("original_query") or state["query"]
         user = self.prompt["user"].replace("{passages}", numbered).replace("{question}", question)
         return [ChatMessage.from_system(self.prompt["system"]), ChatMessage.from_user(user)]
 
-    def _units(self, state: State) -> str:
-        """The best answering units under their passages' headings, passage by passage ("" when not configured)."""
-        candidates = list(state.get("answer_candidates") or [])[: self.max_units] if self.max_units else []
-        passages = list(state.get("passages") or [])
-        chosen: dict[int, list[dict[str, Any]]] = {}
-        for candidate in candidates:
-            index = candidate.get("passage")
-            if isinstance(index, int) and 0 <= index < len(passages):
-                chosen.setdefault(index, []).append(candidate)
-        blocks = []
-        for index in sorted(chosen):
-            within = chosen[index]
-            units = sorted((c for c in within if not any(
-                o is not c and o["first"] <= c["first"] and c["last"] <= o["last"] and (o["first"], o["last"]) !=
-                (c["first"], c["last"]) for o in within)), key=lambda c: c["first"])
-            units = [c for n, c in enumerate(units) if (c["first"], c["last"]) not in
-                     {(o["first"], o["last"]) for o in units[:n]}]
-            text = "\n".join(_cut(str(c.get("text") or ""), self.max_unit_words) for c in units)
-            blocks.append(self._passage(Document(content=text, meta=passages[index].meta)))
-        return "\n\n".join(blocks)
+    def sent_passages(self, passages: list[Document]) -> list[Document]:
+        """
+        The passages the model reads: the first ones in order, whole, while they fit `max_passage_tokens` together (a
+        passage that does not fit is skipped, a shorter one after it may fit), at most `max_passages`; the first
+        always, cut to the budget when it alone is longer.
+        """
+        sent: list[Document] = []
+        used = 0
+        for doc in passages[: self.max_passages]:
+            cost = estimate_tokens(self._passage(doc))
+            if self.max_passage_tokens is None or used + cost <= self.max_passage_tokens:
+                sent.append(doc)
+                used += cost
+            elif not sent:
+                sent.append(replace(doc, content=_cut(doc.content or "", self.max_passage_tokens
+                                                      - estimate_tokens(self._passage(replace(doc, content=""))))))
+                used = self.max_passage_tokens
+        return sent
 
     def _passage(self, doc: Document) -> str:
         title = str(doc.meta.get("title") or doc.meta.get("source") or "")
         section = str(doc.meta.get("section") or "")
-        heading = " › ".join(part for part in (title, section if section != title else "") if part)
+        path = [str(h) for h in (doc.meta.get("heading_path") or ([section] if section else []))]
+        heading = " › ".join(dict.fromkeys(part for part in (title, *path) if part))
         return (
             self.prompt["passage"].replace("{source_id}", str(doc.meta.get("source_id", "")))
             .replace("{heading}", heading)
@@ -247,8 +272,11 @@ class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
         if self._is_not_found(text):
             return advance(state, stage="generation", started=started, steps=["generate_llm", "llm_not_found"],
                            answer=self.fallback_message, status="fallback", fallback=True, generator="llm", usage=usage)
-        return advance(state, stage="generation", started=started, steps=["generate_llm"],
-                       answer=self.normalize_markers(text), generator="llm", usage=usage)
+        answer = self.normalize_markers(text)
+        if reply.meta.get("finish_reason") == "length":  # cut by the token limit: its whole sentences only
+            answer = whole_sentences(answer)
+        return advance(state, stage="generation", started=started, steps=["generate_llm"], answer=answer,
+                       generator="llm", usage=usage)
 
     def _follower(self, on_text: Callable[[str], None]) -> StreamingCallbackT:
         """A streaming callback that tells `on_text` the reply so far, normalised, after each text chunk."""
@@ -262,20 +290,18 @@ class LLMAnswerer(MovedSettings, ChatGeneratorSerialization):
         return follow
 
 
-def _cut(text: str, words: int) -> str:
-    """The text cut after `words` words (its lines kept), with " …" where it was cut."""
-    kept: list[str] = []
-    count = 0
-    for line in text.split("\n"):
-        if count >= words:
-            return "\n".join(kept) + " …"
-        line_words = line.split(" ")
-        if count + len(line_words) > words:
-            kept.append(" ".join(line_words[: words - count]))
-            return "\n".join(kept) + " …"
-        kept.append(line)
-        count += len(line_words)
-    return "\n".join(kept)
+def _cut(text: str, tokens: int) -> str:
+    """The text cut after `tokens` tokens (as the budget counts them), at a word's end, with " …" where it was cut."""
+    ends = [match.end() for match in _TOKEN.finditer(text)]
+    if len(ends) <= tokens:
+        return text
+    return text[: ends[max(tokens - 1, 0)]].rstrip() + " …"
+
+
+def whole_sentences(reply: str) -> str:
+    """A reply cut by the token limit without its unfinished last sentence (as written when it has no whole one)."""
+    ends = [match.end() for match in _SENTENCE_END.finditer(reply)]
+    return reply[: ends[-1]].rstrip() if ends else reply
 
 
 def _add_usage(total: dict[str, int] | None, reply_usage: Any) -> dict[str, int] | None:
