@@ -267,7 +267,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "follow_up_handled": share(by_kind["follow-up"], "handled"),
         "multi_part_handled": share(by_kind["multi-part"], "handled"),
         "latency_p50_s": round(percentile(latencies, 0.5), 3) if latencies else None,
+        "model_latency_p50_s": _p50([row["seconds"] for row in rows if (row.get("usage") or {}).get("prompt_tokens")],
+                                    digits=3),
         "prompt_tokens_p50": _p50([row["usage"].get("prompt_tokens") for row in rows if row.get("usage")]),
+        "cached_prompt_tokens_p50": _p50([row["usage"].get("cached_prompt_tokens") for row in rows
+                                          if row.get("usage")]),
         "completion_tokens_p50": _p50([row["usage"].get("completion_tokens") for row in rows if row.get("usage")]),
         "cached_prompt_share": _share_of(rows, "cached_prompt_tokens", "prompt_tokens"),
     }
@@ -279,9 +283,9 @@ def _share_of(rows: list[dict[str, Any]], part: str, whole: str) -> float | None
     return round(sum(int((row.get("usage") or {}).get(part) or 0) for row in rows) / total, 3) if total else None
 
 
-def _p50(values: list[Any]) -> float | None:
+def _p50(values: list[Any], digits: int = 1) -> float | None:
     numbers = [float(v) for v in values if v is not None]
-    return round(percentile(numbers, 0.5), 1) if numbers else None
+    return round(percentile(numbers, 0.5), digits) if numbers else None
 
 
 # -- running --------------------------------------------------------------------------------------------------------
@@ -449,6 +453,10 @@ def _limited(cases: list[Case], limit: int | None) -> list[Case]:
     return chosen
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def _cell(entry: dict[str, Any]) -> str:
     if not entry or not entry.get("n"):
         return "-"
@@ -465,8 +473,8 @@ def format_table(report: dict[str, Any]) -> str:
         "",
         "| set | role | side | generator | first passage holds it | first 3 hold it | answerable correct+cited | "
         "unanswerable abstained | wrong 'success' (of all) | follow-up handled | multi-part handled | P50 s | "
-        "prompt / completion tokens P50 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "P50 s with a model call | prompt / cached / completion tokens P50 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     sides = {"this checkout": report, **({"baseline": report["baseline"]} if report.get("baseline") else {})}
     names = list(dict.fromkeys(name for side in sides.values() for name in side["sets"]))
@@ -475,8 +483,9 @@ def format_table(report: dict[str, Any]) -> str:
             entry = side["sets"].get(name)
             for generator, result in (entry or {}).get("generators", {}).items():
                 s = result["summary"]
-                tokens = "-" if s["prompt_tokens_p50"] is None else f"{s['prompt_tokens_p50']:.0f} / " \
-                                                                    f"{s['completion_tokens_p50']:.0f}"
+                tokens = "-" if s["prompt_tokens_p50"] is None else " / ".join(
+                    "-" if s.get(key) is None else f"{s[key]:.0f}"
+                    for key in ("prompt_tokens_p50", "cached_prompt_tokens_p50", "completion_tokens_p50"))
                 if s.get("cached_prompt_share") is not None:
                     tokens += f" ({s['cached_prompt_share']:.0%} of prompt tokens cached)"
                 lines.append(f"| {name} | {entry['role']} | {side_name} | {generator} | "
@@ -484,9 +493,9 @@ def format_table(report: dict[str, Any]) -> str:
                              f"{_cell(s['answerable_correct'])} | "
                              f"{_cell(s['unanswerable_abstained'])} | {_cell(s['wrong_success'])} | "
                              f"{_cell(s['follow_up_handled'])} | {_cell(s['multi_part_handled'])} | "
-                             f"{s['latency_p50_s']} | {tokens} |")
+                             f"{s['latency_p50_s']} | {_seconds(s.get('model_latency_p50_s'))} | {tokens} |")
     for name, reason in report.get("skipped", {}).items():
-        lines.append(f"| {name} | skipped: {reason} | | | | | | | | | | | |")
+        lines.append(f"| {name} | skipped: {reason} | | | | | | | | | | | | |")
     lines += [
         "",
         "Judging: an answer is correct when the gold answer or an alias, normalised (case, markup, quotes, spaces), is "

@@ -70,12 +70,17 @@ def test_judge_and_summarise():
 
 
 def test_summarise_counts_tokens_and_the_share_read_from_the_prompt_cache():
-    rows = [{"kind": "answerable", "seconds": 1.0, "verdict": {},
+    rows = [{"kind": "answerable", "seconds": s, "verdict": {},
              "usage": {"prompt_tokens": p, "completion_tokens": 10, "cached_prompt_tokens": c}}
-            for p, c in ((400, 0), (300, 240), (500, 360))]
+            for p, c, s in ((400, 0, 9.0), (300, 240, 7.0), (500, 360, 8.0))]
+    rows += [{"kind": "unanswerable", "seconds": 0.1, "verdict": {}, "usage": {}}] * 2  # stopped before the model
     summary = summarise(rows)
     assert summary["prompt_tokens_p50"] == 400 and summary["completion_tokens_p50"] == 10
+    assert summary["cached_prompt_tokens_p50"] == 240
     assert summary["cached_prompt_share"] == 0.5  # 600 of 1,200
+    assert summary["latency_p50_s"] == 7.0 and summary["model_latency_p50_s"] == 8.0  # the asks the model answered
+    table = format_table({"workdir": "w", "sets": {"s": {"role": "tune", "generators": {"llm": {"summary": summary}}}}})
+    assert "| 7.0 | 8.0 | 400 / 240 / 10 (50% of prompt tokens cached) |" in table
 
 
 def test_absent_corpus_is_skipped_with_the_reason(tmp_path):
