@@ -1,7 +1,9 @@
 from copy import deepcopy
 
 import pytest
+from haystack import component
 from haystack.components.generators.chat import OpenAIChatGenerator
+from haystack.dataclasses import ChatMessage
 
 from gatehouse.components.query.followup_rules import FollowUpRules
 from gatehouse.components.query.query_condenser import QueryCondenser
@@ -251,3 +253,27 @@ def test_run_condense_llm_failure_falls_back(monkeypatch):
     out = component.run(state=new_state("and how do I revoke it?", history=history("How do I rotate an API key?")))
     assert out["state"]["query"] == "how do I revoke an API key?"
     assert any("LLM condense failed" in w for w in out["state"]["validation"]["confidence_warnings"])
+
+
+@component
+class Rewrites:
+    """A chat generator that replies `text` to every prompt."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage]) -> dict:
+        return {"replies": [ChatMessage.from_assistant(self.text)]}
+
+
+def test_run_condense_llm_rewrite_that_drops_the_follow_ups_words_falls_back_to_the_rules():
+    turns = history("How do I rotate an API key?")
+    dropped = QueryCondenser(chat_generator=Rewrites("rotate api key")).run(
+        state=new_state("and how do I revoke it?", history=turns))["state"]
+    assert dropped["query"] == "how do I revoke an API key?"  # the rules' question, not the model's
+    assert dropped["validation"]["confidence_warnings"] == [
+        "query_condenser: the LLM's rewrite left out revoke; rules used"]
+    kept = QueryCondenser(chat_generator=Rewrites("Revoking an API key: how?")).run(
+        state=new_state("and how do I revoke it?", history=turns))["state"]
+    assert kept["query"] == "Revoking an API key: how?" and kept["validation"]["confidence_warnings"] == []

@@ -9,7 +9,7 @@ from gatehouse.components.chat import ChatGeneratorSerialization, ask_for_query
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.query.followup_rules import DEFAULT_CONTEXT_TEMPLATE, FollowUpRules
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.terms import same_words
+from gatehouse.components.terms import content_words, same_words, stem
 
 DEFAULT_CONDENSE_PROMPT = (
     "Given the conversation so far and a follow-up question, rewrite the follow-up into a standalone search "
@@ -43,8 +43,9 @@ class QueryCondenser(MovedSettings, ChatGeneratorSerialization):
     cost?"); else the first pronoun (it, this, that, they, them, one) becomes the topic ("how do I revoke an API
     key?"); else the question is put in context with `rules.context_template` ("Regarding two-factor
     authentication, what if I lose my phone?"). Earlier follow-ups in the history are resolved the same way first.
-    Standalone questions are left unchanged. With a `chat_generator`, its rewrite replaces the rules' one (the rules
-    remain the fallback). Path `condense_query` only when the query changed; `state["condensed_query"]` holds the
+    Standalone questions are left unchanged. With a `chat_generator`, its rewrite replaces the rules' one when it
+    keeps every content word of the follow-up (the rules remain the fallback: when it fails, or drops what the
+    follow-up itself asks, "and how do I revoke it?" rewritten as "rotate api key"). Path `condense_query` only when the query changed; `state["condensed_query"]` holds the
     standalone question.
 
     Usage:
@@ -118,10 +119,17 @@ class QueryCondenser(MovedSettings, ChatGeneratorSerialization):
             transcript = "\n".join(f"{t.get('role')}: {t.get('content')}" for t in turns)
             prompt = self.llm["prompt"].replace("{history}", transcript).replace("{question}", question)
             try:
-                condensed = ask_for_query(self.chat_generator, prompt, max_chars=self.llm["max_query_chars"],
-                                          deadline=deadline)
+                rewrite = ask_for_query(self.chat_generator, prompt, max_chars=self.llm["max_query_chars"],
+                                        deadline=deadline)
             except Exception as error:  # noqa: BLE001 - any LLM failure falls back to the rules
                 warning = f"query_condenser: LLM condense failed ({type(error).__name__}: {error}); rules used"
+            else:
+                kept = content_words(rewrite)
+                dropped = sorted(w for w in content_words(question, stemmed=False) if stem(w) not in kept)
+                if dropped:  # the rewrite lost what the follow-up itself asks: the rules keep it
+                    warning = f"query_condenser: the LLM's rewrite left out {', '.join(dropped)}; rules used"
+                else:
+                    condensed = rewrite
         base = with_validation(state, "confidence_warnings", warning) if warning else state
         changed = not same_words(condensed, question)
         return {"state": advance(base, stage="query_condenser", started=started,
