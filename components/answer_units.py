@@ -14,9 +14,9 @@ document says together with what it belongs to.
 Every unit has a `context`: the section heading path of its passage and the headings inside the passage above it,
 and for an item its list's lead-in. What a unit is about is often written there only ("### PORT" / "- Default: 1416").
 
-An answer shows a unit with what completes it (`completed`): an item as its list with the lead-in, and the next unit of
-its section only when it completes the key (a code block the sentence names, the value the question asks when the
-key lacks it), within a reading bound; or a passage's section from its start (`section_start`).
+An answer shows a unit with what completes it (`completed`): an item as its list with the lead-in, then the units
+that follow it in its section (the next sentence or code block often holds the value a sentence names), within a
+reading bound; or a passage's section from its start (`section_start`).
 
 Usage:
 ```python
@@ -33,7 +33,7 @@ render(units[-1], "S1")          # "PORT: [S1]\\n\\n- Default: 1416 [S1]\\n- Des
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from gatehouse.components.citation_markers import strip_markers
 from gatehouse.components.text_units import (
@@ -213,33 +213,30 @@ def reading_length(unit: AnswerUnit) -> int:
     return len(unit.text.split())
 
 
-def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80,
-              holds: Callable[[AnswerUnit], bool] | None = None) -> list[AnswerUnit]:
+def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
     """
     The key unit and what completes it, in the order shown: an item as its list (with the lead-in, when the list has a
-    unit), then the unit right after it in its section only when that one completes it: a code block without a
-    lead-in of its own after a sentence (the code the sentence names), or, when the key does not hold what the
-    question asks (`holds`) and that unit does, that unit (the value a sentence names); never a sibling item, a second
-    procedure or a unit beyond `max_words` words (`reading_length`). An answer is not padded with what follows.
+    unit), then the units that follow it in its section while the answer stays within `max_words` words
+    (`reading_length`; one procedure per answer: a procedure's completion stops before another one).
 
     :param key: The unit that answers.
     :param units: The units of the passages (`answer_units`).
     :param max_words: The answer's reading bound (the key unit is shown whatever its length).
-    :param holds: Whether a unit holds what the question asks (e.g. a number for "how many"); None: nothing is added
-        for it.
     :returns: The units to show, the key's first.
     """
     reading = flow(units, key.passage)
     if key.kind == "item":
         key = next((u for u in reading if u.kind in ("list", "block") and u.first <= key.first <= u.last), key)
-    following = next((u for u in reading if u.first > key.last), None)
-    if following is None or following.context != key.context or following.kind == "item" \
-            or reading_length(key) + reading_length(following) > max_words:
-        return [key]
-    names_code = following.kind == "code" and not following.lead and key.kind == "sentence"
-    gives_value = holds is not None and not holds(key) and holds(following) and not (
-        is_procedure(key) and is_procedure(following))
-    return [key, following] if names_code or gives_value else [key]
+    shown, words = [key], reading_length(key)
+    for unit in reading:
+        if unit.first <= shown[-1].last:
+            continue
+        if unit.context != key.context or words + reading_length(unit) > max_words or (is_procedure(key)
+                                                                                and is_procedure(unit)):
+            break  # a heading in between (another section), the bound, or a second procedure
+        shown.append(unit)
+        words += reading_length(unit)
+    return shown
 
 
 def section_start(passage: int, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:

@@ -77,36 +77,19 @@ def test_flow_shows_each_list_once_and_leaves_out_a_rule():
     assert [u.kind for u in reading] == ["sentence", "block", "list", "code", "item", "sentence"]
 
 
-def test_completed_shows_the_key_with_what_completes_it_and_no_padding():
+def test_completed_shows_the_key_first_then_what_follows_in_its_section_within_the_bound():
     all_units = units()
     first = all_units[0]
     # "Settings are read at start-up." is followed by the LISTEN_PORT heading: another section, nothing is added.
     assert completed(first, all_units) == [first]
     steps = next(u for u in all_units if u.kind == "list")
     code = next(u for u in all_units if u.kind == "code")
-    # The code block after the steps has a lead-in of its own: it states something else; nor is a table row added.
-    assert completed(steps, all_units) == [steps]
-    assert completed(code, all_units) == [code]
+    assert [u.kind for u in completed(steps, all_units)] == ["list", "code", "item"]
+    assert completed(steps, all_units, max_words=len(steps.text.split())) == [steps]  # the bound
     # An item is shown as its list, with the lead-in.
     item = next(u for u in all_units if u.kind == "item" and u.text.startswith("1. Stop"))
     assert completed(item, all_units)[0] == steps
     assert reading_length(code) == len(code.lead.split()) + 1  # a code block counts its lines, not its tokens
-
-
-def test_completed_adds_the_code_a_sentence_names_and_the_value_it_lacks_only():
-    named = passage_units(Document(content="Pass the timeout per call.\n\n```python\nclient.get(url, timeout=3)\n```"
-                                           "\n\nTimeouts are in seconds.", meta={}), 0)
-    assert [u.kind for u in completed(named[0], named)] == ["sentence", "code"]
-    limits = passage_units(Document(content="The limit is set per key. The default limit is 600 requests. Bursts "
-                                            "are queued.", meta={}), 0)
-    has_number = lambda unit: any(c.isdigit() for c in unit.text)  # noqa: E731
-    assert completed(limits[0], limits) == [limits[0]]  # no question type: the key alone
-    assert [u.text for u in completed(limits[0], limits, holds=has_number)] == [
-        "The limit is set per key.", "The default limit is 600 requests."]
-    assert completed(limits[0], limits, holds=has_number, max_words=8) == [limits[0]]  # the bound
-    assert completed(limits[1], limits, holds=has_number) == [limits[1]]  # the key holds it: nothing more
-    rows = passage_units(Document(content="- Plan: Team; Price: $49\n- Plan: Business; Price: $99", meta={}), 0)
-    assert completed(rows[0], rows, holds=has_number) == [rows[0]]  # a table row, not its siblings
 
 
 def test_completed_shows_one_procedure():

@@ -182,27 +182,26 @@ def test_run_table_row_keeps_its_headers(answerer):
     assert "Release: 3.0; Date: 2025-02-10; End of support: 2026-02-10 [S2]" in answer
 
 
-def test_run_code_block_with_its_lead_in_and_nothing_after_it(answerer):
+def test_run_code_block_with_its_lead_in_and_what_follows(answerer):
     state = new_state("Show me code that passes a timeout to a single call", passages=[CODE])
     answer = answerer.run(state=state)["state"]["answer"]
     assert answer == ("Timeouts: [S3]\n\nYou can pass a timeout to a single call: [S3]\n\n```python\n"
-                      "client.get(url, timeout=3)\n```\n\n[S3]")
+                      "client.get(url, timeout=3)\n```\n\n[S3]\n\nTimeouts are in seconds. [S3]")
 
 
-def test_run_the_key_unit_first_then_the_value_it_names_and_nothing_more(answerer):
-    # Under its section's heading, the sentence naming the limit comes first, then the one that gives the number the
-    # question asks; what follows is not added, nor is anything when the key answers by itself.
+def test_run_the_key_unit_first_then_what_completes_it_within_the_bound(answerer):
+    # Under its section's heading, the sentence naming the value comes first, then the one that gives it; the bound
+    # keeps the rest out.
     limits = passage("Requests are limited per key. The limit is set under Settings.\n\nThe default limit is 600 "
                      "requests per minute. Bursts above it are queued for up to 10 seconds. Queued requests past that "
                      "fail with HTTP 429 and a retry-after header.", "S1", section="Limits")
     units = answer_units([limits])
     named = next(u for u in units if u.text.startswith("The limit is set"))
     candidates = [{"passage": 0, "first": named.first, "last": named.last, "kind": "sentence"}]
-    answer = answerer.answer("How many requests does the limit allow?", [limits], candidates)
+    answer = ExtractiveAnswerer(layout={"max_words": 20}).answer("Where is the limit set?", [limits], candidates)
     assert answer == ("Limits: [S1]\n\nThe limit is set under Settings. [S1]\n\nThe default limit is 600 requests per "
                       "minute. [S1]")
-    assert answerer.answer("Where is the limit set?", [limits], candidates) == (
-        "Limits: [S1]\n\nThe limit is set under Settings. [S1]")
+    assert "Requests are limited" not in answer  # the key unit first: nothing before it
 
 
 def test_run_a_section_candidate_answers_with_the_section_under_its_heading(answerer):

@@ -321,8 +321,7 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
     def _shows(self, answer_type: str, reading: Reading, key: Any, question: str) -> bool:
         """Whether what the answer shows for the key unit (the unit and what completes it) holds `answer_type`."""
         terms = set(self._lexicon.question_terms(question))
-        shown = completed(key.unit, [u.unit for u in reading.units], max_words=self.rules["max_words"],
-                          holds=self._lexicon.holds_answer(question))
+        shown = completed(key.unit, [u.unit for u in reading.units], max_words=self.rules["max_words"])
         return any(self._lexicon.has_type(answer_type, unit.text, terms, unit.kind) for unit in shown)
 
     def _uncertain(self, reading: Reading) -> bool:

@@ -16,7 +16,7 @@ lexicon.answer_span("number", "A workspace can have 10 users.", set(lexicon.ques
 """
 
 import re
-from typing import Any, Callable, Iterable
+from typing import Iterable
 
 from haystack import Document
 
@@ -196,17 +196,6 @@ class Lexicon:
                 bool(words) and words[0][:1].isupper() and not text.startswith(words[0])
             )
         return False
-
-    def holds_answer(self, question: str) -> Callable[[Any], bool] | None:
-        """
-        A test of whether an answer unit holds what the question asks: for a question expecting a type of answer
-        (`TYPED_ANSWERS`), whether the unit's text holds one (`has_type`); None for other questions.
-        """
-        answer_type = self.expected_type(question)
-        if answer_type not in TYPED_ANSWERS:
-            return None
-        terms = set(self.question_terms(question))
-        return lambda unit: self.has_type(answer_type, unit.text, terms, unit.kind)
 
     def answer_span(self, answer_type: str | None, text: str, question_terms: set[str]) -> str | None:
         """

@@ -46,9 +46,9 @@ class ExtractiveAnswerer(MovedSettings):
       candidates, the passages are weighed as the gate weighs them (`gatehouse.components.answerability.evidence`):
       the first passage unless another one is clearly stronger, its best unit.
     - The answer shows the key unit first, under its section's heading (what a section is about is often written
-      there only), then what completes it (`answer_units.completed`): an item as its list with the lead-in, and the
-      next unit of its section only when it completes the key (a code block the sentence names; the value the
-      question asks, when the key lacks it), within `layout.max_words` words; one procedure per answer.
+      there only), then what completes it (`answer_units.completed`): an item as its list with the lead-in, then the
+      units that follow it in its section (the next sentence or code block holding the value a sentence names), within
+      `layout.max_words` words; one procedure per answer.
     - A candidate of kind `section` (the gate could not tell the passage's units apart) is answered with the passage's
       section from its start, under its heading, within the same bound.
     - `style`: `unit` (the above), `span` (only the gate's short answer, e.g. a value or a name, with its marker; the
@@ -166,7 +166,7 @@ class ExtractiveAnswerer(MovedSettings):
             return None
         if self.style == "span" and best.get("span"):
             return f"{best['span']} [{marker}]"
-        shown = completed(key, units, max_words=self.layout["max_words"], holds=self._lexicon.holds_answer(query))
+        shown = completed(key, units, max_words=self.layout["max_words"])
         title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
         return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render(u, marker) for u in shown])
 
