@@ -246,7 +246,7 @@ def test_run_a_key_picked_for_its_type_brings_its_own_evidence(gate):
     # The passage's best unit is on the question's topic but gives no number; the unit that gives one says less of
     # the question: the evidence is that of what the answer shows, not of the topic sentence.
     passages = [Document(content="SEPA payments are collected from accounts billed in EUR. A mandate is signed by "
-                                 "the payer.\n\n## Invoices\n\nInvoices are due within 30 days of issue.",
+                                 "the payer. Invoices are due within 30 days of issue.",
                          meta={"source_id": "S1", "title": "Payments"})]
     question = "How many days does a SEPA payment take to clear?"
     reading = gate.read(question, passages)
