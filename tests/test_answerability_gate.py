@@ -257,27 +257,6 @@ def test_run_a_key_picked_for_its_type_brings_its_own_evidence(gate):
     assert judged.score < reading.evidence
 
 
-def test_run_a_typed_question_is_answered_from_a_passage_that_shows_its_type(gate):
-    # The second passage's overview sentence is closer to the question (enough to be chosen over the first), but
-    # gives no number; the first passage does: a passage that shows no answer of the type cannot answer.
-    passages = [Document(content="After 5 failed sign-in attempts in a row, sign-in is locked for 15 minutes.",
-                         meta={"source_id": "S1", "title": "Locked accounts"}),
-                Document(content="This page covers how a locked account is unlocked after a mistyped password.",
-                         meta={"source_id": "S2", "title": "Passwords", "section": "Locked account after a password"})]
-    question = "Why is my account locked after I mistyped my password, and for how long?"
-    assert gate.read(question, passages).chosen == 1
-    name, state = route(gate, question, passages=passages)
-    assert name == "answerable" and state["answerability"]["passage"] == "S1"
-    assert state["answer_candidates"][0]["text"].startswith("After 5 failed sign-in attempts")
-
-
-def test_a_steps_number_is_no_answer_and_day_n_is_a_date():
-    lexicon = Lexicon()
-    assert not lexicon.has_type("number", "1. Open Settings.\n2. Click Refund.", set(), "list")
-    assert lexicon.has_type("number", "1. Open Settings.\n2. Wait 3 days.", set(), "list")
-    assert lexicon.has_type("date", "3. Day 14: the organization is restricted.", set(), "item")
-
-
 def test_run_a_number_written_in_words_is_a_number():
     passages = [Document(content="Employees receive sixteen weeks of paid parental leave.",
                          meta={"source_id": "S1", "title": "Handbook", "section": "Parental leave"})]

@@ -37,7 +37,7 @@ gate.run(state=new_state("How much does the Platinum plan cost?", passages=[pass
 """
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from haystack import Document, component
@@ -205,8 +205,6 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         reading = self.read(question, passages) if question.strip() and passages else None
         answer_type = self._lexicon.expected_type(question)
         typed = self.rules["require_type"] and answer_type in TYPED_ANSWERS
-        if reading is not None and typed:
-            reading = self._typed_choice(reading, answer_type, question)
         key = self._key(reading, answer_type if typed else None, question) if reading else None
         # the evidence is that of what the answer shows: a key picked for its type below the passage's best unit
         # lowers it by as much
@@ -301,22 +299,6 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
             return reading.key
         return next((u for u in reading.of_passage(reading.chosen) if self._shows(answer_type, reading, u, question)),
                     reading.key)
-
-    def _typed_choice(self, reading: Reading, answer_type: str, question: str) -> Reading:
-        """
-        For a question expecting a type of answer, the passage chosen among those with a unit showing one (a passage
-        without one cannot answer it), by the same rule as any choice: the first of them unless another is clearly
-        stronger (`evidence.switch_margin`); the reading unchanged when the chosen passage shows one or none does.
-        """
-        showing = [index for index in sorted(reading.passages)
-                   if any(self._shows(answer_type, reading, unit, question) for unit in reading.of_passage(index))]
-        if not showing or reading.chosen in showing:
-            return reading
-        chosen = showing[0]
-        strongest = max(showing, key=lambda i: (reading.passages[i], -i))
-        if reading.passages[strongest] >= reading.passages[chosen] + self.evidence["switch_margin"]:
-            chosen = strongest
-        return replace(reading, chosen=chosen)
 
     def _shows(self, answer_type: str, reading: Reading, key: Any, question: str) -> bool:
         """Whether what the answer shows for the key unit (the unit and what completes it) holds `answer_type`."""

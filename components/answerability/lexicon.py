@@ -21,7 +21,7 @@ from typing import Iterable
 from haystack import Document
 
 from gatehouse.components.terms import DEFAULT_STOPWORDS, numbers, stem, tokens
-from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS, strip_list_marker
+from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS
 
 #: Question patterns (regular expressions, matched case-insensitively, first match wins) and the answer type
 #: each one expects. A question matching none expects no particular type.
@@ -50,8 +50,7 @@ DEFAULT_TYPE_PATTERNS: dict[str, str] = {
     "date": r"\b(1\d{3}|20\d{2})s?\b|\b(january|february|march|april|june|july|august|september|october|"
     r"november|december|yesterday|today|monday|tuesday|wednesday|thursday|friday|saturday|sunday|annually|daily|"
     r"weekly|monthly)\b|\bmay\s+\d|\d\s*(?:st|nd|rd|th)?\s*(?:century|centuries|decades?|hours?|days?|weeks?|months?|"
-    r"years?|minutes?|seconds?)\b|\b(?:every|each|per|a)\s+(?:hour|day|week|month|year|minute|second)\b|"
-    r"\b(?:day|week|month|year)s?\s+\d",
+    r"years?|minutes?|seconds?)\b|\b(?:every|each|per|a)\s+(?:hour|day|week|month|year|minute|second)\b",
     "number": r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:thir|four|fif|six|seven|eigh|"
     r"nine)teen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|hundreds|thousand|thousands|million|millions|billion|billions|dozen|half|once|twice|several|"
     r"free|unlimited|none)\b|[$€£%]",
@@ -174,11 +173,9 @@ class Lexicon:
         return found | numbers(question)
 
     def has_type(self, answer_type: str, text: str, question_words: set[str], kind: str = "sentence") -> bool:
-        """Whether `text` (a unit of `kind`), once the question's own words and its list markers ("1.", a step's
-        number, is no answer) are removed, holds an `answer_type`."""
+        """Whether `text` (a unit of `kind`), once the question's own words are removed, holds an `answer_type`."""
         if answer_type == "code":
             return kind == "code"
-        text = "\n".join(strip_list_marker(line) for line in text.splitlines())
         if answer_type in ("value", "identifier", "place"):
             pattern = self.type_patterns.get(answer_type)
             return pattern is not None and any(
