@@ -242,21 +242,6 @@ def test_run_typed_question_needs_a_unit_of_its_type(gate):
     assert dated["text"].startswith("The gateway was first released in 2021") and dated["span"] == "2021"
 
 
-def test_run_a_key_picked_for_its_type_brings_its_own_evidence(gate):
-    # The passage's best unit is on the question's topic but gives no number; the unit that gives one says less of
-    # the question: the evidence is that of what the answer shows, not of the topic sentence.
-    passages = [Document(content="SEPA payments are collected from accounts billed in EUR. A mandate is signed by "
-                                 "the payer. Invoices are due within 30 days of issue.",
-                         meta={"source_id": "S1", "title": "Payments"})]
-    question = "How many days does a SEPA payment take to clear?"
-    reading = gate.read(question, passages)
-    judged = gate.judge(question, passages)
-    key = judged.candidates[0]
-    assert reading.key.unit.text.startswith("SEPA payments") and key["text"].startswith("Invoices are due")
-    assert judged.score == pytest.approx(reading.evidence - (reading.key.score - key["score"]), abs=1e-3)
-    assert judged.score < reading.evidence
-
-
 def test_run_a_number_written_in_words_is_a_number():
     passages = [Document(content="Employees receive sixteen weeks of paid parental leave.",
                          meta={"source_id": "S1", "title": "Handbook", "section": "Parental leave"})]

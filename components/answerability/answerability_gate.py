@@ -7,8 +7,7 @@ vectors ingest stored) and its coverage of the question's terms; a passage's evi
 least its heading's match when its heading matches the question (strong evidence). The answer is read from the first
 passage unless another one's evidence is clearly stronger (`evidence.switch_margin`).
 
-The chosen passage's evidence decides (lowered by as much as the key unit, picked for the type of answer a question
-expects, scores below the passage's best unit: the evidence is that of what the answer shows):
+The chosen passage's evidence decides:
 - below `threshold`, or when the question states a name or number no passage contains (`rules.require_entities`),
   or expects a type of answer (a number, a date, a value, an identifier, a place, a name) that nothing the answer
   would show holds (`rules.require_type`): the state goes on `unanswerable` with the fallback message and the reason
@@ -206,10 +205,7 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         answer_type = self._lexicon.expected_type(question)
         typed = self.rules["require_type"] and answer_type in TYPED_ANSWERS
         key = self._key(reading, answer_type if typed else None, question) if reading else None
-        # the evidence is that of what the answer shows: a key picked for its type below the passage's best unit
-        # lowers it by as much
-        score = reading.evidence - (reading.key.score - key.score if key is not None and reading.key is not None
-                                    else 0.0) if reading else 0.0
+        score = reading.evidence if reading else 0.0
         warnings: list[str] = []
         if key is not None and self.chat_generator is not None:
             verdict, warning = self._llm_verdict(question, passages[key.unit.passage])
