@@ -24,6 +24,9 @@ Judging (printed with the table):
 - **first passage / first three hold the answer** (answerable questions): the passage the answer step ranked first
   (one of the first three) is from a gold file and holds the gold answer by the same rule as an answer. Printed beside
   the share answered right, it is the loss between retrieval and answer.
+- **loss** (answerable questions): where each was lost, counted per set (`LOSSES`): right, abstained, answered from
+  another passage than the first, the first passage holds the answer but the answer missed it, or the first passage
+  does not hold it.
 
 With `baseline_python` (another checkout's environment), the same benchmark (this file, run by path) runs in that
 interpreter against its own Gatehouse, in its own data folder, and both sides are printed in one table.
@@ -248,6 +251,30 @@ def judge(case: Case, response: dict[str, Any], passages: list[dict[str, Any]] |
     return verdict
 
 
+#: Where an answerable question was lost between retrieval and the answer (`loss`), in the order they are checked.
+LOSSES = ("right", "abstained", "other passage", "unit missed", "not in first passage")
+
+
+def loss(case: Case, verdict: dict[str, Any], chosen: dict[str, Any]) -> str:
+    """
+    Where an answerable question was lost (`LOSSES`): `right` (correct and cited); `abstained` (fallback, refused or no
+    citation); `other passage` (answered from a passage other than the first, wrongly); `unit missed` (answered from
+    the first passage, which holds the answer, without it); `not in first passage` (answered from the first passage,
+    which does not hold the answer; also when no gate recorded the passage chosen and the first does not hold it).
+
+    :param case: The answerable case.
+    :param verdict: Its verdict (`judge` with the passages).
+    :param chosen: The passage the answer was read from (`_ask`), or empty.
+    """
+    if verdict.get("correct"):
+        return "right"
+    if not verdict.get("answered"):
+        return "abstained"
+    if chosen and chosen.get("rank") != 0:
+        return "other passage"
+    return "unit missed" if verdict.get("first_passage") else "not in first passage"
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-kind shares and counts of one set's judged rows."""
 
@@ -274,6 +301,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                           if row.get("usage")]),
         "completion_tokens_p50": _p50([row["usage"].get("completion_tokens") for row in rows if row.get("usage")]),
         "cached_prompt_share": _share_of(rows, "cached_prompt_tokens", "prompt_tokens"),
+        "losses": {name: sum(1 for row in by_kind["answerable"] if row["verdict"].get("loss") == name)
+                   for name in LOSSES},
     }
 
 
@@ -311,17 +340,31 @@ def _groups(domain: DomainSet, root: Path) -> list[Any]:
 STATE_COMPONENT = "output_guard"
 
 
-def _ask(pipeline: Any, case: Case, kb: str | None) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
-    """The response, the first three passages the answer step ranked (or the documents retrieved) and the seconds."""
+def _ask(pipeline: Any, case: Case, kb: str | None) -> tuple[dict[str, Any], list[dict[str, Any]], float,
+                                                                 dict[str, Any]]:
+    """
+    The response, the first three passages the answer step ranked (or the documents retrieved), the seconds, and what
+    the answer step chose (`chosen`: the passage the answer was read from, as the answerability gate recorded it,
+    with its `rank` among the ranked passages, its `shape` and `score`; empty when no gate judged one passage).
+    """
     started = time.perf_counter()
     result = pipeline.run({"intake": {"query": case.question, "history": case.history, "kb": kb}},
                           include_outputs_from={STATE_COMPONENT})
     seconds = time.perf_counter() - started
     state = (result.get(STATE_COMPONENT) or {}).get("state") or {}
     ranked = state.get("passages") or state.get("best_documents") or state.get("documents") or []
-    passages = [{"kb": (doc.meta or {}).get("kb"), "source": (doc.meta or {}).get("source"),
-                 "section": (doc.meta or {}).get("section"), "text": doc.content or ""} for doc in ranked[:3]]
-    return result["response"]["response"], passages, seconds
+
+    def view(doc: Any) -> dict[str, Any]:
+        return {"kb": (doc.meta or {}).get("kb"), "source": (doc.meta or {}).get("source"),
+                "section": (doc.meta or {}).get("section"), "text": doc.content or ""}
+
+    record = state.get("answerability") if isinstance(state.get("answerability"), dict) else {}
+    ids = [str((doc.meta or {}).get("source_id")) for doc in ranked]
+    chosen: dict[str, Any] = {}
+    if record.get("passage") in ids and not state.get("plan"):
+        rank = ids.index(record["passage"])
+        chosen = {"rank": rank, "shape": record.get("shape"), "score": record.get("score"), **view(ranked[rank])}
+    return result["response"]["response"], [view(doc) for doc in ranked[:3]], seconds, chosen
 
 
 def run_benchmark(
@@ -418,14 +461,16 @@ def _run_side(*, generators: list[str], sets: list[str], corpora: str, workdir: 
                 cases = _limited(domain.cases, limit)
                 rows = []
                 for number, case in enumerate(cases, 1):
-                    response, passages, seconds = _ask(loaded, case, domain.kb if name_kb else None)
+                    response, passages, seconds, chosen = _ask(loaded, case, domain.kb if name_kb else None)
                     verdict = judge(case, response, passages)
+                    if case.kind == "answerable":
+                        verdict["loss"] = loss(case, verdict, chosen)
                     rows.append({"id": case.id, "kind": case.kind, "question": case.question,
                                  "gold": case.answer if case.kind != "multi-part" else [p.answer for p in case.parts],
                                  "answer": response.get("answer"), "status": response.get("status"),
                                  "citations": [f"{c.get('kb')}/{c.get('source')}" for c in response.get("citations")
                                                or []],
-                                 "passages": passages,
+                                 "passages": passages, "chosen": chosen,
                                  "usage": (response.get("metadata") or {}).get("usage") or {},
                                  "path": response.get("path") or [],
                                  "seconds": round(seconds, 3), "verdict": verdict})
@@ -496,6 +541,15 @@ def format_table(report: dict[str, Any]) -> str:
                              f"{s['latency_p50_s']} | {_seconds(s.get('model_latency_p50_s'))} | {tokens} |")
     for name, reason in report.get("skipped", {}).items():
         lines.append(f"| {name} | skipped: {reason} | | | | | | | | | | | | |")
+    losses = [(name, side_name, generator, result["summary"]["losses"])
+              for name in names for side_name, side in sides.items()
+              for generator, result in ((side["sets"].get(name) or {}).get("generators") or {}).items()
+              if result["summary"].get("losses")]
+    if losses:
+        lines += ["", "Where the answerable questions went (`loss`):", "",
+                  "| set | side | generator | " + " | ".join(LOSSES) + " |", "| --- " * (3 + len(LOSSES)) + "|"]
+        lines += [f"| {name} | {side_name} | {generator} | " + " | ".join(str(counts.get(n, 0)) for n in LOSSES) + " |"
+                  for name, side_name, generator, counts in losses]
     lines += [
         "",
         "Judging: an answer is correct when the gold answer or an alias, normalised (case, markup, quotes, spaces), is "

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gatehouse.eval.domains_bench import (Case, Part, answer_correct, available_sets, cited, format_table, judge,
-                                          load_set, passages_hold, run_benchmark, summarise, token_f1)
+from gatehouse.eval.domains_bench import (LOSSES, Case, Part, answer_correct, available_sets, cited, format_table,
+                                          judge, load_set, loss, passages_hold, run_benchmark, summarise, token_f1)
 
 
 def test_the_shipped_sets_load_with_their_mix():
@@ -108,6 +108,29 @@ def test_the_first_passages_hold_the_answer_when_from_a_gold_file_and_holding_it
     table = format_table({**side, "baseline": {**side, "python": "py"}})
     assert "| t | tune | this checkout | extractive | 1.00 (1/1) | 1.00 (1/1) | 0.00 (0/1) |" in table
     assert "| t | tune | baseline | extractive |" in table and "first passage" in table.lower()
+
+
+def test_each_answerable_question_lost_is_counted_where_it_was_lost():
+    case = Case(id="a", kind="answerable", question="q", answer="5 seconds", sources=["timeouts.md"])
+    gold = {"kb": "docs", "source": "timeouts.md", "text": "The default timeout is 5 seconds."}
+    other = {"kb": "docs", "source": "other.md", "text": "Retries are off."}
+    cited_gold = [{"kb": "docs", "source": "timeouts.md"}]
+    right = {"status": "success", "answer": "It is 5 seconds. [S1]", "citations": cited_gold}
+    missed = {"status": "partial", "answer": "Timeouts exist. [S1]", "citations": cited_gold}
+    fallback = {"status": "fallback", "answer": "Not found.", "citations": []}
+    first, second = {"rank": 0, **gold}, {"rank": 1, **other}
+    verdicts = [(judge(case, right, [gold]), first), (judge(case, fallback, [gold]), {}),
+                (judge(case, missed, [gold]), second), (judge(case, missed, [gold]), first),
+                (judge(case, missed, [other, gold]), {})]
+    found = [loss(case, verdict, chosen) for verdict, chosen in verdicts]
+    assert found == list(LOSSES)
+    rows = [{"kind": "answerable", "seconds": 1.0, "usage": {}, "verdict": {**verdict, "loss": name}}
+            for (verdict, _), name in zip(verdicts, found)]
+    summary = summarise(rows)
+    assert summary["losses"] == dict.fromkeys(LOSSES, 1)
+    table = format_table({"sets": {"t": {"role": "tune", "generators": {"extractive": {"summary": summary}}}},
+                          "workdir": "w"})
+    assert "| t | this checkout | extractive | 1 | 1 | 1 | 1 | 1 |" in table
 
 
 def test_a_baseline_interpreter_must_exist(tmp_path):
