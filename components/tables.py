@@ -1,16 +1,228 @@
 """
 Tables as text that keeps each cell with its column header: what the markdown cleaner makes of HTML and pipe tables,
-and what the converters make of Word, PowerPoint, Excel, CSV and PDF tables. Imports nothing from Haystack, so that
-the converters' child processes start fast.
+and what the converters make of Word, PowerPoint, Excel, CSV, JSON and PDF tables. Imports nothing from Haystack, so
+that the converters' child processes start fast.
+
+A grid read from a file (a sheet, a Word or slide table) is first read as tables (`read_tables`): the rows above the
+real header that hold one cell (a title, a units line such as "in EUR thousands") are the table's caption; a header
+that spans several rows (merged cells over the column names) names each column by all of its rows ("2019 Revenue");
+a blank row followed by a caption, or by a row of names where numbers were, starts another table; a one-cell row
+inside the rows labels the rows under it; one-cell rows after the last row are notes. Each table becomes its caption
+as a lead-in line and one list item per row (`render`).
 
 Usage:
 ```python
-from gatehouse.components.tables import table_rows
+from gatehouse.components.tables import read_tables, render, table_rows
 
 table_rows(["Plan", "Price"], [["Solo", "$8"]])   # ["- Plan: Solo; Price: $8"]
-grid_rows([["Plan", "Price"], ["", ""], ["Solo", "$8"]])   # the same: the first row with text is the header
+grid = [["Price list"], ["in EUR"], ["Plan", "Price"], ["Solo", "8"]]
+render(read_tables(grid)[0])   # ["Price list, in EUR:", "- Plan: Solo; Price: 8"]
 ```
 """
+
+import re
+from dataclasses import dataclass, field
+
+#: A cell holding a number: an amount, a count, a share, a signed or bracketed figure, with a currency or unit.
+_NUMBER = re.compile(r"[-+(]?(?:[$€£¥₹]\s?|[A-Z]{3}\s)?[-+]?\d[\d,.'\u00a0 ]*"
+                     r"(?:%|\s?[$€£¥₹]|\s[^\W\d]{1,4})?\)?")
+_YEAR = re.compile(r"(?:1[89]|20)\d\d")
+_LIST_MARK = re.compile(r"^(?:[-*+]|\d{1,3}[.)])(?=\s)")  # a caption starting so would read as a list item
+MAX_HEADER_ROWS = 3
+MAX_CAPTION_CHARS = 200  # longer one-cell rows above a table are text, not its caption
+
+
+class Merged(str):
+    """
+    A cell covered by a merged cell, holding the merged cell's text; `left` when the merged cell starts to its left in
+    the same row (a header spanning columns), else above (a label spanning rows). A header row names every column it
+    covers; a body row keeps a text spanning columns once and a label spanning rows in each row.
+    """
+
+    left: bool
+
+    def __new__(cls, text: str, *, left: bool) -> "Merged":
+        cell = super().__new__(cls, text)
+        cell.left = left
+        return cell
+
+
+@dataclass
+class Table:
+    """One table of a grid: its caption lines, column names, body rows (with the label of their group) and notes."""
+
+    caption: list[str] = field(default_factory=list)
+    header: list[str] = field(default_factory=list)
+    rows: list[tuple[str, list[str]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def is_number(cell: str) -> bool:
+    """Whether a cell holds a figure (`1,234.5`, `-12%`, `(300)`, `$8`, `12 kg`) rather than words."""
+    return bool(_NUMBER.fullmatch(cell.strip())) if cell.strip() else False
+
+
+def _filled(row: list[str]) -> list[int]:
+    return [position for position, cell in enumerate(row) if cell.strip() and not _is_left_merged(cell)]
+
+
+def _is_left_merged(cell: str) -> bool:
+    return isinstance(cell, Merged) and cell.left
+
+
+def _is_names(row: list[str]) -> bool:
+    """
+    A row that can name columns: two cells or more (or one merged over several), none of them a figure (a year may
+    be a column's name).
+    """
+    cells = [row[position] for position in _filled(row)]
+    return (len(cells) >= 2 or (len(cells) == 1 and any(map(_is_left_merged, row)))) and \
+        not any(is_number(cell) and not _YEAR.fullmatch(cell.strip()) for cell in cells)
+
+
+def _is_one_cell(row: list[str]) -> bool:
+    """A row of one text (a title, a units line, a note): one cell, or one merged across the whole row."""
+    filled = _filled(row)
+    if len(filled) != 1:
+        return not filled
+    spanned = [position for position, cell in enumerate(row) if _is_left_merged(cell)]
+    return not spanned or (filled[0] == 0 and spanned[-1] == len(row) - 1)
+
+
+def _has_figures(row: list[str]) -> bool:
+    return any(is_number(row[position]) and not _YEAR.fullmatch(row[position].strip()) for position in _filled(row))
+
+
+def _continues_header(header_rows: list[list[str]], row: list[str], following: list[str] | None) -> bool:
+    """
+    Whether `row` is one more row of a header: the header so far spans columns (merged cells; or names over empty
+    cells right of them, with figures in the row under `row`) that `row` names one by one.
+    """
+    if len(header_rows) >= MAX_HEADER_ROWS or following is None or not _is_names(row):
+        return False
+    last = header_rows[-1]
+    named = set(_filled(row))
+    merged = {position for position, cell in enumerate(last) if _is_left_merged(cell)}
+    if merged & named:
+        return True
+    unmarked = {position for position in range(1, len(last))
+                if not last[position].strip() and any(cell.strip() for cell in last[:position])}
+    return bool(unmarked & named) and _has_figures(following)
+
+
+def _column_names(header_rows: list[list[str]]) -> list[str]:
+    """Each column's name: its cells of the header rows top to bottom, an upper row's name carried over the empty
+    cells right of it (an unmarked merged cell), repeats left out."""
+    width = max(len(row) for row in header_rows)
+    names: list[list[str]] = [[] for _ in range(width)]
+    for depth, row in enumerate(header_rows):
+        carried = ""
+        for position in range(width):
+            cell = " ".join((row[position] if position < len(row) else "").split())
+            if cell:
+                carried = cell
+            elif depth < len(header_rows) - 1 and position > 0:
+                cell = carried
+            if cell and (not names[position] or names[position][-1] != cell):
+                names[position].append(cell)
+    return [" ".join(parts) for parts in names]
+
+
+def _body_row(row: list[str]) -> list[str]:
+    """A body row's cells: a text spanning columns kept once (a label spanning rows stays in each row)."""
+    return ["" if _is_left_merged(cell) else cell for cell in row]
+
+
+def _blocks(rows: list[list[str]]) -> list[list[list[str]]]:
+    """The grid's runs of rows with text, split at rows without any."""
+    blocks: list[list[list[str]]] = [[]]
+    for row in rows:
+        if any(cell.strip() for cell in row):
+            blocks[-1].append(row)
+        elif blocks[-1]:
+            blocks.append([])
+    return [block for block in blocks if block]
+
+
+def read_tables(rows: list[list[str]], *, header: bool = True) -> list[Table]:
+    """
+    The tables of a grid (see the module's docstring).
+
+    :param rows: The grid's rows of cell texts, top to bottom; a cell covered by a merged cell is a `Merged`.
+    :param header: False when the file says its table has no header row (a slide table's "header row" unticked).
+    :returns: The tables, top to bottom (one-cell rows that belong to no table make a table of notes).
+    """
+    tables: list[Table] = []
+    pending: list[str] = []  # one-cell rows not yet placed: a caption for what follows, or notes of what precedes
+    for block in _blocks(rows):
+        start = 0
+        while start < len(block) and _is_one_cell(block[start]):
+            start += 1
+        pending += [_text(block[i]) for i in range(start)]
+        if start == len(block):  # one-cell rows only
+            continue
+        current = tables[-1] if tables and (tables[-1].rows or tables[-1].header) else None
+        first = block[start]
+        over_figures = start + 1 < len(block) and _has_figures(block[start + 1])
+        if current is not None and start == 0 and not (
+                _is_names(first) and (pending or over_figures or _table_has_figures(current))):
+            pending = _add_body(current, block, 0, " ".join(pending))  # the table goes on; one-cell rows label rows
+            continue
+        text = [line for line in pending if len(line) > MAX_CAPTION_CHARS]
+        if text and tables:
+            tables[-1].notes.extend(text)
+        elif text:
+            tables.append(Table(notes=text))
+        table = Table(caption=[line for line in pending if len(line) <= MAX_CAPTION_CHARS])
+        header_rows: list[list[str]] = []
+        position = start
+        if header and _is_names(first) and not _is_labelled(block[start:]):
+            header_rows.append(first)
+            position += 1
+            while position + 1 < len(block) and _continues_header(header_rows, block[position], block[position + 1]):
+                header_rows.append(block[position])
+                position += 1
+        table.header = _column_names(header_rows) if header_rows else []
+        pending = _add_body(table, block, position, "")
+        tables.append(table)
+    if pending:
+        if tables:
+            tables[-1].notes.extend(pending)
+        else:
+            tables.append(Table(notes=pending))
+    return tables
+
+
+def _text(row: list[str]) -> str:
+    return " ".join(" ".join(row[position].split()) for position in _filled(row))
+
+
+def _is_labelled(rows: list[list[str]]) -> bool:
+    """Rows of a label and a value, most labels ending in ':' (a form: its first row is no header)."""
+    pairs = [[row[position] for position in _filled(row)] for row in rows]
+    return all(len(pair) == 2 for pair in pairs) and \
+        sum(pair[0].rstrip().endswith(":") for pair in pairs) * 2 >= len(pairs)
+
+
+def _table_has_figures(table: Table) -> bool:
+    return any(_has_figures(cells) for _, cells in table.rows)
+
+
+def _add_body(table: Table, block: list[list[str]], start: int, label: str) -> list[str]:
+    """
+    Add the rows of `block` from `start` to `table`: a one-cell row labels the rows under it.
+
+    :returns: The one-cell rows after the last row (notes, or the caption of a table below).
+    """
+    trailing: list[str] = []
+    for row in block[start:]:
+        if _is_one_cell(row):
+            trailing.append(_text(row))
+            continue
+        if trailing:
+            label, trailing = " ".join(trailing), []
+        table.rows.append((label, _body_row(row)))
+    return trailing
 
 
 def table_rows(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -24,7 +236,7 @@ def table_rows(header: list[str], rows: list[list[str]]) -> list[str]:
     items = []
     for row in rows:
         if not any(name.strip() for name in header) and len(row) == 2 and row[0].strip() and row[1].strip():
-            items.append(f"- {' '.join(row[0].split())}: {' '.join(row[1].split())}")  # a key-value table
+            items.append(f"- {' '.join(row[0].split()).rstrip(':')}: {' '.join(row[1].split())}")  # key-value
             continue
         cells = []
         for position, cell in enumerate(row):
@@ -32,19 +244,66 @@ def table_rows(header: list[str], rows: list[list[str]]) -> list[str]:
             if not cell:
                 continue
             name = " ".join(header[position].split()) if position < len(header) else ""
-            cells.append(f"{name}: {cell}" if name and name != cell else cell)
+            cells.append(f"{name.rstrip(':')}: {cell}" if name and name != cell else cell)
         if cells:
             items.append("- " + "; ".join(cells))
     return items
 
 
-def grid_rows(rows: list[list[str]]) -> list[str]:
-    """
-    A table read from a file's grid (a Word, PowerPoint or PDF table) as `table_rows` items: rows without text left
-    out, the first row the header when more follow (a lone row has no header).
+def _key_value(rows: list[list[str]]) -> list[list[str]]:
+    """Rows of a table without names whose cells are a label and a value, however many columns the grid has."""
+    pairs = []
+    for row in rows:
+        cells = [cell for cell in row if cell.strip()]
+        pairs.append(cells if len(cells) == 2 else [])
+    return pairs if all(pairs) else []
 
-    :param rows: The table's rows of cell texts, top to bottom.
-    :returns: One markdown list item per row with text in it (none for an empty table).
+
+def render(table: Table) -> list[str]:
     """
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
-    return table_rows(rows[0], rows[1:]) if len(rows) > 1 else table_rows([], rows)
+    A table as markdown lines: its caption as a lead-in ending in ':' (the splitter repeats it above the rest of the
+    rows when it cuts a table), one list item per row with its column names (a row under a group label starts with
+    it), then its notes.
+
+    :param table: A table of `read_tables`.
+    :returns: The lines (empty for a table without text).
+    """
+    caption = ", ".join(table.caption)
+    if caption:
+        mark = _LIST_MARK.match(caption)
+        if mark:  # escaped as markdown escapes it: "3\\. Results" is a line, not an item
+            caption = f"{caption[:mark.end() - 1]}\\{caption[mark.end() - 1:]}"
+        lines = [caption if caption.endswith(":") or not table.rows else f"{caption.rstrip('.')}:"]
+    else:
+        lines = []
+    if table.header and not table.rows:  # names with no row under them
+        return [*lines, "; ".join(name for name in table.header if name), *table.notes]
+    bodies = [cells for _, cells in table.rows]
+    pairs = [] if table.header else _key_value(bodies)
+    items = table_rows([], pairs) if pairs else [next(iter(table_rows(table.header, [cells])), "") for cells in bodies]
+    for (label, _), item in zip(table.rows, items):
+        if item:
+            lines.append(f"- {label} › {item[2:]}" if label else item)
+    if table.notes and not table.rows and not table.header:  # one-cell rows alone: a list
+        lines.extend(f"- {note}" for note in table.notes)
+    else:
+        for note in table.notes:
+            lines.extend(["", note] if lines else [note])
+    return lines
+
+
+def grid_rows(rows: list[list[str]], *, header: bool = True) -> list[str]:
+    """
+    A grid read from a file (a sheet, a CSV file, a Word, PowerPoint or PDF table) as markdown lines (`read_tables`,
+    `render`): each table's caption and its rows with their column names.
+
+    :param rows: The grid's rows of cell texts, top to bottom (`Merged` for a cell covered by a merged cell).
+    :param header: False when the file says the table has no header row.
+    :returns: The lines, a blank line between two tables (none for an empty grid).
+    """
+    lines: list[str] = []
+    for table in read_tables(rows, header=header):
+        rendered = render(table)
+        if rendered:
+            lines.extend(([""] if lines else []) + rendered)
+    return lines
