@@ -25,7 +25,7 @@ import subprocess
 import sys
 from typing import Any, ClassVar
 
-from gatehouse.components.converters.sources import FileConverter
+from gatehouse.components.converters.sources import FileConverter, file_title
 
 logger = logging.getLogger(__name__)
 
@@ -89,11 +89,12 @@ class BoundedConverter(FileConverter):
             raise ValueError(f"{name}: text extraction stopped (exit code {done.returncode})")
         return answer
 
-    def text(self, data: bytes, name: str) -> str | None:
+    def convert(self, data: bytes, name: str) -> tuple[str, dict[str, Any]] | None:
         """
-        The text of one file.
+        The text of one file and its title: the one the file holds (see the format's extractor), else the file's name
+        (`file_title`).
 
-        :returns: The text; None for an unreadable file when `skip_unreadable` (logged).
+        :returns: The text and `{"title": ...}`; None for an unreadable file when `skip_unreadable` (logged).
         :raises ValueError: When the file goes over a bound, or is unreadable (naming the file and the reason).
         """
         answer = self._extract(data, name)
@@ -102,7 +103,8 @@ class BoundedConverter(FileConverter):
                 logger.warning("Could not convert %s, skipping it: %s", name, answer["error"])
                 return None
             raise ValueError(f"{name}: not a readable {self.label} ({answer['error']})")
-        return answer["text"]
+        meta = answer.get("meta") or {}
+        return answer["text"], {"title": str(meta.get("title") or file_title(name))}
 
 
 class ZipConverter(BoundedConverter):
