@@ -12,7 +12,8 @@ from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
 from gatehouse.components.converters.pdf_text import page_texts
 from gatehouse.components.converters.pdf_to_document import PDFToDocument
-from office_files import table_pdf
+from gatehouse.components.preprocessors.section_splitter import SectionSplitter
+from office_files import form_pdf, table_pdf
 
 PRICES = table_pdf("Price list", "Prices are per month, billed yearly.",
                    [["Plan", "Monthly price", "Seats"], ["Solo", "$8", "10"], ["Studio", "$15", "50"]])
@@ -68,7 +69,7 @@ def test_run_extracts_each_page_and_keeps_the_upload_meta():
     documents = PDFToDocument().run(sources=[upload], meta={"kb": "office"})["documents"]
     assert len(documents) == 1
     assert documents[0].content.split("\f") == ["Lockers are on level one.", "Bikes go in the yard."]
-    assert documents[0].meta == {"file_name": "office.pdf", "kb": "office"}
+    assert documents[0].meta == {"file_name": "office.pdf", "kb": "office", "title": "office"}  # the file's name
 
 
 def test_run_skips_a_file_pypdf_cannot_read():
@@ -99,3 +100,22 @@ def test_the_table_pass_past_its_deadline_keeps_pypdfs_text():
     late = page_texts(PRICES, max_chars=10_000, deadline=time.monotonic() - 1)
     assert late == [PdfReader(io.BytesIO(PRICES)).pages[0].extract_text()]
     assert "Plan: Solo" not in late[0] and "Solo" in late[0]
+
+
+def test_run_a_form_keeps_each_value_with_its_label_and_its_title_line_titles_it():
+    lines = [(f"Line {n}: repaint of wall section {n} with two coats", f"{80 + n},00") for n in range(1, 60)]
+    data = form_pdf("Estimate E-2041", [("Customer", "Harbour Bakery Ltd"), *lines, ("GRAND TOTAL", "5,738")])
+    document = PDFToDocument().run(sources=[ByteStream(data=data, meta={"file_name": "estimate.pdf"})])["documents"][0]
+    assert document.meta["title"] == "Estimate E-2041"  # the first line, in larger type than the page's text
+    chunks = SectionSplitter(max_words=220, overlap_words=30).run(documents=[document])["documents"]
+    assert len(chunks) > 2
+    for chunk in chunks:
+        lines = chunk.content.split("\n")
+        assert not lines[0].replace(",", "").isdigit()  # no chunk starts with a value cut from its label
+        if "GRAND TOTAL" in lines:
+            assert lines[lines.index("GRAND TOTAL") + 1] == "5,738"
+
+
+def test_run_a_first_line_in_body_type_is_not_a_title():
+    upload = ByteStream(data=pdf(b"(Lockers are on level one) Tj"), meta={"file_name": "lockers-note.pdf"})
+    assert PDFToDocument().run(sources=[upload])["documents"][0].meta["title"] == "lockers note"

@@ -1,7 +1,11 @@
 """
 A PDF's text for `PDFToDocument`, extracted in its child process (`extraction.py`): pypdf's text of each page, except
 that a page with ruled tables gives pdfplumber's text around the tables and each table as rows that keep their column
-headers (`- Header: cell; Header: cell`). Pages are separated by form feeds.
+headers (`- Header: cell; Header: cell`; `tables.read_tables`: a title row is the caption, a merged header cell names
+every column it spans). Pages are separated by form feeds.
+
+The document's title is the one its properties name, else the first line of its first page when it reads as a title
+and is set in larger type than the page's text (`TITLE_SCALE`).
 
 Only pages that draw at least `MIN_PATHS` paths (lines or rectangles: a ruled table of two rows and two columns has
 more) go through pdfplumber: pypdfium2 counts them in C, so a PDF of prose costs what pypdf costs. The tables are a
@@ -16,10 +20,14 @@ tables in prose, so tables without rules stay pypdf's text.
 import io
 import time
 
+import statistics
+
 from gatehouse.components.converters.extraction import Text, TooMuchText, one_line
-from gatehouse.components.tables import grid_rows
+from gatehouse.components.converters.titles import property_title, reads_as_title
+from gatehouse.components.tables import Merged, grid_rows
 
 MIN_PATHS = 4  # paths a page draws before it is searched for ruled tables
+TITLE_SCALE = 1.2  # a first line in type this many times the page's usual size is set apart as the title
 
 
 def _drawn_pages(data: bytes) -> set[int]:
@@ -41,6 +49,42 @@ def _drawn_pages(data: bytes) -> set[int]:
         document.close()
 
 
+def _grid(rows: list[list[str | None]]) -> list[list[str]]:
+    """pdfplumber's cells as a grid: a cell a merged cell covers (None) holds the text on its left as a `Merged`."""
+    grid = []
+    for row in rows:
+        cells: list[str] = []
+        for cell in row:
+            cells.append(Merged(cells[-1] if cells else "", left=True) if cell is None else one_line(cell))
+        grid.append(cells)
+    return grid
+
+
+def first_page_title(page) -> str:
+    """
+    The first line of a page when it reads as a title and its type is `TITLE_SCALE` times the page's usual size
+    (the size most of its characters are set in); following lines in that type are part of it.
+    """
+    runs: list[tuple[str, float]] = []
+
+    def visit(text, matrix, text_matrix, font, size):
+        scale = abs(text_matrix[3] * matrix[3]) or abs(text_matrix[0] * matrix[0]) or 1.0
+        if text.strip():
+            runs.append((text, float(size or 0) * scale))
+
+    page.extract_text(visitor_text=visit)
+    if not runs:
+        return ""
+    usual = statistics.median_high([size for text, size in runs for _ in range(len(text.strip()))])
+    lines = []
+    for text, size in runs:
+        if size < usual * TITLE_SCALE:
+            break
+        lines.extend(line for line in (one_line(part) for part in text.splitlines()) if line)
+    title = " ".join(lines)
+    return title if lines and reads_as_title(title) else ""
+
+
 def _with_tables(page) -> str | None:
     """pdfplumber's text of a page with its ruled tables as rows with headers, or None when it finds no table."""
     tables = page.find_tables()
@@ -51,7 +95,7 @@ def _with_tables(page) -> str | None:
         x0, y0, x1, y1 = table.bbox
         if y0 > top:
             parts.append(page.crop((page.bbox[0], top, page.bbox[2], y0), strict=False).extract_text() or "")
-        parts.append("\n".join(grid_rows([[one_line(cell or "") for cell in row] for row in table.extract()])))
+        parts.append("\n".join(grid_rows(_grid(table.extract()))))
         top = max(top, y1)
     if top < page.bbox[3]:
         parts.append(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3]), strict=False).extract_text() or "")
@@ -77,15 +121,26 @@ def _table_texts(data: bytes, deadline: float | None) -> dict[int, str]:
     return found
 
 
-def page_texts(data: bytes, max_chars: int, deadline: float | None = None) -> list[str]:
+def page_texts(data: bytes, max_chars: int, deadline: float | None = None, meta: dict | None = None) -> list[str]:
     """
-    Each page's text, ruled tables as rows with their headers (those found before `deadline`, a time.monotonic()).
+    Each page's text, ruled tables as rows with their headers (those found before `deadline`, a time.monotonic());
+    the document's title goes to `meta` when one is given.
 
     :raises TooMuchText: As soon as the text passes `max_chars`.
     """
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data))
+    if meta is not None and reader.pages:
+        try:
+            title = property_title(reader.metadata.title if reader.metadata else "") or \
+                first_page_title(reader.pages[0])
+        except MemoryError:
+            raise
+        except Exception:  # noqa: BLE001 - the title is a bonus: a file pypdf reads keeps its text
+            title = ""
+        if title:
+            meta["title"] = title
     pages, total = [], 0
     for page in reader.pages:
         pages.append(page.extract_text() or "")
@@ -107,5 +162,5 @@ def page_texts(data: bytes, max_chars: int, deadline: float | None = None) -> li
 
 
 def extract(data: bytes, text: Text) -> None:
-    """Add the PDF's pages, separated by form feeds, to `text`."""
-    text.add("\f".join(page_texts(data, text.max_chars, text.deadline)))
+    """Add the PDF's pages, separated by form feeds, to `text`, and its title to `text.meta`."""
+    text.add("\f".join(page_texts(data, text.max_chars, text.deadline, text.meta)))
