@@ -227,3 +227,33 @@ def test_run_a_heading_full_of_spaces_is_parsed_in_linear_time():
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == "spaced|     out|1\n"
+
+
+def test_run_a_long_table_is_cut_between_rows_each_window_led_in_by_its_caption():
+    rows = [f"- Index: {n}; Name: Person {n} Smith; Company: Firm {n}; City: Town {n}" for n in range(40)]
+    text = "## Customers\n\nCustomer list, in order:\n" + "\n".join(rows) + "\n\nSource: the CRM export of May."
+    chunks = SectionSplitter(max_words=60, overlap_words=10).run(documents=[md_doc(text)])["documents"]
+    assert len(chunks) > 5
+    seen = []
+    for chunk in chunks:
+        lines = chunk.content.split("\n")
+        if lines[0].startswith("Source"):
+            continue
+        assert lines[0] == "Customer list, in order:"  # the caption above the rows of every window
+        assert all(line in rows for line in lines[1:] if line and not line.startswith("Source"))  # rows whole
+        seen += [line for line in lines[1:] if line in rows]
+    assert seen == rows  # each row once, in order: rows are not repeated as overlap
+
+
+def test_run_a_long_page_is_cut_between_lines_with_prose_overlap_never_before_a_value():
+    lines = [f"Line {n} repaints wall section {n}" for n in range(30)]
+    page = "\n".join(line for pair in zip(lines, (f"{80 + n},00" for n in range(30))) for line in pair)
+    doc = Document(content=page + "\nGRAND TOTAL\n5,738", meta={"source": "estimate.pdf", "doc_id": "x"})
+    chunks = SectionSplitter(max_words=40, overlap_words=8).run(documents=[doc])["documents"]
+    assert len(chunks) > 3
+    for chunk in chunks:
+        first = chunk.content.split("\n")[0]
+        assert first.startswith("Line ") or first == "GRAND TOTAL"  # a window starts with a label, never a value
+    assert all(len(c.content.split()) <= 40 for c in chunks)
+    assert "GRAND TOTAL\n5,738" in chunks[-1].content
+    assert chunks[1].content.startswith(chunks[0].content.split("\n")[-2])  # the last line pair is repeated
