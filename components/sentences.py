@@ -21,6 +21,9 @@ import numpy as np
 from haystack import Document
 
 SENTENCE_PATTERN = r"(?<=[.!?])\s+(?=[A-Z0-9(\[])"
+#: A table row or a record: a list item of two `name: value` pairs or more (`- Name: Ada; Team: Data`, `tables.py`).
+_LETTER = re.compile(r"[^\W\d_]")
+TABLE_ROW = re.compile(r"\s*[-*+]\s[^;\n]{1,80}?:\s[^\n]*?;\s[^;\n]{1,80}?:\s")
 DEFAULTS: dict[str, Any] = {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}
 
 
@@ -51,15 +54,37 @@ def sentence_settings(sentences: dict[str, Any] | None) -> dict[str, Any]:
 
 def sentence_texts(document: Document, settings: dict[str, Any]) -> list[str]:
     """
-    The texts a chunk's sentences are embedded as: its context fields and one sentence.
+    The texts a chunk's sentences are embedded as: its context fields and one sentence. A table row (`TABLE_ROW`) is
+    a sentence of its own, so that a row is found by what is in it however many rows its chunk holds: its cells that
+    hold words (a name, a place, a code), figures left to the chunk's vector and BM25 (`row_words`).
 
     :param document: A chunk.
     :param settings: The output of `sentence_settings`.
     :returns: One text per sentence, in order.
     """
     context = [str(document.meta[field]) for field in settings["context_fields"] if document.meta.get(field)]
-    parts = [part.strip() for part in re.split(settings["pattern"], document.content or "")]
+    parts = [piece.strip() for part in re.split(settings["pattern"], document.content or "")
+             for piece in _rows_apart(part)]
     return ["\n".join([*context, part]) for part in parts if part and len(part.split()) >= settings["min_words"]]
+
+
+def row_words(line: str) -> str:
+    """A table row's cells that hold a letter, with their column names (`Name: Ada; Desk: 4B`; `Seats: 10` left out)."""
+    cells = line.strip().lstrip("-*+").strip().split("; ")
+    return "; ".join(cell for cell in cells if _LETTER.search(cell.split(": ", 1)[-1]))
+
+
+def _rows_apart(text: str) -> list[str]:
+    """A text cut before and after each table row line, a row as its `row_words` (other lines stay together)."""
+    if not TABLE_ROW.match(text) and "\n" not in text:
+        return [text]
+    pieces: list[list[str]] = [[]]
+    for line in text.split("\n"):
+        if TABLE_ROW.match(line):
+            pieces += [[row_words(line)], []]
+        else:
+            pieces[-1].append(line)
+    return ["\n".join(piece) for piece in pieces if piece]
 
 
 def per_chunk(rows: np.ndarray, texts: list[list[str]]) -> list[np.ndarray]:
