@@ -133,96 +133,156 @@ def _body_row(row: list[str]) -> list[str]:
     return ["" if _is_left_merged(cell) else cell for cell in row]
 
 
-def _blocks(rows: list[list[str]]) -> list[list[list[str]]]:
-    """The grid's runs of rows with text, split at rows without any."""
-    blocks: list[list[list[str]]] = [[]]
-    for row in rows:
-        if any(cell.strip() for cell in row):
-            blocks[-1].append(row)
-        elif blocks[-1]:
-            blocks.append([])
-    return [block for block in blocks if block]
-
-
-def read_tables(rows: list[list[str]], *, header: bool = True) -> list[Table]:
-    """
-    The tables of a grid (see the module's docstring).
-
-    :param rows: The grid's rows of cell texts, top to bottom; a cell covered by a merged cell is a `Merged`.
-    :param header: False when the file says its table has no header row (a slide table's "header row" unticked).
-    :returns: The tables, top to bottom (one-cell rows that belong to no table make a table of notes).
-    """
-    tables: list[Table] = []
-    pending: list[str] = []  # one-cell rows not yet placed: a caption for what follows, or notes of what precedes
-    for block in _blocks(rows):
-        start = 0
-        while start < len(block) and _is_one_cell(block[start]):
-            start += 1
-        pending += [_text(block[i]) for i in range(start)]
-        if start == len(block):  # one-cell rows only
-            continue
-        current = tables[-1] if tables and (tables[-1].rows or tables[-1].header) else None
-        first = block[start]
-        over_figures = start + 1 < len(block) and _has_figures(block[start + 1])
-        if current is not None and start == 0 and not (
-                _is_names(first) and (pending or over_figures or _table_has_figures(current))):
-            pending = _add_body(current, block, 0, " ".join(pending))  # the table goes on; one-cell rows label rows
-            continue
-        text = [line for line in pending if len(line) > MAX_CAPTION_CHARS]
-        if text and tables:
-            tables[-1].notes.extend(text)
-        elif text:
-            tables.append(Table(notes=text))
-        table = Table(caption=[line for line in pending if len(line) <= MAX_CAPTION_CHARS])
-        header_rows: list[list[str]] = []
-        position = start
-        if header and _is_names(first) and not _is_labelled(block[start:]):
-            header_rows.append(first)
-            position += 1
-            while position + 1 < len(block) and _continues_header(header_rows, block[position], block[position + 1]):
-                header_rows.append(block[position])
-                position += 1
-        table.header = _column_names(header_rows) if header_rows else []
-        pending = _add_body(table, block, position, "")
-        tables.append(table)
-    if pending:
-        if tables:
-            tables[-1].notes.extend(pending)
-        else:
-            tables.append(Table(notes=pending))
-    return tables
-
-
 def _text(row: list[str]) -> str:
     return " ".join(" ".join(row[position].split()) for position in _filled(row))
 
 
 def _is_labelled(rows: list[list[str]]) -> bool:
     """Rows of a label and a value, most labels ending in ':' (a form: its first row is no header)."""
-    pairs = [[row[position] for position in _filled(row)] for row in rows]
-    return all(len(pair) == 2 for pair in pairs) and \
+    pairs = [[row[position] for position in _filled(row)] for row in rows if not _is_one_cell(row)]
+    return bool(pairs) and all(len(pair) == 2 for pair in pairs) and \
         sum(pair[0].rstrip().endswith(":") for pair in pairs) * 2 >= len(pairs)
 
 
-def _table_has_figures(table: Table) -> bool:
-    return any(_has_figures(cells) for _, cells in table.rows)
+def _repeats(row: list[str], header_rows: list[list[str]]) -> bool:
+    """Whether a row repeats a header row (a header printed again further down): each of its cells is that row's."""
+    return any(all(position < len(names) and " ".join(row[position].split()) == " ".join(names[position].split())
+                   for position in _filled(row)) for names in header_rows)
 
 
-def _add_body(table: Table, block: list[list[str]], start: int, label: str) -> list[str]:
+def _bands(rows: list[list[str]]) -> list[tuple[int, int]]:
     """
-    Add the rows of `block` from `start` to `table`: a one-cell row labels the rows under it.
-
-    :returns: The one-cell rows after the last row (notes, or the caption of a table below).
+    The grid's side-by-side parts, as column ranges: it is cut at a column empty in every row when the parts on both
+    sides have two columns or more and do not read as one table (they hold text in different rows, or the right
+    part starts with a title of its own).
     """
-    trailing: list[str] = []
-    for row in block[start:]:
-        if _is_one_cell(row):
-            trailing.append(_text(row))
-            continue
-        if trailing:
-            label, trailing = " ".join(trailing), []
-        table.rows.append((label, _body_row(row)))
-    return trailing
+    width = max((len(row) for row in rows), default=0)
+    used = [any(position < len(row) and row[position].strip() and not isinstance(row[position], Merged)
+                for row in rows) for position in range(width)]
+    runs: list[tuple[int, int]] = []
+    for position, filled in enumerate(used):
+        if filled and runs and runs[-1][1] == position:
+            runs[-1] = (runs[-1][0], position + 1)
+        elif filled:
+            runs.append((position, position + 1))
+    bands: list[tuple[int, int]] = []
+    for start, end in runs:
+        if bands and (end - start < 2 or bands[-1][1] - bands[-1][0] < 2 or not _apart(rows, bands[-1], (start, end))):
+            bands[-1] = (bands[-1][0], end)
+        else:
+            bands.append((start, end))
+    return bands or [(0, width)]
+
+
+def _apart(rows: list[list[str]], left: tuple[int, int], right: tuple[int, int]) -> bool:
+    def rows_with_text(band: tuple[int, int]) -> list[int]:
+        return [number for number, row in enumerate(rows) if any(cell.strip() for cell in row[band[0]:band[1]])]
+
+    on_left, on_right = rows_with_text(left), rows_with_text(right)
+    if on_left != on_right:
+        return True
+    first = rows[on_right[0]][right[0]:right[1]] if on_right else []
+    return _is_one_cell(first)
+
+
+def read_tables(rows: list[list[str]], *, header: bool = True) -> list[Table]:
+    """
+    The tables of a grid (see the module's docstring), side-by-side parts one after the other (`_bands`).
+
+    :param rows: The grid's rows of cell texts, top to bottom; a cell covered by a merged cell is a `Merged`.
+    :param header: False when the file says its table has no header row (a slide table's "header row" unticked).
+    :returns: The tables, top to bottom (one-cell rows that belong to no table make a table of notes).
+    """
+    return [table for start, end in _bands(rows) for table in _Reader(header).read([row[start:end] for row in rows])]
+
+
+class _Reader:
+    """Reads a grid's rows top to bottom into tables (`read_tables`)."""
+
+    def __init__(self, header: bool) -> None:
+        self.header = header
+        self.tables: list[Table] = []
+        self.table: Table | None = None  # the table rows go to
+        self.header_rows: list[list[str]] = []
+        self.pending: list[str] = []  # one-cell rows not yet placed: a caption, a label of rows, or notes
+        self.label = ""  # the label of the rows being read
+
+    def read(self, rows: list[list[str]]) -> list[Table]:
+        after_blank = True
+        position = 0
+        while position < len(rows):
+            row = rows[position]
+            if not any(cell.strip() for cell in row):
+                after_blank, position = True, position + 1
+                continue
+            if _is_one_cell(row):
+                self.pending.append(_text(row))
+                position += 1
+                continue
+            block_end = next((end for end in range(position, len(rows))
+                              if not any(cell.strip() for cell in rows[end])), len(rows))
+            following = rows[position + 1] if position + 1 < block_end else None
+            if self._starts_table(row, following, after_blank):
+                after_header = self._start(rows, position, block_end)
+                if after_header > position:
+                    position, after_blank = after_header, False
+                    continue
+            self._add(row)
+            position += 1
+            after_blank = False
+        if self.pending:
+            (self.table.notes if self.table is not None else self._new([]).notes).extend(self.pending)
+        return self.tables
+
+    def _add(self, row: list[str]) -> None:
+        """Add a body row to the table, under the label of the one-cell rows above it (a repeated header is left out)."""
+        assert self.table is not None
+        if self.pending:
+            label = " ".join(self.pending)
+            if len(label) <= MAX_CAPTION_CHARS:
+                self.label = label
+            else:
+                self.table.notes.append(label)
+            self.pending = []
+        if not _repeats(row, self.header_rows):
+            self.table.rows.append((self.label, _body_row(row)))
+
+    def _starts_table(self, row: list[str], following: list[str] | None, after_blank: bool) -> bool:
+        """Whether a row of several cells starts a table rather than adding a row to the current one."""
+        table = self.table
+        if table is None:
+            return True
+        if not _is_names(row):
+            return False
+        over_figures = following is not None and _has_figures(following)
+        if after_blank:  # a table below a blank row: after a title, over figures, or where figures were
+            return bool(self.pending) or over_figures or any(_has_figures(cells) for _, cells in table.rows)
+        return over_figures and bool(self.pending)  # a header under a title row, within a block
+
+    def _new(self, caption: list[str]) -> Table:
+        self.table = Table(caption=caption)
+        self.tables.append(self.table)
+        self.header_rows = []
+        self.label = ""
+        return self.table
+
+    def _start(self, rows: list[list[str]], position: int, block_end: int) -> int:
+        """Start a table at `position` (its caption the pending one-cell rows); returns the row after its header."""
+        long = [line for line in self.pending if len(line) > MAX_CAPTION_CHARS]
+        if long:  # text, not a caption
+            (self.table.notes if self.table is not None else self._new([]).notes).extend(long)
+        table = self._new([line for line in self.pending if len(line) <= MAX_CAPTION_CHARS])
+        self.pending = []
+        first = rows[position]
+        if not (self.header and _is_names(first) and not _is_labelled(rows[position:block_end])):
+            return position
+        self.header_rows = [first]
+        position += 1
+        while position + 1 < block_end and _continues_header(self.header_rows, rows[position], rows[position + 1]):
+            self.header_rows.append(rows[position])
+            position += 1
+        table.header = _column_names(self.header_rows)
+        return position
 
 
 def table_rows(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -73,3 +73,20 @@ def test_read_tables_a_form_of_labels_and_values_has_no_header():
 
 def test_read_tables_one_cell_rows_alone_are_a_list():
     assert grid_rows([["Name"], ["Ada"], ["Lin"]]) == ["- Name", "- Ada", "- Lin"]
+
+
+def test_read_tables_side_by_side_tables_are_read_apart():
+    grid = [["", "Big cities", "", "", "", "Small cities"],
+            ["", "City", "Population", "", "", "City", "Population"],
+            ["", "Lagos", "16060000", "", "", "Oahu", "953000"]]
+    assert grid_rows(grid) == ["Big cities:", "- City: Lagos; Population: 16060000", "",
+                               "Small cities:", "- City: Oahu; Population: 953000"]
+    spacer = [["Name", "Team", "", "Q1", "Q2"], ["Ada", "Data", "", "10", "12"]]  # one table with an empty column
+    assert grid_rows(spacer) == ["- Name: Ada; Team: Data; Q1: 10; Q2: 12"]
+
+
+def test_read_tables_a_header_printed_again_is_left_out_and_a_title_row_over_one_starts_a_table():
+    grid = [["Monthly income"], ["Item", "Amount"], ["Salary", "2500"], ["Item", "Amount"], ["Bonus", "100"],
+            ["Monthly expenses"], ["Item", "Amount"], ["Rent", "800"]]
+    assert grid_rows(grid) == ["Monthly income:", "- Item: Salary; Amount: 2500", "- Item: Bonus; Amount: 100", "",
+                               "Monthly expenses:", "- Item: Rent; Amount: 800"]
