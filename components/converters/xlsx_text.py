@@ -19,13 +19,14 @@ CHUNK_BYTES = 1 << 20
 
 
 def cell_text(value) -> str:
-    """A cell's value as text: whole numbers without '.0', dates without a midnight time."""
+    """A cell's value as text: numbers to 15 significant digits (whole ones without '.0'), dates without a midnight
+    time."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+    if isinstance(value, float):  # as a spreadsheet shows it: no '.0', no binary rounding tail (0.13079200000000002)
+        return str(int(value)) if value.is_integer() else f"{value:.15g}"
     if isinstance(value, datetime.datetime) and value.time() == datetime.time(0):
         return value.date().isoformat()
     if isinstance(value, (datetime.date, datetime.time)):
