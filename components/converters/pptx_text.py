@@ -80,7 +80,17 @@ def _chart(chart) -> list[list[str]]:
     return grid
 
 
+def _is_furniture(shape) -> bool:
+    """A placeholder every slide repeats: the date, the footer, the slide number."""
+    from pptx.enum.shapes import PP_PLACEHOLDER
+
+    return shape.is_placeholder and shape.placeholder_format.type in (
+        PP_PLACEHOLDER.DATE, PP_PLACEHOLDER.FOOTER, PP_PLACEHOLDER.SLIDE_NUMBER)
+
+
 def _shape(shape, text: Text) -> None:
+    if _is_furniture(shape):
+        return
     if shape.has_text_frame:
         paragraphs = [(paragraph.level, line) for paragraph in shape.text_frame.paragraphs
                       for line in _lines(paragraph)]
