@@ -235,7 +235,7 @@ class _Reader:
         return self.tables
 
     def _add(self, row: list[str]) -> None:
-        """Add a body row to the table, under the label of the one-cell rows above it (a repeated header is left out)."""
+        """Add a body row to the table under the label of the one-cell rows above it (a header printed again: no)."""
         assert self.table is not None
         if self.pending:
             label = " ".join(self.pending)
