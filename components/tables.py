@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 _NUMBER = re.compile(r"[-+(]?(?:[$€£¥₹]\s?|[A-Z]{3}\s)?[-+]?\d[\d,.'\u00a0 ]*"
                      r"(?:%|\s?[$€£¥₹]|\s[^\W\d]{1,4})?\)?")
 _YEAR = re.compile(r"(?:1[89]|20)\d\d")
+_UNIT = re.compile(r"[$€£¥₹%]|\([^()\d]{1,12}\)|\[[^\[\]\d]{1,12}\]")
 _LIST_MARK = re.compile(r"^(?:[-*+]|\d{1,3}[.)])(?=\s)")  # a caption starting so would read as a list item
 MAX_HEADER_ROWS = 3
 MAX_CAPTION_CHARS = 200  # longer one-cell rows above a table are text, not its caption
@@ -89,6 +90,12 @@ def _is_one_cell(row: list[str]) -> bool:
     return not spanned or (filled[0] == 0 and spanned[-1] == len(row) - 1)
 
 
+def _is_units(row: list[str]) -> bool:
+    """A row of units under a header (`€`, `%`, `(EUR m)`): each cell a currency sign, a percent, a bracketed unit."""
+    cells = [row[position].strip() for position in _filled(row)]
+    return bool(cells) and all(_UNIT.fullmatch(cell) for cell in cells)
+
+
 def _has_figures(row: list[str]) -> bool:
     return any(is_number(row[position]) and not _YEAR.fullmatch(row[position].strip()) for position in _filled(row))
 
@@ -98,7 +105,11 @@ def _continues_header(header_rows: list[list[str]], row: list[str], following: l
     Whether `row` is one more row of a header: the header so far spans columns (merged cells; or names over empty
     cells right of them, with figures in the row under `row`) that `row` names one by one.
     """
-    if len(header_rows) >= MAX_HEADER_ROWS or following is None or not _is_names(row):
+    if len(header_rows) >= MAX_HEADER_ROWS or following is None:
+        return False
+    if _is_units(row):
+        return True
+    if not _is_names(row):
         return False
     last = header_rows[-1]
     named = set(_filled(row))
@@ -108,6 +119,26 @@ def _continues_header(header_rows: list[list[str]], row: list[str], following: l
     unmarked = {position for position in range(1, len(last))
                 if not last[position].strip() and any(cell.strip() for cell in last[:position])}
     return bool(unmarked & named) and _has_figures(following)
+
+
+def parallel_rows(cells: list[list[str]]) -> list[list[str]]:
+    """
+    One row of a file's table whose cells hold their lines side by side (a label per line in one cell, a figure per
+    line in the next, as old documents lay tables out) as that many rows; any other row as one row of one-line cells.
+
+    :param cells: Each cell's lines (paragraphs, line breaks).
+    :returns: The rows, each a list of cell texts.
+    """
+    lines = [[line.strip() for line in cell] for cell in cells]
+    for cell in lines:
+        while cell and not cell[-1]:
+            cell.pop()
+    counts = {len(cell) for cell in lines if len(cell) > 1}
+    if len(counts) == 1 and sum(len(cell) > 1 for cell in lines) >= 2:
+        depth = counts.pop()
+        return [[cell[line] if len(cell) == depth else (" ".join(cell) if line == 0 else "") for cell in lines]
+                for line in range(depth)]
+    return [[" ".join(" ".join(cell).split()) for cell in lines]]
 
 
 def _column_names(header_rows: list[list[str]]) -> list[str]:

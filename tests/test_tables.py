@@ -1,6 +1,6 @@
 """tables: grids read as tables (caption, header, rows, notes) and written as rows that keep their column names."""
 
-from gatehouse.components.tables import Merged, grid_rows, is_number, read_tables, render, table_rows
+from gatehouse.components.tables import Merged, grid_rows, is_number, parallel_rows, read_tables, render, table_rows
 
 
 def test_table_rows_keep_each_cell_with_its_header():
@@ -90,3 +90,12 @@ def test_read_tables_a_header_printed_again_is_left_out_and_a_title_row_over_one
             ["Monthly expenses"], ["Item", "Amount"], ["Rent", "800"]]
     assert grid_rows(grid) == ["Monthly income:", "- Item: Salary; Amount: 2500", "- Item: Bonus; Amount: 100", "",
                                "Monthly expenses:", "- Item: Rent; Amount: 800"]
+
+
+def test_parallel_rows_a_row_of_cells_holding_their_lines_side_by_side_is_that_many_rows():
+    cells = [["", "Gross income", "Levies"], ["€", "17,542", "0"], ["€", "17,542", "0", ""]]
+    assert parallel_rows(cells) == [["", "€", "€"], ["Gross income", "17,542", "17,542"], ["Levies", "0", "0"]]
+    assert parallel_rows([["Notes", "on two lines"], ["Ada"]]) == [["Notes on two lines", "Ada"]]
+    grid = [["", "2006", "2007"], *parallel_rows(cells)]  # the units row under the header names the columns too
+    assert grid_rows(grid) == ["- Gross income; 2006 €: 17,542; 2007 €: 17,542",
+                               "- Levies; 2006 €: 0; 2007 €: 0"]

@@ -16,7 +16,7 @@ import re
 
 from gatehouse.components.converters.extraction import Text, one_line
 from gatehouse.components.converters.titles import property_title, reads_as_title
-from gatehouse.components.tables import Merged, grid_rows
+from gatehouse.components.tables import Merged, grid_rows, parallel_rows
 
 _HEADING = re.compile(r"heading\s*([1-9])$", re.IGNORECASE)
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -72,7 +72,10 @@ def _set_apart(paragraph) -> bool:
 
 
 def _grid(table) -> list[list[str]]:
-    """A table's rows of cell texts, a cell covered by a merged cell (across columns or down rows) a `Merged`."""
+    """
+    A table's rows of cell texts, a cell covered by a merged cell (across columns or down rows) a `Merged`; a row
+    whose cells hold their lines side by side is that many rows (`tables.parallel_rows`).
+    """
     grid, above = [], None
     for row in table.rows:
         cells = row.cells  # a merged cell comes once per grid column and row it spans
@@ -83,8 +86,11 @@ def _grid(table) -> list[list[str]]:
             elif above is not None and position < len(above) and cell._tc is above[position]._tc:
                 texts.append(Merged(one_line(cell.text), left=False))
             else:
-                texts.append(one_line(cell.text))
-        grid.append(texts)
+                texts.append(cell.text)
+        if any(isinstance(text, Merged) for text in texts):
+            grid.append([text if isinstance(text, Merged) else one_line(text) for text in texts])
+        else:
+            grid.extend(parallel_rows([text.split("\n") for text in texts]))
         above = cells
     return grid
 
