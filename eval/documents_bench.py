@@ -246,8 +246,8 @@ def run_benchmark(*, set_dir: str | Path | None = None, baseline_python: str | N
                 "job": "ask", "cases": cases, "generator": None if generator == "extractive" else generator})
             rows = []
             for case, result in zip(cases, results):
-                rows.append({**{key: case.get(key) for key in ("id", "kind", "format", "file", "question", "answer")},
-                             **result, **judge(case, result)})
+                rows.append({**{key: case.get(key) for key in ("id", "kind", "format", "file", "question")},
+                             "gold": case.get("answer"), **result, **judge(case, result)})
                 if progress:
                     print(f"[{name} {generator}] {case['id']} {rows[-1]['verdict']} {result['status']}",
                           file=sys.stderr, flush=True)

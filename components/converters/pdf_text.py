@@ -86,16 +86,21 @@ def first_page_title(page) -> str:
 
 
 def _with_tables(page) -> str | None:
-    """pdfplumber's text of a page with its ruled tables as rows with headers, or None when it finds no table."""
-    tables = page.find_tables()
+    """
+    pdfplumber's text of a page with its ruled tables as rows with headers, or None when it finds no table. A ruled
+    box of one column (a frame around text) is no table: its text stays text.
+    """
+    found = [(table, table.extract()) for table in page.find_tables()]
+    tables = [(table, rows) for table, rows in found if any(sum(1 for cell in row if cell and cell.strip()) > 1
+                                                            for row in rows)]
     if not tables:
         return None
     parts, top = [], page.bbox[1]
-    for table in sorted(tables, key=lambda found: found.bbox[1]):
+    for table, rows in sorted(tables, key=lambda pair: pair[0].bbox[1]):
         x0, y0, x1, y1 = table.bbox
         if y0 > top:
             parts.append(page.crop((page.bbox[0], top, page.bbox[2], y0), strict=False).extract_text() or "")
-        parts.append("\n".join(grid_rows(_grid(table.extract()))))
+        parts.append("\n".join(grid_rows(_grid(rows))))
         top = max(top, y1)
     if top < page.bbox[3]:
         parts.append(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3]), strict=False).extract_text() or "")

@@ -16,6 +16,7 @@ FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 LAST_BOUNDARY = re.compile(r".*\W", re.DOTALL)  # up to the last character that is not part of a word
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
 ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s")
+_WORDS = re.compile(r"[^\W_]")
 
 
 class _Piece(NamedTuple):
@@ -33,9 +34,11 @@ class _Piece(NamedTuple):
 def _may_cut(line: str, following: str) -> bool:
     """
     Whether a window may end after `line` with `following` next: not after a lead-in or label ending in ':', nor
-    before a line that is only a figure (a form's value under its label: "GRAND TOTAL" over "5,738").
+    before a line that is only a figure (a form's value under its label: "GRAND TOTAL" over "5,738") or only signs
+    (a currency sign on a line of its own), nor after such signs.
     """
-    return not line.rstrip().endswith(":") and not is_number(following)
+    return not line.rstrip().endswith(":") and not is_number(following) and _WORDS.search(following) is not None \
+        and _WORDS.search(line) is not None
 
 
 def _pieces(text: str, max_words: int) -> list[_Piece]:
