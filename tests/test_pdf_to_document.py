@@ -10,7 +10,7 @@ from haystack.dataclasses import ByteStream
 from pypdf import PdfReader, PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-from gatehouse.components.converters.pdf_text import page_texts
+from gatehouse.components.converters.pdf_text import page_texts, reflow
 from gatehouse.components.converters.pdf_to_document import PDFToDocument
 from gatehouse.components.preprocessors.section_splitter import SectionSplitter
 from office_files import form_pdf, table_pdf
@@ -92,13 +92,13 @@ def test_run_an_extraction_over_its_time_budget_is_stopped():
 def test_run_a_ruled_table_keeps_its_rows_with_their_headers_and_the_text_around_it():
     upload = ByteStream(data=PRICES, meta={"file_name": "prices.pdf"})
     text = PDFToDocument().run(sources=[upload])["documents"][0].content
-    assert text == ("Price list\nPrices are per month, billed yearly.\n\n"
+    assert text == ("Price list\n\nPrices are per month, billed yearly.\n\n"
                     "- Plan: Solo; Monthly price: $8; Seats: 10\n- Plan: Studio; Monthly price: $15; Seats: 50")
 
 
 def test_the_table_pass_past_its_deadline_keeps_pypdfs_text():
     late = page_texts(PRICES, max_chars=10_000, deadline=time.monotonic() - 1)
-    assert late == [PdfReader(io.BytesIO(PRICES)).pages[0].extract_text()]
+    assert late == [reflow(PdfReader(io.BytesIO(PRICES)).pages[0].extract_text())]
     assert "Plan: Solo" not in late[0] and "Solo" in late[0]
 
 
@@ -112,10 +112,18 @@ def test_run_a_form_keeps_each_value_with_its_label_and_its_title_line_titles_it
     for chunk in chunks:
         lines = chunk.content.split("\n")
         assert not lines[0].replace(",", "").isdigit()  # no chunk starts with a value cut from its label
-        if "GRAND TOTAL" in lines:
-            assert lines[lines.index("GRAND TOTAL") + 1] == "5,738"
+        assert all(line == "GRAND TOTAL 5,738" for line in lines if "GRAND TOTAL" in line)  # the value on its line
 
 
 def test_run_a_first_line_in_body_type_is_not_a_title():
     upload = ByteStream(data=pdf(b"(Lockers are on level one) Tj"), meta={"file_name": "lockers-note.pdf"})
     assert PDFToDocument().run(sources=[upload])["documents"][0].meta["title"] == "lockers note"
+
+
+def test_reflow_joins_wrapped_prose_and_keeps_each_value_on_its_labels_line():
+    page = ("Annual report\nThe board met four times this year and agreed the budget for the\nnew depot, which "
+            "opens in May.\nInvoice Date:\n03/20/2023\nTotal\n$\n279.84\nThank you.")
+    assert reflow(page).split("\n\n") == [
+        "Annual report",
+        "The board met four times this year and agreed the budget for the\nnew depot, which opens in May.",
+        "Invoice Date: 03/20/2023", "Total $ 279.84", "Thank you."]

@@ -1,5 +1,6 @@
 """
-A PDF's text for `PDFToDocument`, extracted in its child process (`extraction.py`): pypdf's text of each page, except
+A PDF's text for `PDFToDocument`, extracted in its child process (`extraction.py`): pypdf's text of each page, its
+lines rejoined into paragraphs (`reflow`: wrapped prose runs on, a form's value stays on its label's line), except
 that a page with ruled tables gives pdfplumber's text around the tables and each table as rows that keep their column
 headers (`- Header: cell; Header: cell`; `tables.read_tables`: a title row is the caption, a merged header cell names
 every column it spans). Pages are separated by form feeds.
@@ -18,15 +19,21 @@ tables in prose, so tables without rules stay pypdf's text.
 """
 
 import io
+import re
 import time
 
 import statistics
 
 from gatehouse.components.converters.extraction import Text, TooMuchText, one_line
 from gatehouse.components.converters.titles import property_title, reads_as_title
-from gatehouse.components.tables import Merged, grid_rows
+from gatehouse.components.tables import Merged, grid_rows, is_number
 
 MIN_PATHS = 4  # paths a page draws before it is searched for ruled tables
+FULL_LINE = 0.7  # a line at least this share of a page's long lines' length runs on into the next (wrapped prose)
+LABEL_VALUE_WORDS = 6  # a line this short after a label ending in ':' is its value
+PROSE_WORDS = 6  # a line of fewer words is a label, a heading or a row, never wrapped prose
+_ALNUM = re.compile(r"[^\W_]")
+_BULLET = re.compile(r"(?:[-*•▪◦]|\d{1,3}[.)])\s")
 TITLE_SCALE = 1.2  # a first line in type this many times the page's usual size is set apart as the title
 
 
@@ -47,6 +54,37 @@ def _drawn_pages(data: bytes) -> set[int]:
         return drawn
     finally:
         document.close()
+
+
+def reflow(text: str) -> str:
+    """
+    A page's text lines as paragraphs (blank lines between them): a line that is only a figure or signs ("5,738",
+    "$") goes on the line before it (a form's value with its label), and so does a short line after a label ending
+    in ':'; a line of words as long as the page's long lines that ends no sentence runs on into the next (wrapped
+    prose);
+    any other line ends its paragraph (a heading, a label, a row of a table without rules, a prose paragraph's end).
+    """
+    lines: list[str] = []
+    for line in (" ".join(raw.split()) for raw in text.splitlines()):
+        if not line:
+            continue
+        if lines and (is_number(line) or not _ALNUM.search(line)
+                      or (lines[-1].endswith(":") and len(line.split()) <= LABEL_VALUE_WORDS)):
+            lines[-1] = f"{lines[-1]} {line}"
+        else:
+            lines.append(line)
+    if not lines:
+        return ""
+    lengths = sorted(len(line) for line in lines)
+    full = lengths[(len(lengths) - 1) * 9 // 10] * FULL_LINE
+    paragraphs = [[lines[0]]]
+    for before, line in zip(lines, lines[1:]):
+        if len(before) >= full and len(before.split()) >= PROSE_WORDS and not before.endswith((".", "!", "?", ":")) \
+                and not _BULLET.match(line):
+            paragraphs[-1].append(line)
+        else:
+            paragraphs.append([line])
+    return "\n\n".join("\n".join(paragraph) for paragraph in paragraphs)
 
 
 def _grid(rows: list[list[str | None]]) -> list[list[str]]:
@@ -99,11 +137,12 @@ def _with_tables(page) -> str | None:
     for table, rows in sorted(tables, key=lambda pair: pair[0].bbox[1]):
         x0, y0, x1, y1 = table.bbox
         if y0 > top:
-            parts.append(page.crop((page.bbox[0], top, page.bbox[2], y0), strict=False).extract_text() or "")
+            parts.append(reflow(page.crop((page.bbox[0], top, page.bbox[2], y0), strict=False).extract_text() or ""))
         parts.append("\n".join(grid_rows(_grid(rows))))
         top = max(top, y1)
     if top < page.bbox[3]:
-        parts.append(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3]), strict=False).extract_text() or "")
+        parts.append(reflow(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3]), strict=False).extract_text()
+                            or ""))
     return "\n\n".join(part.strip() for part in parts if part.strip())
 
 
@@ -148,7 +187,7 @@ def page_texts(data: bytes, max_chars: int, deadline: float | None = None, meta:
             meta["title"] = title
     pages, total = [], 0
     for page in reader.pages:
-        pages.append(page.extract_text() or "")
+        pages.append(reflow(page.extract_text() or ""))
         total += len(pages[-1])
         if total > max_chars:
             raise TooMuchText(total)
