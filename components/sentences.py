@@ -23,7 +23,7 @@ from haystack import Document
 SENTENCE_PATTERN = r"(?<=[.!?])\s+(?=[A-Z0-9(\[])"
 #: A table row or a record: a list item of two `name: value` pairs or more (`- Name: Ada; Team: Data`, `tables.py`).
 _LETTER = re.compile(r"[^\W\d_]")
-TABLE_ROW = re.compile(r"\s*[-*+]\s[^;\n]{1,80}?:\s[^\n]*?;\s[^;\n]{1,80}?:\s")
+TABLE_ROW = re.compile(r"\s*[-*+]\s[^;\n]{1,80}?:\s[^\n]*?;\s[^;\n]{1,80}?:\s", re.MULTILINE)
 DEFAULTS: dict[str, Any] = {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}
 
 
@@ -72,6 +72,15 @@ def row_words(line: str) -> str:
     """A table row's cells that hold a letter, with their column names (`Name: Ada; Desk: 4B`; `Seats: 10` left out)."""
     cells = line.strip().lstrip("-*+").strip().split("; ")
     return "; ".join(cell for cell in cells if _LETTER.search(cell.split(": ", 1)[-1]))
+
+
+def rows_as_words(text: str) -> str:
+    """A chunk's text with each table row line as its `row_words` (a row of figures only left out): what it is
+    embedded as, figures being BM25's to match."""
+    if not TABLE_ROW.search(text):
+        return text
+    lines = [row_words(line) if TABLE_ROW.match(line) else line for line in text.split("\n")]
+    return "\n".join(line for line in lines if line)
 
 
 def _rows_apart(text: str) -> list[str]:

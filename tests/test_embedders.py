@@ -5,7 +5,7 @@ import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from gatehouse.components.embedders.document_embedder import DocumentEmbedder
+from gatehouse.components.embedders.document_embedder import DocumentEmbedder, embedded_text
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.embedders.text_embedder import TextEmbedder
 from gatehouse.components.embedders.vector import Vector
@@ -143,3 +143,10 @@ def test_run_document_embedder_empty_and_type_errors():
         embedder.run(documents="a query")
     with pytest.raises(TypeError):
         embedder.run(documents=[Document(content="ok"), "not a doc"])
+
+
+def test_run_a_table_row_is_embedded_by_its_cells_with_words():
+    rows = Document(content="Players:\n- Name: Avery Johnson; GP: 43; PTS: 1.6\n- GP: 12; PTS: 3")
+    vector = DocumentEmbedder(cache_dir="off").run(documents=[rows])["documents"][0].embedding
+    assert embedded_text(rows, []) == "Players:\nName: Avery Johnson"  # figures are BM25's to match
+    assert np.allclose(vector, TextEmbedder().run(text="Players:\nName: Avery Johnson")["embedding"], atol=1e-5)
