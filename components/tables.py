@@ -31,6 +31,7 @@ _UNIT = re.compile(r"[$€£¥₹%]|\([^()\d]{1,12}\)|\[[^\[\]\d]{1,12}\]")
 _LIST_MARK = re.compile(r"^(?:[-*+]|\d{1,3}[.)])(?=\s)")  # a caption starting so would read as a list item
 MAX_HEADER_ROWS = 3
 MAX_CAPTION_CHARS = 200  # longer one-cell rows above a table are text, not its caption
+MAX_LABEL_CHARS = 60  # longer one-cell rows inside a table are text in place, not a label of the rows under them
 
 
 class Merged(str):
@@ -50,11 +51,14 @@ class Merged(str):
 
 @dataclass
 class Table:
-    """One table of a grid: its caption lines, column names, body rows (with the label of their group) and notes."""
+    """
+    One table of a grid: its caption lines, column names, body rows (with the label of their group; a line of text
+    between rows has the label None) and notes.
+    """
 
     caption: list[str] = field(default_factory=list)
     header: list[str] = field(default_factory=list)
-    rows: list[tuple[str, list[str]]] = field(default_factory=list)
+    rows: list[tuple[str | None, list[str]]] = field(default_factory=list)  # label None: a line of text in its place
     notes: list[str] = field(default_factory=list)
 
 
@@ -160,8 +164,12 @@ def _column_names(header_rows: list[list[str]]) -> list[str]:
 
 
 def _body_row(row: list[str]) -> list[str]:
-    """A body row's cells: a text spanning columns kept once (a label spanning rows stays in each row)."""
-    return ["" if _is_left_merged(cell) else cell for cell in row]
+    """
+    A body row's cells: a text spanning columns kept once; a label spanning rows stays in each row, a longer text
+    spanning rows only in its first.
+    """
+    return ["" if _is_left_merged(cell) or (isinstance(cell, Merged) and len(cell) > MAX_LABEL_CHARS) else cell
+            for cell in row]
 
 
 def _text(row: list[str]) -> str:
@@ -270,10 +278,11 @@ class _Reader:
         assert self.table is not None
         if self.pending:
             label = " ".join(self.pending)
-            if len(label) <= MAX_CAPTION_CHARS:
+            if len(label) <= MAX_LABEL_CHARS:
                 self.label = label
-            else:
-                self.table.notes.append(label)
+            else:  # text between rows, in its place
+                self.table.rows.extend((None, [line]) for line in self.pending)
+                self.label = ""
             self.pending = []
         if not _repeats(row, self.header_rows):
             self.table.rows.append((self.label, _body_row(row)))
@@ -287,7 +296,7 @@ class _Reader:
             return False
         over_figures = following is not None and _has_figures(following)
         if after_blank:  # a table below a blank row: after a title, over figures, or where figures were
-            return bool(self.pending) or over_figures or any(_has_figures(cells) for _, cells in table.rows)
+            return bool(self.pending) or over_figures or _table_has_figures(table)
         return over_figures and bool(self.pending)  # a header under a title row, within a block
 
     def _new(self, caption: list[str]) -> Table:
@@ -369,10 +378,15 @@ def render(table: Table) -> list[str]:
         lines = []
     if table.header and not table.rows:  # names with no row under them
         return [*lines, "; ".join(name for name in table.header if name), *table.notes]
-    bodies = [cells for _, cells in table.rows]
+    bodies = [cells for label, cells in table.rows if label is not None]
     pairs = [] if table.header else _key_value(bodies)
-    items = table_rows([], pairs) if pairs else [next(iter(table_rows(table.header, [cells])), "") for cells in bodies]
-    for (label, _), item in zip(table.rows, items):
+    items = iter(table_rows([], pairs) if pairs else [next(iter(table_rows(table.header, [cells])), "")
+                                                       for cells in bodies])
+    for label, cells in table.rows:
+        if label is None:
+            lines.extend(["", cells[0], ""])
+            continue
+        item = next(items)
         if item:
             lines.append(f"- {label} › {item[2:]}" if label else item)
     if table.notes and not table.rows and not table.header:  # one-cell rows alone: a list

@@ -99,3 +99,12 @@ def test_parallel_rows_a_row_of_cells_holding_their_lines_side_by_side_is_that_m
     grid = [["", "2006", "2007"], *parallel_rows(cells)]  # the units row under the header names the columns too
     assert grid_rows(grid) == ["- Gross income; 2006 €: 17,542; 2007 €: 17,542",
                                "- Levies; 2006 €: 0; 2007 €: 0"]
+
+
+def test_read_tables_long_text_between_rows_stays_in_place_and_a_long_text_merged_down_is_kept_once():
+    note = "Prices below include delivery within the city; outside it a fee applies per kilometre driven."
+    contract = "Supply and installation of the fire alarm system at the depot, as described in annex one."
+    grid = [["Item", "Price", "Terms"], ["Alarm", "900", contract], ["Sirens", "120", Merged(contract, left=False)],
+            [note], ["Cabling", "300", "net 30"]]
+    assert grid_rows(grid) == ["- Item: Alarm; Price: 900; Terms: " + contract, "- Item: Sirens; Price: 120",
+                               "", note, "", "- Item: Cabling; Price: 300; Terms: net 30"]
