@@ -257,3 +257,9 @@ def test_run_a_long_page_is_cut_between_lines_with_prose_overlap_never_before_a_
     assert all(len(c.content.split()) <= 40 for c in chunks)
     assert "GRAND TOTAL\n5,738" in chunks[-1].content
     assert chunks[1].content.startswith(chunks[0].content.split("\n")[-2])  # the last line pair is repeated
+
+
+def test_run_a_windows_words_leave_out_the_column_names_each_row_repeats():
+    rows = "\n".join(f"- Employee number: E{n}; Department of assignment: Finance" for n in range(12))
+    chunks = SectionSplitter(max_words=12, overlap_words=2).run(documents=[md_doc("## Staff\n\n" + rows)])["documents"]
+    assert [chunk.content.count("\n") + 1 for chunk in chunks] == [6, 6]  # two values a row: six rows a window

@@ -9,11 +9,13 @@ from typing import Any, NamedTuple
 import yaml
 from haystack import Document, component
 
+from gatehouse.components.sentences import TABLE_ROW
 from gatehouse.components.tables import is_number
 
 EXPLICIT_ID = re.compile(r"(?<!\s)\s*\{#([A-Za-z0-9_-]+)\}\s*$")  # tried once per run of spaces, not per space
 FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 LAST_BOUNDARY = re.compile(r".*\W", re.DOTALL)  # up to the last character that is not part of a word
+LAST_LINE_END = re.compile(r".*\n", re.DOTALL)  # up to the last line break
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
 ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s")
 _WORDS = re.compile(r"[^\W_]")
@@ -41,15 +43,24 @@ def _may_cut(line: str, following: str) -> bool:
         and _WORDS.search(line) is not None
 
 
+def _words(text: str) -> int:
+    """The words of a text as a window counts them: a table row's column names, repeated on every row, are not."""
+    if not TABLE_ROW.search(text):
+        return len(text.split())
+    return sum(sum(len(cell.split(": ", 1)[-1].split()) for cell in line.split("; ")) if TABLE_ROW.match(line)
+               else len(line.split()) for line in text.split("\n"))
+
+
 def _pieces(text: str, max_words: int) -> list[_Piece]:
-    """A section's paragraphs as pieces; a paragraph over `max_words` words as one piece per line."""
+    """A section's paragraphs as pieces; a paragraph over `max_words` words (`_words`) as one piece per line."""
     pieces: list[_Piece] = []
     paragraphs = [p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip()]
     previous_last = ""
     for number, paragraph in enumerate(paragraphs):
         lines = [line.rstrip() for line in paragraph.split("\n") if line.strip()]
-        if len(paragraph.split()) <= max_words or len(lines) == 1:
-            pieces.append(_Piece(paragraph.strip(), len(paragraph.split()), "\n\n", number, True, None, False))
+        words = _words(paragraph)
+        if words <= max_words or len(lines) == 1:
+            pieces.append(_Piece(paragraph.strip(), words, "\n\n", number, True, None, False))
         else:
             lead = previous_last if previous_last.endswith(":") and ITEM.match(lines[0]) else None
             for position, line in enumerate(lines):
@@ -59,7 +70,7 @@ def _pieces(text: str, max_words: int) -> list[_Piece]:
                 elif not ITEM.match(line):
                     lead = None
                 cut = position == 0 or _may_cut(lines[position - 1], line)
-                pieces.append(_Piece(line if position else line.strip(), len(line.split()),
+                pieces.append(_Piece(line if position else line.strip(), _words(line),
                                      "\n" if position else "\n\n", number, cut, lead, not ITEM.match(line)))
         previous_last = paragraph.strip().rsplit("\n", 1)[-1].strip()
     return pieces
@@ -206,7 +217,8 @@ class SectionSplitter:
         pieces, start = [], 0
         while len(text) - start > self.max_chunk_chars:
             end = start + self.max_chunk_chars
-            boundary = LAST_BOUNDARY.match(text, start + self.max_chunk_chars // 2, end)
+            boundary = LAST_LINE_END.match(text, start + self.max_chunk_chars // 2, end) or \
+                LAST_BOUNDARY.match(text, start + self.max_chunk_chars // 2, end)
             cut = boundary.end() if boundary else end
             pieces.append(text[start:cut].strip())
             start = cut
