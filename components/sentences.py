@@ -23,6 +23,7 @@ from haystack import Document
 SENTENCE_PATTERN = r"(?<=[.!?])\s+(?=[A-Z0-9(\[])"
 #: A table row or a record: a list item of two `name: value` pairs or more (`- Name: Ada; Team: Data`, `tables.py`).
 _LETTER = re.compile(r"[^\W\d_]")
+ROW_WORDS = 24
 TABLE_ROW = re.compile(r"\s*[-*+]\s[^;\n]{1,80}?:\s[^\n]*?;\s[^;\n]{1,80}?:\s", re.MULTILINE)
 DEFAULTS: dict[str, Any] = {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}
 
@@ -69,9 +70,14 @@ def sentence_texts(document: Document, settings: dict[str, Any]) -> list[str]:
 
 
 def row_words(line: str) -> str:
-    """A table row's cells that hold a letter, with their column names (`Name: Ada; Desk: 4B`; `Seats: 10` left out)."""
+    """
+    A table row's cells that hold a letter, with their column names (`Name: Ada; Desk: 4B`; `Seats: 10` left out), at
+    most `ROW_WORDS` words: a record is named by its first cells (a name, an ID, a code), its long texts are its
+    chunk's to embed.
+    """
     cells = line.strip().lstrip("-*+").strip().split("; ")
-    return "; ".join(cell for cell in cells if _LETTER.search(cell.split(": ", 1)[-1]))
+    words = "; ".join(cell for cell in cells if _LETTER.search(cell.split(": ", 1)[-1])).split()
+    return " ".join(words[:ROW_WORDS])
 
 
 def rows_as_words(text: str) -> str:

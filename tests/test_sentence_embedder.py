@@ -66,3 +66,10 @@ def test_sentence_texts_each_table_row_is_a_sentence_of_its_cells_with_words():
         "customers\nFirst Name: Preston; Last Name: Lozano; Company: Vega-Gentry",
         "customers\nSource: the CRM export.",  # a row of figures only has no sentence
     ]
+
+
+def test_sentence_texts_a_long_row_is_named_by_its_first_words():
+    notes = " ".join(f"word{n}" for n in range(60))
+    row = Document(content=f"- Name: Ada Lovelace; Notes: {notes}\n- Name: Lin; Notes: short", meta={"title": "t"})
+    first = sentence_texts(row, sentence_settings(None))[0]
+    assert first.startswith("t\nName: Ada Lovelace; Notes: word0") and len(first.split()) == 1 + 24
