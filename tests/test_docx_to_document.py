@@ -54,7 +54,7 @@ def test_run_headings_become_sections_with_their_heading_path_and_tables_rows_wi
     assert len(documents) == 1
     document = documents[0]
     assert document.meta == {"file_name": "handbook.docx", "kb": "hr", "mime_type": "text/markdown",
-                             "title": "Staff handbook"}  # the Title style
+                             "title": "Staff handbook", "file_title": "handbook"}  # the Title style, the file's name
     assert document.content.splitlines()[:4] == ["# Staff handbook", "", "# Travel", ""]
     assert "- The nightly cap is 140 euros.\n- Breakfast is included.\n\n- City: Lyon; Nightly cap: 140 euros\n" \
            "- City: Oslo; Nightly cap: 210 euros" in document.content

@@ -65,7 +65,7 @@ def test_run_title_rows_above_the_header_are_the_caption_and_a_sheets_tables_sta
         [], ["4. Headcount"], ["Segment", "Staff"], ["Retail", 41],
     ]}, merged={"Segments": ["B4:C4", "D4:E4"]}, title="Annual report 2025")
     document = XLSXToDocument().run(sources=[upload(report, "report.xlsx")])["documents"][0]
-    assert document.meta["title"] == "Annual report 2025"
+    assert (document.meta["title"], document.meta["file_title"]) == ("Annual report 2025", "report")
     assert document.content.split("\n") == [
         "## Segments", "",
         "3\\. Analyses by segment, in EUR thousands:",
