@@ -183,6 +183,10 @@ def _is_labelled(rows: list[list[str]]) -> bool:
         sum(pair[0].rstrip().endswith(":") for pair in pairs) * 2 >= len(pairs)
 
 
+def _table_has_figures(table: Table) -> bool:
+    return any(_has_figures(cells) for label, cells in table.rows if label is not None)
+
+
 def _repeats(row: list[str], header_rows: list[list[str]]) -> bool:
     """Whether a row repeats a header row (a header printed again further down): each of its cells is that row's."""
     return any(all(position < len(names) and " ".join(row[position].split()) == " ".join(names[position].split())

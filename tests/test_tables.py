@@ -41,6 +41,8 @@ def test_read_tables_several_tables_on_one_grid_stay_apart():
     assert [(t.caption, t.header, len(t.rows)) for t in tables] == [
         (["Sales"], ["Region", "Q1"], 2), (["Staff"], ["Name", "Role"], 1), ([], ["Region", "Q2"], 2)]
     assert grid_rows(grid)[:4] == ["Sales:", "- Region: North; Q1: 10", "- Region: South; Q1: 4", ""]
+    names_after_figures = [["Region", "Sales"], ["North", "10"], [], ["Name", "Role"], ["Ada", "Lead"]]
+    assert grid_rows(names_after_figures) == ["- Region: North; Sales: 10", "", "- Name: Ada; Role: Lead"]
 
 
 def test_read_tables_merged_header_cells_name_each_column_they_span():
