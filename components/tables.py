@@ -251,19 +251,22 @@ class _Reader:
         self.label = ""  # the label of the rows being read
 
     def read(self, rows: list[list[str]]) -> list[Table]:
+        blank = [not any(cell.strip() for cell in row) for row in rows]
+        ends = [len(rows)] * (len(rows) + 1)  # where the run of rows with text from each row ends
+        for position in range(len(rows) - 1, -1, -1):
+            ends[position] = position if blank[position] else ends[position + 1]
         after_blank = True
         position = 0
         while position < len(rows):
             row = rows[position]
-            if not any(cell.strip() for cell in row):
+            if blank[position]:
                 after_blank, position = True, position + 1
                 continue
             if _is_one_cell(row):
                 self.pending.append(_text(row))
                 position += 1
                 continue
-            block_end = next((end for end in range(position, len(rows))
-                              if not any(cell.strip() for cell in rows[end])), len(rows))
+            block_end = ends[position]
             following = rows[position + 1] if position + 1 < block_end else None
             if self._starts_table(row, following, after_blank):
                 after_header = self._start(rows, position, block_end)
