@@ -85,3 +85,43 @@ def test_run_a_zip_bomb_fails_before_it_is_unzipped():
 def test_run_text_over_max_chars_fails_naming_the_limit():
     with pytest.raises(ValueError, match=r"^plan.pptx: the PowerPoint file expands to over 40 characters"):
         PPTXToDocument(max_chars=40).run(sources=[upload(DECK)])
+
+
+def chart_deck(*, three_d: bool) -> bytes:
+    """A slide with a column chart of two series by quarter; `three_d` rewrites it as a 3-D chart, which python-pptx
+    reads no plot of."""
+    import io
+    import zipfile
+
+    from pptx import Presentation
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Sales"
+    data = CategoryChartData()
+    data.categories = ["Q1", "Q2"]
+    data.add_series("Lyon", (10.5, 12))
+    data.add_series("Oslo", (7, 9))
+    slide.shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(2), Inches(6), Inches(4), data)
+    out = io.BytesIO()
+    deck.save(out)
+    if not three_d:
+        return out.getvalue()
+    rewritten = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(out.getvalue())) as source, zipfile.ZipFile(rewritten, "w") as archive:
+        for info in source.infolist():
+            content = source.read(info)
+            if info.filename.startswith("ppt/charts/chart"):
+                content = content.replace(b"c:barChart>", b"c:bar3DChart>")
+            archive.writestr(info, content)
+    return rewritten.getvalue()
+
+
+def test_run_a_chart_is_a_table_of_its_series_and_one_that_cannot_be_read_is_left_out():
+    content = PPTXToDocument().run(sources=[upload(chart_deck(three_d=False))])["documents"][0].content
+    assert content.strip().split("\n") == ["## Sales", "", "- Q1; Lyon: 10.5; Oslo: 7", "- Q2; Lyon: 12; Oslo: 9"]
+    content = PPTXToDocument().run(sources=[upload(chart_deck(three_d=True))])["documents"][0].content
+    assert content.strip() == "## Sales"

@@ -105,7 +105,13 @@ def _shape(shape, text: Text) -> None:
         if lines:
             text.add("", *lines)
     elif getattr(shape, "has_chart", False) and shape.has_chart:
-        lines = grid_rows(_chart(shape.chart))
+        try:
+            grid = _chart(shape.chart)
+        except MemoryError:
+            raise
+        except Exception:  # noqa: BLE001 - a chart is a bonus: one python-pptx cannot read (a 3-D plot) is left out
+            grid = []
+        lines = grid_rows(grid)
         if lines:
             text.add("", *lines)
 
