@@ -24,6 +24,7 @@ SENTENCE_PATTERN = r"(?<=[.!?])\s+(?=[A-Z0-9(\[])"
 #: A table row or a record: a list item of two `name: value` pairs or more (`- Name: Ada; Team: Data`, `tables.py`).
 _LETTER = re.compile(r"[^\W\d_]")
 ROW_WORDS = 24
+ROWS_EMBEDDED_WORDS = 64
 TABLE_ROW = re.compile(r"\s*[-*+]\s[^;\n]{1,80}?:\s[^\n]*?;\s[^;\n]{1,80}?:\s", re.MULTILINE)
 DEFAULTS: dict[str, Any] = {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}
 
@@ -81,12 +82,22 @@ def row_words(line: str) -> str:
 
 
 def rows_as_words(text: str) -> str:
-    """A chunk's text with each table row line as its `row_words` (a row of figures only left out): what it is
-    embedded as, figures being BM25's to match."""
+    """
+    A chunk's text as it is embedded: each table row line as its `row_words` (a row of figures only left out:
+    figures are BM25's to match), the rows' words at most `ROWS_EMBEDDED_WORDS` (each row has a vector of its own),
+    the other lines whole.
+    """
     if not TABLE_ROW.search(text):
         return text
-    lines = [row_words(line) if TABLE_ROW.match(line) else line for line in text.split("\n")]
-    return "\n".join(line for line in lines if line)
+    lines, budget = [], ROWS_EMBEDDED_WORDS
+    for line in text.split("\n"):
+        if TABLE_ROW.match(line):
+            words = row_words(line).split()[:budget] if budget > 0 else []
+            budget -= len(words)
+            line = " ".join(words)
+        if line:
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def _rows_apart(text: str) -> list[str]:
