@@ -14,6 +14,10 @@ document says together with what it belongs to.
 Every unit has a `context`: the section heading path of its passage and the headings inside the passage above it,
 and for an item its list's lead-in. What a unit is about is often written there only ("### PORT" / "- Default: 1416").
 
+An answer shows a unit with what completes it (`completed`): an item as its list with the lead-in, then the units
+that follow it in its section (the next sentence or code block often holds the value a sentence names), within a
+reading bound; or a passage's section from its start (`section_start`).
+
 Usage:
 ```python
 from haystack import Document
@@ -48,6 +52,7 @@ _KEY_VALUE = re.compile(r"^(?:\*\*|`)?[\w./`*() -]{1,40}?(?:\*\*|`)?\s*:\s+\S")
 #: Questions that ask how to do something: a list of steps or a code block (with its lead-in) answers them best.
 PROCEDURE_QUESTION = re.compile(r"^\W*(?:and\s+)?(?:how (?:do|can|should|would|could|to) (?:i|we|you|one)?\b|how to\b|"
                                 r"what are the steps|walk me through)|\bsteps? (?:to|for)\b", re.IGNORECASE)
+_WORD = re.compile(r"[^\W_]")  # a unit without one ("---", a rule) says nothing
 SHORT_SECTION_UNITS = 4
 SHORT_SECTION_WORDS = 60
 
@@ -185,6 +190,74 @@ def answer_units(passages: list[Any], *, abbreviations: Iterable[str] = DEFAULT_
     """The answer units of every passage, passage by passage (see `passage_units`)."""
     return [unit for index, passage in enumerate(passages)
             for unit in passage_units(passage, index, abbreviations=abbreviations, max_list_items=max_list_items)]
+
+
+def flow(units: list[AnswerUnit], passage: int) -> list[AnswerUnit]:
+    """
+    One passage's units as a reader meets them, each once: sentences, code blocks, and each list as its `list` or
+    `block` unit (its items alone when it has none), in reading order (a unit without a word, a rule, left out).
+    """
+    own = [u for u in units if u.passage == passage and u.kind != "section" and _WORD.search(u.text)]
+    lists = [u for u in own if u.kind in ("list", "block")]
+    covered = [u for u in own if u.kind == "item" and any(w.first <= u.first <= w.last for w in lists)]
+    return sorted((u for u in own if u not in covered), key=lambda u: (u.first, -u.last))
+
+
+def reading_length(unit: AnswerUnit) -> int:
+    """How long a unit is to read, in words: its words, a code block's lines instead of its words (code is scanned a
+    line at a time) plus its lead-in's words."""
+    if unit.kind == "code":
+        code = unit.text[len(unit.lead):] if unit.lead else unit.text
+        return len(unit.lead.split()) + sum(1 for line in code.splitlines() if line.strip() and not
+                                            line.lstrip().startswith(("```", "~~~")))
+    return len(unit.text.split())
+
+
+def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
+    """
+    The key unit and what completes it, in the order shown: an item as its list (with the lead-in, when the list has a
+    unit), then the units that follow it in its section while the answer stays within `max_words` words
+    (`reading_length`; one procedure per answer: a procedure's completion stops before another one).
+
+    :param key: The unit that answers.
+    :param units: The units of the passages (`answer_units`).
+    :param max_words: The answer's reading bound (the key unit is shown whatever its length).
+    :returns: The units to show, the key's first.
+    """
+    reading = flow(units, key.passage)
+    if key.kind == "item":
+        key = next((u for u in reading if u.kind in ("list", "block") and u.first <= key.first <= u.last), key)
+    shown, words = [key], reading_length(key)
+    for unit in reading:
+        if unit.first <= shown[-1].last:
+            continue
+        if unit.context != key.context or words + reading_length(unit) > max_words or (is_procedure(key)
+                                                                                and is_procedure(unit)):
+            break  # a heading in between (another section), the bound, or a second procedure
+        shown.append(unit)
+        words += reading_length(unit)
+    return shown
+
+
+def section_start(passage: int, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
+    """
+    A passage's section from its start, as many units as stay within `max_words` words (at least the first).
+
+    :param passage: The passage's index.
+    :param units: The units of the passages (`answer_units`).
+    :param max_words: The reading bound.
+    :returns: The units to show, in reading order.
+    """
+    shown: list[AnswerUnit] = []
+    words = 0
+    for unit in flow(units, passage):
+        if shown and unit.first <= shown[-1].last:
+            continue
+        if shown and words + reading_length(unit) > max_words:
+            break
+        shown.append(unit)
+        words += reading_length(unit)
+    return shown
 
 
 def shown_text(unit: AnswerUnit) -> str:

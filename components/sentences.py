@@ -6,10 +6,11 @@ Usage:
 ```python
 import numpy as np
 from haystack import Document
-from gatehouse.components.sentences import per_chunk, sentence_settings, sentence_texts
+from gatehouse.components.sentences import per_chunk, sentence_parts, sentence_settings, sentence_texts
 
 settings = sentence_settings({"context_fields": ["title"], "min_words": 3})
 sentence_texts(Document(content="One. Two words here.", meta={"title": "T"}), settings)  # ["T\\nTwo words here."]
+sentence_parts(Document(content="One. Two words here.", meta={"title": "T"}), settings)  # ["Two words here."]
 per_chunk(np.arange(3), [["a", "b"], [], ["c"]])   # [array([0, 1]), array([], dtype=int64), array([2])]
 ```
 """
@@ -54,6 +55,20 @@ def sentence_settings(sentences: dict[str, Any] | None) -> dict[str, Any]:
             "min_words": int(merged["min_words"])}
 
 
+def sentence_parts(document: Document, settings: dict[str, Any]) -> list[str]:
+    """
+    A chunk's sentences, as `sentence_texts` embeds them but without their context fields: a table row
+    (`TABLE_ROW`) is a sentence of its own, as its `row_words`.
+
+    :param document: A chunk.
+    :param settings: The output of `sentence_settings`.
+    :returns: The sentences, in order.
+    """
+    parts = [piece.strip() for part in re.split(settings["pattern"], document.content or "")
+             for piece in _rows_apart(part)]
+    return [part for part in parts if part and len(part.split()) >= settings["min_words"]]
+
+
 def sentence_texts(document: Document, settings: dict[str, Any]) -> list[str]:
     """
     The texts a chunk's sentences are embedded as: its context fields and one sentence. A table row (`TABLE_ROW`) is
@@ -65,9 +80,7 @@ def sentence_texts(document: Document, settings: dict[str, Any]) -> list[str]:
     :returns: One text per sentence, in order.
     """
     context = [str(document.meta[field]) for field in settings["context_fields"] if document.meta.get(field)]
-    parts = [piece.strip() for part in re.split(settings["pattern"], document.content or "")
-             for piece in _rows_apart(part)]
-    return ["\n".join([*context, part]) for part in parts if part and len(part.split()) >= settings["min_words"]]
+    return ["\n".join([*context, part]) for part in sentence_parts(document, settings)]
 
 
 def row_words(line: str) -> str:

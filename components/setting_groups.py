@@ -12,10 +12,13 @@ setting_group("limits", {"max_exponent": 10}, {"max_exponent": 1000, "max_result
 ```
 """
 
+import logging
 from copy import deepcopy
 from typing import Any, ClassVar
 
 from haystack import default_from_dict
+
+logger = logging.getLogger(__name__)
 
 
 def setting_group(name: str, given: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -50,9 +53,10 @@ class MovedSettingError(ValueError):
 class MovedSettings:
     """
     A serialisation mixin: `from_dict` (how a pipeline YAML is loaded) refuses init parameters that still name a
-    setting that moved, with a `MovedSettingError` naming the old and the new place. List the moves in
-    `moved_settings` (`{"old_name": "group.key"}`) and put the mixin before the base that provides `from_dict`
-    (without one, Haystack's default deserialisation is used):
+    setting that moved, with a `MovedSettingError` naming the old and the new place, and leaves out a retired setting
+    (one the component no longer takes) with a one-line warning saying why. List the moves in `moved_settings`
+    (`{"old_name": "group.key"}`) and the retired settings in `retired_settings` (`{"name": "why"}`), and put the
+    mixin before the base that provides `from_dict` (without one, Haystack's default deserialisation is used):
 
     ```python
     class DirectAnswerer(MovedSettings, ChatGeneratorSerialization):
@@ -61,6 +65,7 @@ class MovedSettings:
     """
 
     moved_settings: ClassVar[dict[str, str]] = {}
+    retired_settings: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
@@ -73,5 +78,11 @@ class MovedSettings:
         moved = [f"'{old}' is now '{new}'" for old, new in cls.moved_settings.items() if old in parameters]
         if moved:
             raise MovedSettingError(f"{cls.__name__} settings moved; change them in the YAML: {'; '.join(moved)}.")
+        retired = [name for name in cls.retired_settings if name in parameters]
+        if retired:
+            for name in retired:
+                logger.warning("%s no longer takes '%s' (%s): left out; remove it from the YAML.", cls.__name__, name,
+                               cls.retired_settings[name])
+            data = {**data, "init_parameters": {k: v for k, v in parameters.items() if k not in retired}}
         parent = super()
         return parent.from_dict(data) if hasattr(parent, "from_dict") else default_from_dict(cls, data)

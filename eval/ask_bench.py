@@ -9,10 +9,17 @@ spends copying component inputs (its `_deepcopy_with_exceptions`); then, with th
 (a stored miss) and `--hits` times again (exact hits). The sides take turns, round by round, so both see the same
 machine. Both read the same data folder (the sample knowledge bases, ingested first).
 
+With `--set prometheus` (a documentation set of `eval/sets/domains/`), the set's corpus is ingested as its KB instead
+and its answerable and unanswerable questions are timed, once each per round, after its follow-up and multi-part
+questions warmed the process up: documentation pages are long, so what a question costs there (its answer step above
+all) is not what it costs on the short sample pages. Every timed ask also adds its stages' milliseconds (the response's
+`metadata.latency_ms`), printed as each stage's share of the asks' total.
+
 Usage:
 ```bash
 gatehouse bench ask                                             # this checkout only
 gatehouse bench ask --baseline-python ../base/.venv/bin/python  # beside another checkout's Gatehouse
+gatehouse bench ask --set prometheus --corpora ../shared/data/docs_corpora --rounds 1 --hits 0
 ```
 """
 
@@ -29,7 +36,7 @@ WORKER_QUESTIONS = "questions"
 CACHE_QUESTION = "How do I rotate an API key?"
 
 
-def _worker(questions: list[str], rounds: int, hits: int) -> dict[str, Any]:
+def _worker(questions: list[str], rounds: int, hits: int, warm: list[str] | None = None) -> dict[str, Any]:
     """Time the asks of this process's Gatehouse (see the module docstring); only APIs every version has."""
     from haystack.core.pipeline import base, pipeline as haystack_pipeline
 
@@ -48,13 +55,14 @@ def _worker(questions: list[str], rounds: int, hits: int) -> dict[str, Any]:
 
     haystack_pipeline._deepcopy_with_exceptions = base._deepcopy_with_exceptions = timed_copy
     try:
-        return _timed_asks(questions, rounds, hits, copying)
+        return _timed_asks(questions, rounds, hits, copying, questions if warm is None else warm)
     finally:
         haystack_pipeline._deepcopy_with_exceptions = base._deepcopy_with_exceptions = original
 
 
-def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[float]) -> dict[str, Any]:
-    """The warm asks and cache hits of `_worker`, `copying[0]` counting Haystack's copying time."""
+def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[float], warm: list[str]) -> dict[str, Any]:
+    """The warm asks (after asking `warm`) and cache hits of `_worker`, `copying[0]` counting Haystack's copying time;
+    the timed asks' stage milliseconds summed by stage."""
     import yaml
 
     from gatehouse.ask import run_ask
@@ -66,34 +74,40 @@ def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[floa
         path.write_text(yaml.safe_dump(without_answer_cache(spec), sort_keys=False), encoding="utf-8")
         uncached = load_pipeline(path)
     uncached.warm_up()
-    for question in questions:
+    for question in warm:
         run_ask(uncached, question)
-    asks, copies = [], []
+    asks, copies, stages = [], [], {}
     for _ in range(rounds):
         for question in questions:
             copying[0] = 0.0
             started = time.perf_counter()
-            run_ask(uncached, question)
+            response = run_ask(uncached, question)
             asks.append((time.perf_counter() - started) * 1000.0)
             copies.append(copying[0] * 1000.0)
+            for stage, ms in response["metadata"]["latency_ms"].items():
+                if stage != "total":
+                    stages[stage] = stages.get(stage, 0.0) + ms
+    cache_hits: list[float] = []
+    if not hits:
+        return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages}
     cached = load_pipeline("ask")
     cached.warm_up()
     run_ask(cached, CACHE_QUESTION)
-    cache_hits = []
     for _ in range(hits):
         started = time.perf_counter()
         response = run_ask(cached, CACHE_QUESTION)
         cache_hits.append((time.perf_counter() - started) * 1000.0)
         if (response["metadata"].get("cache") or {}).get("status") != "hit":
             raise RuntimeError(f"the repeated question was not answered from the cache: {response['metadata']}")
-    return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits}
+    return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages}
 
 
-def _side(python: str, questions: list[str], rounds: int, hits: int, data: Path) -> dict[str, Any]:
+def _side(python: str, questions: list[str], rounds: int, hits: int, data: Path,
+          warm: list[str] | None = None) -> dict[str, Any]:
     """One worker run of the interpreter `python` over the data folder `data`."""
     environment = {**{k: v for k, v in os.environ.items() if k != "GATEHOUSE_PIPELINES_DIR"},
                    "GATEHOUSE_DATA_DIR": str(data), "HAYSTACK_TELEMETRY_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    arguments = json.dumps({WORKER_QUESTIONS: questions, "rounds": rounds, "hits": hits})
+    arguments = json.dumps({WORKER_QUESTIONS: questions, "rounds": rounds, "hits": hits, "warm": warm})
     with tempfile.TemporaryDirectory() as elsewhere:  # not a project folder: each side reads the pipelines it ships
         done = subprocess.run([python, str(Path(__file__).resolve()), "--worker", arguments], env=environment,
                               capture_output=True, text=True, check=False, cwd=elsewhere)
@@ -102,46 +116,80 @@ def _side(python: str, questions: list[str], rounds: int, hits: int, data: Path)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: int = 50,
-                  limit: int | None = None) -> dict[str, Any]:
+def _questions(domain_set: str | None, corpora: str | Path | None, limit: int | None) -> tuple[str, list[str],
+                                                                                            list[str] | None]:
     """
-    Time warm asks of this checkout (and of `baseline_python`'s Gatehouse) on the golden retrieval questions.
+    Ingest what is asked (in a process of its own: a data folder's store is open in one process at a time, and the
+    workers need it) and return its label, the timed questions and the warm-up questions (None: the timed ones).
+    """
+    if domain_set is None:
+        from gatehouse.eval.datasets import GOLDEN_SET, load_golden
+
+        subprocess.run([sys.executable, "-c", "from gatehouse.ingest import ingest, sample_groups; "
+                        "ingest(sample_groups(), progress=False)"], check=True)
+        cases = [c for c in load_golden(GOLDEN_SET).cases if c.gold_route == "retrieve" and not c.history
+                 and c.tenant == "public"]
+        return "golden retrieval questions", [case.question for case in (cases[:limit] if limit else cases)], None
+    from gatehouse.eval.domains_bench import corpora_root, load_set, set_files
+
+    domain = load_set(set_files([domain_set])[0])
+    folder = corpora_root(corpora) / domain.corpus
+    if not folder.is_dir():
+        raise ValueError(f"The corpus of {domain.name} is not at {folder}; pass --corpora.")
+    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                    "from gatehouse.ingest import IngestGroup, files_under, ingest; "
+                    "folder = Path(sys.argv[2]); "
+                    "ingest([IngestGroup(kb=sys.argv[1], tenant=None, root=folder, files=files_under(folder))], "
+                    "progress=False)", domain.kb or domain.corpus, str(folder)], check=True)
+    timed = [c.question for c in domain.cases if c.kind in ("answerable", "unanswerable")]
+    warm = [c.question for c in domain.cases if c.kind in ("follow-up", "multi-part")]
+    return f"{domain.name} questions (answerable and unanswerable)", timed[:limit] if limit else timed, warm
+
+
+def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: int = 50,
+                  limit: int | None = None, domain_set: str | None = None,
+                  corpora: str | Path | None = None) -> dict[str, Any]:
+    """
+    Time warm asks of this checkout (and of `baseline_python`'s Gatehouse) on the golden retrieval questions, or on a
+    documentation set's corpus and questions.
 
     :param baseline_python: The interpreter of another checkout's environment; None measures this one only.
     :param rounds: Times each question is asked by each side, the sides taking turns round by round.
-    :param hits: Answer-cache hits timed per side.
+    :param hits: Answer-cache hits timed per side (0: none).
     :param limit: At most this many questions.
-    :returns: The report: per side the ask P50/P95, the copying share, the cache hit P50; the P50 ratio.
-    :raises ValueError: If `baseline_python` is not an executable file.
+    :param domain_set: A set of `eval/sets/domains/` (its corpus ingested as its KB) instead of the sample KBs.
+    :param corpora: The folder of the documentation corpora (default: `docs_corpora` of the shared data folder).
+    :returns: The report: per side the ask P50/P95, the copying share, the cache hit P50, each stage's share; the P50
+        ratio.
+    :raises ValueError: If `baseline_python` is not an executable file, or the set or its corpus is missing.
     """
-    from gatehouse.eval.datasets import GOLDEN_SET, load_golden
     from gatehouse.settings import data_dir
     from gatehouse.stats import percentile
 
     if baseline_python and not os.access(baseline_python, os.X_OK):
         raise ValueError(f"--baseline-python {baseline_python} is not an executable interpreter.")
-    # in a process of its own: a data folder's store is open in one process at a time, and the workers need it
-    subprocess.run([sys.executable, "-c", "from gatehouse.ingest import ingest, sample_groups; "
-                    "ingest(sample_groups(), progress=False)"], check=True)
-    cases = [c for c in load_golden(GOLDEN_SET).cases if c.gold_route == "retrieve" and not c.history
-             and c.tenant == "public"]
-    questions = [case.question for case in (cases[:limit] if limit else cases)]
+    label, questions, warm = _questions(domain_set, corpora, limit)
     sides = {"this checkout": sys.executable, **({"baseline": baseline_python} if baseline_python else {})}
-    runs: dict[str, dict[str, list[float]]] = {name: {"ask_ms": [], "copy_ms": [], "cache_hit_ms": []}
-                                               for name in sides}
+    runs: dict[str, dict[str, Any]] = {name: {"ask_ms": [], "copy_ms": [], "cache_hit_ms": [], "stage_ms": {}}
+                                       for name in sides}
     for _ in range(rounds):
         for name, python in sides.items():
-            result = _side(python, questions, 1, hits, data_dir())
-            for key, values in result.items():
-                runs[name][key] += values
-    report: dict[str, Any] = {"questions": len(questions), "rounds": rounds, "sides": {}}
+            result = _side(python, questions, 1, hits, data_dir(), warm)
+            for key in ("ask_ms", "copy_ms", "cache_hit_ms"):
+                runs[name][key] += result[key]
+            for stage, ms in result.get("stage_ms", {}).items():
+                runs[name]["stage_ms"][stage] = runs[name]["stage_ms"].get(stage, 0.0) + ms
+    report: dict[str, Any] = {"questions": len(questions), "asked": label, "rounds": rounds, "sides": {}}
     for name, run in runs.items():
+        total = sum(run["ask_ms"])
         report["sides"][name] = {
             "python": sides[name],
             "ask_p50_ms": round(percentile(run["ask_ms"], 0.5), 1),
             "ask_p95_ms": round(percentile(run["ask_ms"], 0.95), 1),
-            "copy_share": round(sum(run["copy_ms"]) / sum(run["ask_ms"]), 3),
-            "cache_hit_p50_ms": round(percentile(run["cache_hit_ms"], 0.5), 2),
+            "copy_share": round(sum(run["copy_ms"]) / total, 3),
+            "cache_hit_p50_ms": round(percentile(run["cache_hit_ms"], 0.5), 2) if run["cache_hit_ms"] else None,
+            "stage_shares": {stage: round(ms / total, 3) for stage, ms in
+                             sorted(run["stage_ms"].items(), key=lambda item: -item[1])},
         }
     if baseline_python:
         report["ratio_p50"] = round(report["sides"]["this checkout"]["ask_p50_ms"]
@@ -150,18 +198,26 @@ def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: 
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """The report as a markdown table."""
-    lines = [f"Warm ask, {report['questions']} golden retrieval questions x {report['rounds']} rounds "
-             "(answer cache off; the cache hit with it on)", "",
+    """The report as markdown tables: latency per side, then each stage's share of the asks' time."""
+    lines = [f"Warm ask, {report['questions']} {report.get('asked', 'golden retrieval questions')} x "
+             f"{report['rounds']} rounds (answer cache off; the cache hit with it on)", "",
              "| side | ask P50 ms | ask P95 ms | Haystack input copying | cache hit P50 ms |", "| --- | --- | --- | --- | --- |"]
     for name, side in report["sides"].items():
         lines.append(f"| {name} | {side['ask_p50_ms']} | {side['ask_p95_ms']} | {side['copy_share']:.1%} "
-                     f"| {side['cache_hit_p50_ms']} |")
+                     f"| {side['cache_hit_p50_ms'] if side['cache_hit_p50_ms'] is not None else '-'} |")
     if "ratio_p50" in report:
         lines += ["", f"ask P50, this checkout / baseline: {report['ratio_p50']}"]
+    stages = list(dict.fromkeys(stage for side in report["sides"].values() for stage in side.get("stage_shares", {})))
+    if stages:
+        names = list(report["sides"])
+        lines += ["", "Share of the asks' time per stage (metadata.latency_ms):", "",
+                  "| stage | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+        for stage in stages:
+            lines.append(f"| {stage} | " + " | ".join(f"{report['sides'][n].get('stage_shares', {}).get(stage, 0):.1%}"
+                                                      for n in names) + " |")
     return "\n".join(lines)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
     options = json.loads(sys.argv[2])
-    print(json.dumps(_worker(options[WORKER_QUESTIONS], options["rounds"], options["hits"])))
+    print(json.dumps(_worker(options[WORKER_QUESTIONS], options["rounds"], options["hits"], options.get("warm"))))

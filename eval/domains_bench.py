@@ -21,6 +21,12 @@ Judging (printed with the table):
 - **multi-part handled**: every answerable part correct (its gold in the answer) with one of its gold files cited, and
   when a part is not answerable, the status is not `success` (the answer says what was not found). A follow-up is
   handled when it is correct and cited.
+- **first passage / first three hold the answer** (answerable questions): the passage the answer step ranked first
+  (one of the first three) is from a gold file and holds the gold answer by the same rule as an answer. Printed beside
+  the share answered right, it is the loss between retrieval and answer.
+
+With `baseline_python` (another checkout's environment), the same benchmark (this file, run by path) runs in that
+interpreter against its own Gatehouse, in its own data folder, and both sides are printed in one table.
 
 Usage:
 ```python
@@ -31,7 +37,12 @@ print(format_table(report))
 ```
 """
 
+import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import time
 import unicodedata
 from collections import Counter
@@ -42,7 +53,6 @@ from typing import Any
 import yaml
 
 from gatehouse import settings
-from gatehouse.eval.retrieval_bench import data_dir
 from gatehouse.stats import percentile
 
 SETS_DIR = Path(__file__).resolve().parent / "sets" / "domains"
@@ -181,17 +191,34 @@ def answer_correct(answer: str, gold: str | None, aliases: list[str]) -> bool:
 
 def cited(response: dict[str, Any], sources: list[str]) -> bool:
     """Whether one of the gold files is among the response's citations (by path, with or without its KB folder)."""
+    return any(_is_gold(citation, sources) for citation in response.get("citations") or [])
+
+
+def _is_gold(reference: dict[str, Any], sources: list[str]) -> bool:
+    """Whether a citation or passage (`source`, `kb`) is one of the gold files."""
     wanted = {s.strip("/") for s in sources}
-    for citation in response.get("citations") or []:
-        source = str(citation.get("source") or "").strip("/")
-        kb = str(citation.get("kb") or "")
-        if source in wanted or f"{kb}/{source}" in wanted:
-            return True
-    return False
+    source = str(reference.get("source") or "").strip("/")
+    return source in wanted or f"{reference.get('kb') or ''}/{source}" in wanted
 
 
-def judge(case: Case, response: dict[str, Any]) -> dict[str, Any]:
-    """The verdict on one answer: `correct` (answerable kinds), `abstained`, `handled`, `wrong_success`."""
+def passages_hold(case: Case, passages: list[dict[str, Any]]) -> dict[str, bool]:
+    """
+    Whether the first passage, and one of the first three, is from a gold file and holds the gold answer (as an
+    answer does: `answer_correct`).
+
+    :param case: An answerable case.
+    :param passages: The passages the answer step ranked, best first (`source`, `kb`, `text`).
+    """
+    holds = [_is_gold(p, case.sources) and answer_correct(str(p.get("text") or ""), case.answer, case.aliases)
+             for p in passages[:3]]
+    return {"first_passage": any(holds[:1]), "first_three": any(holds)}
+
+
+def judge(case: Case, response: dict[str, Any], passages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """
+    The verdict on one answer: `correct` (answerable kinds), `abstained`, `handled`, `wrong_success`; for an
+    answerable question with its `passages` (best first), `first_passage` and `first_three` (`passages_hold`).
+    """
     status = response.get("status")
     answer = response.get("answer") or ""
     answered = status not in ABSTAINED and bool(response.get("citations"))
@@ -215,6 +242,8 @@ def judge(case: Case, response: dict[str, Any]) -> dict[str, Any]:
         verdict["correct"] = correct
         verdict["handled"] = correct
         verdict["wrong"] = answered and not correct
+        if case.kind == "answerable" and passages is not None:
+            verdict.update(passages_hold(case, passages))
     verdict["wrong_success"] = bool(verdict["wrong"]) and status == "success"
     return verdict
 
@@ -229,6 +258,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     by_kind = {kind: [row for row in rows if row["kind"] == kind] for kind in KINDS}
     latencies = [row["seconds"] for row in rows]
     return {
+        "first_passage": share(by_kind["answerable"], "first_passage"),
+        "first_three": share(by_kind["answerable"], "first_three"),
         "answerable_correct": share(by_kind["answerable"], "correct"),
         "unanswerable_abstained": share(by_kind["unanswerable"], "abstained"),
         "wrong_success": share(rows, "wrong_success"),
@@ -272,10 +303,21 @@ def _groups(domain: DomainSet, root: Path) -> list[Any]:
     return [IngestGroup(kb=domain.kb or domain.corpus, tenant=None, root=folder, files=files_under(folder))]
 
 
-def _ask(pipeline: Any, case: Case, kb: str | None) -> tuple[dict[str, Any], float]:
+#: The component of the ask pipeline whose final state holds the passages the answer was made from.
+STATE_COMPONENT = "output_guard"
+
+
+def _ask(pipeline: Any, case: Case, kb: str | None) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """The response, the first three passages the answer step ranked (or the documents retrieved) and the seconds."""
     started = time.perf_counter()
-    result = pipeline.run({"intake": {"query": case.question, "history": case.history, "kb": kb}})
-    return result["response"]["response"], time.perf_counter() - started
+    result = pipeline.run({"intake": {"query": case.question, "history": case.history, "kb": kb}},
+                          include_outputs_from={STATE_COMPONENT})
+    seconds = time.perf_counter() - started
+    state = (result.get(STATE_COMPONENT) or {}).get("state") or {}
+    ranked = state.get("passages") or state.get("best_documents") or state.get("documents") or []
+    passages = [{"kb": (doc.meta or {}).get("kb"), "source": (doc.meta or {}).get("source"),
+                 "section": (doc.meta or {}).get("section"), "text": doc.content or ""} for doc in ranked[:3]]
+    return result["response"]["response"], passages, seconds
 
 
 def run_benchmark(
@@ -288,35 +330,68 @@ def run_benchmark(
     limit: int | None = None,
     name_kb: bool = False,
     progress: bool = True,
+    baseline_python: str | None = None,
 ) -> dict[str, Any]:
     """
-    Ingest every corpus present and ask each set's questions with each generator.
+    Ingest every corpus present and ask each set's questions with each generator (on this checkout, and on another
+    checkout's Gatehouse when `baseline_python` is given).
 
     :param generators: `extractive` (ask.yml's own generator) and/or generator profiles (`llm`).
     :param sets: Set names (default: every set in `eval/sets/domains/`).
     :param corpora: The folder of the documentation corpora (default: `docs_corpora` of the shared data folder).
-    :param workdir: Where the benchmark's data folder goes (default `<data dir>/bench/domains`).
-    :param pipeline: The ask pipeline (name or YAML).
+    :param workdir: Where the benchmark's data folder goes (default `<data dir>/bench/domains`; the baseline's in
+        its `baseline/` folder).
+    :param pipeline: The ask pipeline (name or YAML; the baseline asks its own `ask`).
     :param limit: At most this many cases per set (the first of each kind in turn).
     :param name_kb: Name each set's KB in the request (routing is then not measured).
     :param progress: Print a line per question on stderr.
-    :returns: The report: per set and generator the summary and every row.
+    :param baseline_python: The interpreter of another checkout's environment, measured in the same run.
+    :returns: The report: per set and generator the summary and every row (the baseline's under `baseline`).
+    :raises ValueError: If `baseline_python` is not an executable file, or a set is unknown.
     """
-    import sys
+    if baseline_python and not os.access(baseline_python, os.X_OK):
+        raise ValueError(f"--baseline-python {baseline_python} is not an executable interpreter.")
+    work = Path(workdir).expanduser().resolve() if workdir else settings.data_dir() / "bench" / "domains"
+    chosen = [str(path) for path in set_files(sets)]
+    report = _run_side(generators=generators or ["extractive"], sets=chosen, corpora=str(corpora_root(corpora)),
+                       workdir=str(work), pipeline=str(pipeline), limit=limit, name_kb=name_kb, progress=progress)
+    if baseline_python:
+        report["baseline"] = _baseline(baseline_python, generators=generators or ["extractive"], sets=chosen,
+                                       corpora=str(corpora_root(corpora)), workdir=str(work / "baseline"),
+                                       pipeline="ask", limit=limit, name_kb=name_kb, progress=progress)
+        report["baseline"]["python"] = baseline_python
+    return report
 
+
+def _baseline(python: str, **options: Any) -> dict[str, Any]:
+    """`_run_side` in the interpreter `python` (this file run by path, against that environment's Gatehouse)."""
+    environment = {**{k: v for k, v in os.environ.items() if k not in ("GATEHOUSE_PIPELINES_DIR", "PYTHONPATH")},
+                   "HAYSTACK_TELEMETRY_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    with tempfile.TemporaryDirectory() as elsewhere:  # not a project folder: the side reads the pipelines it ships
+        output = Path(elsewhere) / "report.json"
+        done = subprocess.run([python, str(Path(__file__).resolve()), "--side", json.dumps(options), str(output)],
+                              env=environment, stdout=subprocess.DEVNULL, stderr=None, check=False, cwd=elsewhere)
+        if done.returncode != 0:
+            raise RuntimeError(f"{python}: the baseline's benchmark failed (status {done.returncode}).")
+        return json.loads(output.read_text(encoding="utf-8"))
+
+
+def _run_side(*, generators: list[str], sets: list[str], corpora: str, workdir: str, pipeline: str,
+              limit: int | None, name_kb: bool, progress: bool) -> dict[str, Any]:
+    """One side of `run_benchmark`: this process's Gatehouse over the sets (YAML paths), in `workdir`."""
+    from gatehouse.eval.retrieval_bench import data_dir
     from gatehouse.ingest import ingest
     from gatehouse.pipelines import load_pipeline, pipeline_path, without_answer_cache
 
-    generators = generators or ["extractive"]
-    root = corpora_root(corpora)
-    chosen = [load_set(path) for path in set_files(sets)]
+    root = Path(corpora)
+    chosen = [load_set(path) for path in sets]
     present, skipped = [], {}
     for domain in chosen:
         if domain.corpus != SAMPLE_CORPUS and not (root / domain.corpus).is_dir():
             skipped[domain.name] = f"corpus folder {root / domain.corpus} not found"
         else:
             present.append(domain)
-    work = Path(workdir).expanduser().resolve() if workdir else settings.data_dir() / "bench" / "domains"
+    work = Path(workdir)
     report: dict[str, Any] = {"corpora": str(root), "workdir": str(work), "generators": generators, "routed": not name_kb,
                               "skipped": skipped, "sets": {}}
     if not present:
@@ -339,13 +414,14 @@ def run_benchmark(
                 cases = _limited(domain.cases, limit)
                 rows = []
                 for number, case in enumerate(cases, 1):
-                    response, seconds = _ask(loaded, case, domain.kb if name_kb else None)
-                    verdict = judge(case, response)
+                    response, passages, seconds = _ask(loaded, case, domain.kb if name_kb else None)
+                    verdict = judge(case, response, passages)
                     rows.append({"id": case.id, "kind": case.kind, "question": case.question,
                                  "gold": case.answer if case.kind != "multi-part" else [p.answer for p in case.parts],
                                  "answer": response.get("answer"), "status": response.get("status"),
                                  "citations": [f"{c.get('kb')}/{c.get('source')}" for c in response.get("citations")
                                                or []],
+                                 "passages": passages,
                                  "usage": (response.get("metadata") or {}).get("usage") or {},
                                  "path": response.get("path") or [],
                                  "seconds": round(seconds, 3), "verdict": verdict})
@@ -380,33 +456,52 @@ def _cell(entry: dict[str, Any]) -> str:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """The report as a markdown table, one row per set and generator, with the judging rule."""
+    """
+    The report as a markdown table, one row per set, side (this checkout, and the baseline when measured) and
+    generator, with the judging rule.
+    """
     lines = [
         "Documentation benchmark (questions written apart from the code; every KB known only from its ingest)",
         "",
-        "| set | role | generator | answerable correct+cited | unanswerable abstained | wrong 'success' "
-        "(of all) | follow-up + multi-part handled | P50 s | prompt / completion tokens P50 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| set | role | side | generator | first passage holds it | first 3 hold it | answerable correct+cited | "
+        "unanswerable abstained | wrong 'success' (of all) | follow-up handled | multi-part handled | P50 s | "
+        "prompt / completion tokens P50 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, entry in report["sets"].items():
-        for generator, result in entry["generators"].items():
-            s = result["summary"]
-            tokens = "-" if s["prompt_tokens_p50"] is None else f"{s['prompt_tokens_p50']:.0f} / " \
-                                                                f"{s['completion_tokens_p50']:.0f}"
-            if s.get("cached_prompt_share") is not None:
-                tokens += f" ({s['cached_prompt_share']:.0%} of prompt tokens cached)"
-            lines.append(f"| {name} | {entry['role']} | {generator} | {_cell(s['answerable_correct'])} | "
-                         f"{_cell(s['unanswerable_abstained'])} | {_cell(s['wrong_success'])} | "
-                         f"{_cell(s['multi_turn_handled'])} | {s['latency_p50_s']} | {tokens} |")
+    sides = {"this checkout": report, **({"baseline": report["baseline"]} if report.get("baseline") else {})}
+    names = list(dict.fromkeys(name for side in sides.values() for name in side["sets"]))
+    for name in names:
+        for side_name, side in sides.items():
+            entry = side["sets"].get(name)
+            for generator, result in (entry or {}).get("generators", {}).items():
+                s = result["summary"]
+                tokens = "-" if s["prompt_tokens_p50"] is None else f"{s['prompt_tokens_p50']:.0f} / " \
+                                                                    f"{s['completion_tokens_p50']:.0f}"
+                if s.get("cached_prompt_share") is not None:
+                    tokens += f" ({s['cached_prompt_share']:.0%} of prompt tokens cached)"
+                lines.append(f"| {name} | {entry['role']} | {side_name} | {generator} | "
+                             f"{_cell(s.get('first_passage'))} | {_cell(s.get('first_three'))} | "
+                             f"{_cell(s['answerable_correct'])} | "
+                             f"{_cell(s['unanswerable_abstained'])} | {_cell(s['wrong_success'])} | "
+                             f"{_cell(s['follow_up_handled'])} | {_cell(s['multi_part_handled'])} | "
+                             f"{s['latency_p50_s']} | {tokens} |")
     for name, reason in report.get("skipped", {}).items():
-        lines.append(f"| {name} | skipped: {reason} | | | | | | | |")
+        lines.append(f"| {name} | skipped: {reason} | | | | | | | | | | | |")
     lines += [
         "",
         "Judging: an answer is correct when the gold answer or an alias, normalised (case, markup, quotes, spaces), is "
         f"in it as whole words, or one of its sentences has token F1 >= {F1_THRESHOLD} against the gold answer; it is "
         "cited when a gold file is among its citations. Abstained: status fallback/refused or no citation. A "
         "multi-part question is handled when every answerable part is correct with a gold file cited and, when a part "
-        "is unanswerable, the status is not success.",
-        f"Ingest: {report.get('ingest', {}).get('seconds')} s; data in {report['workdir']}.",
+        "is unanswerable, the status is not success. The first passage (one of the first three) holds the answer when "
+        "it is from a gold file and holds the gold answer by the same rule: the distance to the correct share is what "
+        "the step from passage to answer loses.",
+        f"Ingest: {report.get('ingest', {}).get('seconds')} s; data in {report['workdir']}."
+        + (f" Baseline: {report['baseline'].get('python')}, data in {report['baseline']['workdir']}."
+           if report.get("baseline") else ""),
     ]
     return "\n".join(lines)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--side"]:
+    Path(sys.argv[3]).write_text(json.dumps(_run_side(**json.loads(sys.argv[2]))), encoding="utf-8")

@@ -557,9 +557,9 @@ def run_benchmark(
                     inputs_of=lambda text: {"query_embedder": {"text": text}, "bm25": {"query": text}})
                 systems["haystack"] = _system(run, latencies, dataset)
         if postgres_url:
-            from gatehouse.document_stores.postgres_document_store import _redacted
+            from gatehouse.document_stores.postgres_errors import shown
 
-            postgres = {"url": _redacted(postgres_url),
+            postgres = {"url": shown(postgres_url),
                         **_store_runs(dataset, pipeline, kb, work, depth, reuse_index=reuse_index,
                                       references=references, progress=progress, postgres_url=postgres_url)}
             postgres.pop("keep_chunks")

@@ -20,16 +20,53 @@ if TYPE_CHECKING:
 SAMPLE_QUESTION = "How do I rotate an API key?"
 
 
+class CommandError(Exception):
+    """A command that cannot run as asked: `main` prints its message on one line and exits with status 2."""
+
+
+def _read_text(path: str, what: str) -> str:
+    """
+    The text of a file a command names (`--context @FILE`, `--history FILE`).
+
+    :param path: The file.
+    :param what: What it is, for the message (`the context file`).
+    :raises CommandError: When it is missing, a folder, unreadable or not UTF-8 text.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CommandError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise CommandError(f"{what} {path} is a folder, not a file") from None
+    except UnicodeDecodeError as error:
+        raise CommandError(f"{what} {path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                           f"{error.start}); save it as UTF-8") from None
+    except OSError as error:
+        raise CommandError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
 def _load_history(path: str | None) -> list[dict[str, Any]]:
     if not path:
         return []
     try:
-        history = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise SystemExit(f"gatehouse: cannot read the history file {path}: {error}") from error
+        history = json.loads(_read_text(path, "the history file"))
+    except json.JSONDecodeError as error:
+        raise CommandError(f"the history file {path} is not JSON: {error.msg} at line {error.lineno} column "
+                           f"{error.colno}") from None
     if not isinstance(history, list):
-        raise SystemExit(f"gatehouse: the history file {path} must hold a JSON list of {{role, content}} turns.")
+        raise CommandError(f"the history file {path} must hold a JSON list of {{role, content}} turns")
     return history
+
+
+def port_number(text: str) -> int:
+    """An `argparse` type: a TCP port, 1 to 65535 (anything else would be bound as another port, or any)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number: use 1 to 65535")
+    return port
 
 
 def format_response(response: dict[str, Any]) -> str:
@@ -154,7 +191,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     context = args.context
     if context and context.startswith("@"):
-        context = Path(context[1:]).read_text(encoding="utf-8")
+        context = _read_text(context[1:], "the context file")
     from gatehouse.pipelines import PipelineYAMLError
 
     try:
@@ -310,7 +347,7 @@ def cmd_bench_claims(args: argparse.Namespace) -> int:
 def cmd_bench_answerability(args: argparse.Namespace) -> int:
     """`gatehouse bench answerability`: the answerability gate of ask.yml on SQuAD 2.0 tune/report articles."""
     return _bench("answerability_bench", args, dataset=args.dataset, pipeline=args.pipeline, sample=args.sample,
-                  seed=args.seed, top_k=args.top_k, fit_weights=args.fit,
+                  seed=args.seed, top_k=args.top_k, fit=args.fit,
                   max_false_abstention=args.max_false_abstention,
                   domains=[d.strip() for d in (args.domains or "").split(",") if d.strip()] or None,
                   domains_workdir=args.domains_workdir, max_wrong_success=args.max_wrong_success,
@@ -325,7 +362,7 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
 def cmd_bench_ask(args: argparse.Namespace) -> int:
     """`gatehouse bench ask`: warm ask P50, Haystack's input copying and the cache hit, beside a baseline checkout."""
     return _bench("ask_bench", args, baseline_python=args.baseline_python, rounds=args.rounds, hits=args.hits,
-                  limit=args.limit)
+                  limit=args.limit, domain_set=args.set, corpora=args.corpora)
 
 
 def cmd_bench_startup(args: argparse.Namespace) -> int:
@@ -353,7 +390,7 @@ def cmd_bench_domains(args: argparse.Namespace) -> int:
     split = lambda text: [item.strip() for item in (text or "").split(",") if item.strip()]  # noqa: E731
     return _bench("domains_bench", args, generators=split(args.generators), sets=split(args.sets) or None,
                   corpora=args.corpora, workdir=args.workdir, pipeline=args.pipeline, limit=args.limit,
-                  name_kb=args.name_kb, progress=not args.quiet)
+                  name_kb=args.name_kb, progress=not args.quiet, baseline_python=args.baseline_python)
 
 
 def cmd_bench_documents(args: argparse.Namespace) -> int:
@@ -430,7 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="CPU threads (default: the cores the machine is not busy with, at least one)")
     llm_serve.add_argument("--ctx", type=int, default=DEFAULT_CONTEXT,
                            help=f"context window in tokens (default {DEFAULT_CONTEXT})")
-    llm_serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")
+    llm_serve.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                           help=f"port on 127.0.0.1, 1-65535 (default {DEFAULT_PORT})")
     llm_serve.add_argument("--verbose", action="store_true", help="llama.cpp's log (default: errors only)")
     llm_serve.set_defaults(handler=cmd_llm_serve)
 
@@ -445,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve the pipelines over REST, OpenAI-compatible chat and MCP")
     serve.add_argument("--host", help="address to bind (default: the manifest's, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default: the manifest's, 1416)")
+    serve.add_argument("--port", type=port_number, help="port, 1-65535 (default: the manifest's, 1416)")
     serve.add_argument("--manifest", help="serving manifest (default: hayhooks.yml in the project)")
     serve.add_argument("--allow-remote-without-keys", action="store_true",
                        help="bind beyond loopback although no auth key is configured")
@@ -517,21 +555,22 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--quiet", action="store_true", help="no progress bar")
     claims.set_defaults(handler=cmd_bench_claims)
     answerability = benches.add_parser(
-        "answerability", help="answerability gate on SQuAD 2.0 (tune articles vs report articles; --fit fits on tune)")
+        "answerability", help="answerability gate on SQuAD 2.0 (tune articles vs report articles) and documentation "
+                              "tune sets; --fit chooses its thresholds on tune")
     answerability.add_argument("--dataset", help="SQuAD 2.0 dev JSON (default: under the shared data folder)")
     answerability.add_argument("--pipeline", default="ask", help="pipeline name or YAML whose gate is measured")
     answerability.add_argument("--sample", type=int, default=300, help="questions per split, half unanswerable")
     answerability.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     answerability.add_argument("--top-k", type=int, default=5, help="BM25 paragraphs per question (default 5)")
-    answerability.add_argument("--fit", action="store_true", help="fit weights, bias and threshold on tune")
+    answerability.add_argument("--fit", action="store_true", help="choose the threshold and success threshold on tune")
     answerability.add_argument("--max-false-abstention", type=float, default=0.15,
                                help="with --fit: largest false abstention rate on tune (default 0.15)")
     answerability.add_argument("--domains", help="documentation sets of role tune (eval/sets/domains/, or YAML files) "
-                                                 "that join the fit and set the success threshold, e.g. httpx")
+                                                 "that join tune and set the success threshold, e.g. httpx")
     answerability.add_argument("--domains-workdir", help="the domain benchmark's workdir (default "
                                                          "<data dir>/bench/domains)")
     answerability.add_argument("--max-wrong-success", type=float, default=0.04,
-                               help="with --domains: largest share of questions answered wrongly above the success "
+                               help="with --fit: largest share of questions answered wrongly at or above the success "
                                     "threshold (default 0.04)")
     answerability.add_argument("--output", help="write the report as JSON to this file")
     answerability.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -550,7 +589,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "python), measured by turns with this one")
     asks.add_argument("--rounds", type=int, default=3, help="rounds of every question per side (default 3)")
     asks.add_argument("--hits", type=int, default=50, help="answer-cache hits timed per side (default 50)")
-    asks.add_argument("--limit", type=int, help="at most this many golden questions")
+    asks.add_argument("--limit", type=int, help="at most this many questions")
+    asks.add_argument("--set", help="a documentation set of eval/sets/domains/ (e.g. prometheus): its corpus and its "
+                                    "answerable and unanswerable questions instead of the sample KBs and golden set")
+    asks.add_argument("--corpora", help="with --set: the folder of the documentation corpora (default: docs_corpora "
+                                        "in the shared data folder)")
     asks.add_argument("--output", help="write the report as JSON to this file")
     asks.set_defaults(handler=cmd_bench_ask)
     startup = benches.add_parser(
@@ -597,6 +640,9 @@ def build_parser() -> argparse.ArgumentParser:
     domains.add_argument("--limit", type=int, help="at most this many questions per set, each kind in turn")
     domains.add_argument("--name-kb", action="store_true",
                          help="name each set's KB in the request instead of routing (routing is then not measured)")
+    domains.add_argument("--baseline-python",
+                         help="the python of another checkout's environment (e.g. ../base/.venv/bin/python): the same "
+                              "benchmark on its Gatehouse, printed beside")
     domains.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
     domains.add_argument("--quiet", action="store_true", help="no line per question")
     domains.set_defaults(handler=cmd_bench_domains)
@@ -656,6 +702,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout, sys.stderr = TerminalText(stdout), TerminalText(stderr)
     try:
         return args.handler(args)
+    except CommandError as error:
+        print(f"gatehouse: {error}", file=sys.stderr)
+        return 2
     except Exception as error:
         operator_error = find_data_dir_error(error, settings.data_dir())  # held, read-only, full: one line
         if operator_error is None:

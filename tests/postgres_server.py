@@ -16,6 +16,7 @@ with postgres_cluster() as cluster:
     cluster.primary_url                 # postgresql://postgres@127.0.0.1:<port>/gatehouse
     cluster.new_database()              # the URL of a new empty database on the primary
     cluster.wait_for_standby()          # the standby has replayed everything the primary wrote so far
+    cluster.stop_primary()              # as an outage would; start_primary() starts it again on its port
     cluster.standby_url                 # read-only
     cluster.timings                     # seconds per start-up step
 ```
@@ -86,6 +87,14 @@ class PostgresCluster:
         self.sql(self.primary_port, f"CREATE DATABASE {name}", database="postgres")
         return f"postgresql://{SERVER_USER}@127.0.0.1:{self.primary_port}/{name}"
 
+    def stop_primary(self) -> None:
+        """Stop the primary (fast shutdown: its clients are disconnected)."""
+        _stop(self, self.folder / "primary")
+
+    def start_primary(self) -> None:
+        """Start the stopped primary again on its port (the standby reconnects to it)."""
+        _start(self, self.folder / "primary", "primary", port=self.primary_port)
+
     def wait_for_standby(self, seconds: float = 30) -> None:
         """Wait until the standby has replayed every change the primary had written when this was called."""
         target = self.sql(self.primary_port, "SELECT pg_current_wal_lsn()")
@@ -122,16 +131,16 @@ def _run_as() -> tuple[list[str], pwd.struct_passwd | None]:
     return ["runuser", "-u", SERVER_USER, "--"], user
 
 
-def _start(cluster: PostgresCluster, data: Path, name: str) -> int:
-    """Start the server of `data` on a free loopback port (its log is `<name>.log`); returns the port."""
-    for _ in range(START_ATTEMPTS):
-        port = free_port()
-        options = f"-h 127.0.0.1 -p {port} -k {cluster.folder} -c fsync=off"
+def _start(cluster: PostgresCluster, data: Path, name: str, port: int | None = None) -> int:
+    """Start the server of `data` on `port` or a free loopback port (its log is `<name>.log`); returns the port."""
+    for _ in range(1 if port else START_ATTEMPTS):
+        chosen = port or free_port()
+        options = f"-h 127.0.0.1 -p {chosen} -k {cluster.folder} -c fsync=off"
         result = subprocess.run([*cluster.run_as, str(cluster.bin_dir / "pg_ctl"), "-D", str(data), "-l",
                                  str(cluster.folder / f"{name}.log"), "-w", "-t", str(SECONDS), "-o", options, "start"],
                                 capture_output=True, text=True, timeout=SECONDS + 10, cwd=cluster.folder)
         if result.returncode == 0:
-            return port
+            return chosen
         log = (cluster.folder / f"{name}.log").read_text(errors="replace")
         if "could not bind" not in log and "already in use" not in log:
             raise ServerUnavailable(f"the {name} PostgreSQL server did not start: {result.stderr.strip()} "

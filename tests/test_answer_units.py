@@ -1,6 +1,7 @@
 from haystack import Document
 
-from gatehouse.components.answer_units import answer_units, passage_units, render
+from gatehouse.components.answer_units import (answer_units, completed, flow, passage_units, reading_length, render,
+                                               section_start)
 
 REFERENCE = """Settings are read at start-up.
 
@@ -69,3 +70,36 @@ def test_table_row_is_an_item_with_its_headers():
 def test_answer_units_number_the_passages():
     both = answer_units([Document(content="One sentence here."), Document(content="Another sentence here.")])
     assert [(u.passage, u.key) for u in both] == [(0, (0, 0, 0)), (1, (1, 0, 0))]
+
+
+def test_flow_shows_each_list_once_and_leaves_out_a_rule():
+    reading = flow(passage_units(Document(content=REFERENCE + "\n---\n\nThe end of it.", meta={}), 0), 0)
+    assert [u.kind for u in reading] == ["sentence", "block", "list", "code", "item", "sentence"]
+
+
+def test_completed_shows_the_key_first_then_what_follows_in_its_section_within_the_bound():
+    all_units = units()
+    first = all_units[0]
+    # "Settings are read at start-up." is followed by the LISTEN_PORT heading: another section, nothing is added.
+    assert completed(first, all_units) == [first]
+    steps = next(u for u in all_units if u.kind == "list")
+    code = next(u for u in all_units if u.kind == "code")
+    assert [u.kind for u in completed(steps, all_units)] == ["list", "code", "item"]
+    assert completed(steps, all_units, max_words=len(steps.text.split())) == [steps]  # the bound
+    # An item is shown as its list, with the lead-in.
+    item = next(u for u in all_units if u.kind == "item" and u.text.startswith("1. Stop"))
+    assert completed(item, all_units)[0] == steps
+    assert reading_length(code) == len(code.lead.split()) + 1  # a code block counts its lines, not its tokens
+
+
+def test_completed_shows_one_procedure():
+    two = passage_units(Document(content="To rotate a key:\n\n1. Open Keys.\n2. Click Rotate.\n\nTo delete a key:\n\n"
+                                         "1. Open Keys.\n2. Click Delete.", meta={}), 0)
+    rotate = next(u for u in two if u.kind == "list")
+    assert completed(rotate, two) == [rotate]
+
+
+def test_section_start_from_the_first_unit_within_the_bound():
+    all_units = units()
+    assert section_start(0, all_units, max_words=10) == [all_units[0]]
+    assert [u.kind for u in section_start(0, all_units)] == ["sentence", "block", "list", "code", "item"]

@@ -8,7 +8,7 @@ import yaml
 from haystack import Pipeline
 
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
-from gatehouse.ask import ask
+from gatehouse.ask import ask, run_ask
 from gatehouse.ingest import ingest, sample_groups
 from gatehouse.pipelines import ALLOWED_MODULES, load_pipeline, pipelines_dir
 
@@ -50,6 +50,22 @@ def test_rotate_api_key_is_answered_from_the_faq_section(ingested):
     assert any(c["kb"] == "faq" and c["url"].endswith("#rotate-an-api-key") for c in response["citations"])
     assert "attempt_0_score_" in " ".join(response["path"])
     json.dumps(response)
+
+
+def test_revoke_an_api_key_is_answered_from_its_section_also_as_the_readmes_follow_up(ingested):
+    """The demo: "Revoke an API key" ranks first, and no list of rotation steps (which say "click Revoke now") takes
+    its place; the README's follow-up asks the same, and the answer cache then serves that answer, not another."""
+    pipeline = load_pipeline("ask")
+    pipeline.warm_up()
+    follow_up = run_ask(pipeline, "and how do I revoke it?",
+                        history=[{"role": "user", "content": "How do I rotate an API key?"}])
+    direct = run_ask(pipeline, "How do I revoke an API key?")
+    for response in (follow_up, direct):
+        assert response["status"] == "success", response["path"]
+        assert [c["url"].rsplit("#", 1)[-1] for c in response["citations"]] == ["revoke-an-api-key"]
+        assert response["answer"].startswith("Revoke an API key: [S1]\n\nOpen the key's menu and choose Revoke")
+        assert "Rotate" not in response["answer"]
+    assert direct["metadata"]["cache"]["status"] == "hit" and direct["answer"] == follow_up["answer"]
 
 
 def test_nonsense_loops_to_max_retries_then_falls_back(ingested):

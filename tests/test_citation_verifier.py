@@ -366,13 +366,45 @@ def test_run_after_assembler_and_extractive_answerer(verifier):
     ]
     state = new_state("How do I rotate an API key?", documents=documents)
     state = PassageAssembler().run(state=state)["passages"]
-    state = ExtractiveAnswerer(own_ranking={"cache_dir": "off"}).run(state=state)["state"]
+    state = ExtractiveAnswerer().run(state=state)["state"]
     out = verifier.run(state=state)["state"]
     assert out["support"]["supported"] is True
     assert out["citation_coverage"] == 1.0
     assert out["citations"][0]["id"] == "S1"
     assert out["citations"][0]["url"] == "https://docs.example.com/security/api-keys#rotating-a-key"
     assert out["path"][-3:] == ["assemble_context", "generate_extractive", "verify_citations"]
+
+
+def test_run_the_quote_shows_code_as_the_answer_does(verifier):
+    revoke = passage("Open the menu and choose Revoke, or run `corvio keys revoke <key-id>`. Revoking is permanent.",
+                     "S1")
+    answer = "Open the menu and choose Revoke, or run `corvio keys revoke <key-id>`. [S1]"
+    out = verify(verifier, answer, passages=[revoke])
+    assert out["answer"] == answer
+    assert out["citations"][0]["quote"] == "Open the menu and choose Revoke, or run `corvio keys revoke <key-id>`."
+
+
+def test_run_a_quote_of_its_passage_is_supported_without_being_embedded(tmp_path):
+    """What the extractive answerer writes (sentences, items, code, a heading as a lead) quotes its passage word for
+    word: such a claim scores 1.0 and nothing is encoded; a paraphrase is embedded and scored as before."""
+    from gatehouse.components.embedders.embedding import EmbeddingBackend
+
+    verifier = CitationVerifier(scoring={"cache_dir": str(tmp_path / "cache")})
+    verifier.warm_up()
+    backend = EmbeddingBackend.get(cache_dir=tmp_path / "cache")
+    settings = passage("## Settings\n\n#### PORT\n\n- Default: `7700`\n\nThe port is read at start-up.", "S1",
+                       section="Settings", heading_path=["Settings", "PORT"])
+    quoted = "PORT: [S1]\n\n- Default: `7700` [S1]\n\nThe port is read at start-up. [S1]"
+    before = backend.encoded_count
+    out = verify(verifier, quoted, passages=[settings])
+    assert out["answer"] == quoted and out["support"]["supported_ratio"] == 1.0
+    assert [s["score"] for s in out["support"]["scores"]] == [1.0, 1.0, 1.0]
+    assert backend.encoded_count == before
+    out = verify(verifier, "The server reads its port when it starts. [S1]", passages=[settings])
+    assert backend.encoded_count > before and out["support"]["scores"][0]["score"] < 1.0
+    # A part of a word is no quote: "expire" is not quoted by "expires".
+    assert verify(verifier, "Keys expire [S1]", passages=[passage("Keys expires monthly.", "S1")])["support"][
+        "scores"][0]["score"] < 1.0
 
 
 EXPIRY = passage(

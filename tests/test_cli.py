@@ -140,6 +140,56 @@ def test_bad_input_gets_a_clear_error_not_a_traceback(cli):
     assert code == 1 and json.loads(out)["status"] == "error"
 
 
+@pytest.fixture
+def unreadable(tmp_path) -> dict[str, Path]:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "latin1.txt").write_bytes("Caf\xe9 opening hours".encode("latin-1"))
+    return {"missing": tmp_path / "missing.txt", "folder": tmp_path / "folder", "latin1": tmp_path / "latin1.txt"}
+
+
+@pytest.mark.parametrize(("option", "kind", "message"), [
+    ("--context", "missing", "the context file {path} does not exist"),
+    ("--context", "folder", "the context file {path} is a folder, not a file"),
+    ("--context", "latin1", "the context file {path} is not UTF-8 text (byte 0xe9 at offset 3); save it as UTF-8"),
+    ("--history", "latin1", "the history file {path} is not UTF-8 text (byte 0xe9 at offset 3); save it as UTF-8"),
+    ("--history", "folder", "the history file {path} is a folder, not a file"),
+])
+def test_a_file_that_cannot_be_read_is_one_line_and_status_2(cli, unreadable, option, kind, message):
+    path = unreadable[kind]
+    value = f"@{path}" if option == "--context" else str(path)
+    code, out, err = cli(["ask", "--mode", "hybrid", option, value, "What?"])
+    assert (code, out, err) == (2, "", f"gatehouse: {message.format(path=path)}\n")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("subprocess.Popen", "component 'intake' (subprocess.Popen) is of a module pipelines may not load: Gatehouse "
+                         "loads gatehouse.components.* and gatehouse.document_stores.*"),
+    ("gatehouse.components.routers.nope.Nope", "component 'intake' has type 'gatehouse.components.routers.nope.Nope', "
+                                               "which does not exist: check its spelling"),
+])
+def test_a_pipeline_naming_a_type_it_may_not_load_is_one_line_and_status_2(cli, tmp_path, monkeypatch, change,
+                                                                           message):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    for path in (PROJECT / "pipelines").glob("*.yml"):
+        (folder / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    ask = folder / "ask.yml"
+    ask.write_text(ask.read_text(encoding="utf-8").replace(
+        "type: gatehouse.components.routers.request_intake.RequestIntake", f"type: {change}", 1), encoding="utf-8")
+    monkeypatch.setenv("GATEHOUSE_PIPELINES_DIR", str(folder))
+    code, out, err = cli(["ask", "What?"])
+    assert code == 2 and out == ""
+    assert err.startswith(f"gatehouse: {ask}: {message}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["serve", "--prepare-only", "--port", "99999"],
+                                  ["serve", "--prepare-only", "--port", "0"],
+                                  ["llm", "serve", "--path", "missing.gguf", "--port", "65536"]])
+def test_a_port_outside_1_to_65535_is_refused(cli, args):
+    code, _, err = cli(args)
+    assert code == 2 and f"argument --port: {int(args[-1])} is not a port number: use 1 to 65535" in err
+
+
 def test_init_then_an_edited_copy_is_the_one_used(tmp_path):
     project = tmp_path / "project"
     first = subprocess.run([GATEHOUSE, "init", str(project)], capture_output=True, text=True, timeout=120)

@@ -22,7 +22,7 @@ def test_init():
 def test_to_dict():
     assert component_to_dict(CSVToDocument(), "csv_converter") == {
         "type": "gatehouse.components.converters.csv_to_document.CSVToDocument",
-        "init_parameters": {"timeout_s": 60.0, "max_chars": 2_000_000, "max_memory_mb": 1024},
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 2_000_000, "max_memory_mb": 1024, "timeout_base_s": 15.0, "timeout_s_per_mb": 20.0},
     }
 
 

@@ -10,6 +10,7 @@ from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
 from gatehouse.document_stores.errors import DataDirError
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from server_process import reachable
+from store_contract import check_write_search_and_delete
 
 DIM = 8
 
@@ -168,6 +169,20 @@ def test_run_qdrant_server_roundtrip():
     finally:
         store.store._client.delete_collection(index)  # noqa: SLF001
         store.store.close()
+
+
+def test_run_qdrant_path_passes_the_store_contract_in_qdrant_clients_local_mode(monkeypatch):
+    """`GATEHOUSE_QDRANT_URL` builds qdrant-haystack's `QdrantDocumentStore` with the settings a server gets; `:memory:`
+    runs that class in qdrant-client's in-process mode, through the facade the writer and the retriever use."""
+    monkeypatch.setenv("GATEHOUSE_QDRANT_URL", ":memory:")
+    monkeypatch.delenv("GATEHOUSE_POSTGRES_URL", raising=False)
+    store = DenseDocumentStore(index="contract", embedding_dim=3)
+    assert store.active_backend == "qdrant" and type(store.store).__name__ == "QdrantDocumentStore"
+    assert store.store.payload_fields_to_index == DEFAULT_PAYLOAD_INDEXES and store.store.similarity == "cosine"
+    check_write_search_and_delete(store)
+    assert store.embedding_retrieval([1.0, 0.0, 0.0], top_k=0) == []
+    assert DenseDocumentStore.from_dict(store.to_dict()).active_backend == "qdrant"
+    store.store.close()
 
 
 def test_run_postgres_from_the_environment_shares_one_table_with_the_lexical_store(postgres, monkeypatch):

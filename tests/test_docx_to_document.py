@@ -5,6 +5,7 @@ from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ByteStream
 
+from gatehouse.components.converters.bounded import time_budget
 from gatehouse.components.converters.docx_to_document import DOCXToDocument
 from gatehouse.components.preprocessors.section_splitter import SectionSplitter
 from office_files import docx_file, zip_bomb
@@ -39,7 +40,7 @@ def test_init():
 def test_to_dict():
     assert component_to_dict(DOCXToDocument(max_chars=10), "docx_converter") == {
         "type": "gatehouse.components.converters.docx_to_document.DOCXToDocument",
-        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024, "max_expanded_mb": 256},
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024, "max_expanded_mb": 256, "timeout_base_s": 15.0, "timeout_s_per_mb": 20.0},
     }
 
 
@@ -134,3 +135,38 @@ def test_run_an_extraction_over_its_time_budget_is_stopped():
     with pytest.raises(ValueError, match=r"^handbook.docx: text extraction took over 0.01 s "
                                          r"\(docx_converter.timeout_s in index.yml\)$"):
         DOCXToDocument(timeout_s=0.01).run(sources=[upload(HANDBOOK)])
+
+
+def test_run_a_files_time_budget_grows_with_its_size():
+    assert [time_budget(size, base_s=15, per_mb_s=20, cap_s=60) for size in (0, 2**20, 10 * 2**20)] == [15, 35, 60]
+    small = DOCXToDocument(timeout_s=60, timeout_base_s=0.01, timeout_s_per_mb=0.01)  # 0.01 s + 0.01 s per MB
+    megabytes = len(HANDBOOK) / 2**20
+    with pytest.raises(ValueError, match=rf"^handbook.docx: text extraction took over {0.01 + 0.01 * megabytes:g} s "
+                                         rf"\(docx_converter.timeout_base_s plus timeout_s_per_mb for its "
+                                         rf"{megabytes:.2f} MB in index.yml\)$"):
+        small.run(sources=[upload(HANDBOOK)])
+
+
+def test_each_paragraph_style_is_looked_up_once(monkeypatch):
+    """python-docx looks a paragraph's style up among all the file's styles each time it is asked (a paragraph without
+    a style: every style, reading each one's type), about 3 ms: 100,000 one-character paragraphs burnt the 60 s
+    extraction budget. Run in-process here to count the look-ups."""
+    from docx.parts.document import DocumentPart
+
+    from gatehouse.components.converters.extraction import run
+
+    looked_up = []
+    get_style = DocumentPart.get_style
+    monkeypatch.setattr(DocumentPart, "get_style", lambda part, *args: looked_up.append(args) or get_style(part, *args))
+    blocks = [("p", f"Line {n}.") for n in range(300)] + [("h1", "Leave"), ("bullet", "Ask first."), ("p", "Done.")]
+    text = run("docx", docx_file(blocks), max_chars=100_000, max_expanded_mb=256)["text"]
+    assert text.startswith("Line 0.\n\nLine 1.\n\n") and text.endswith("Line 299.\n\n# Leave\n\n- Ask first.\n\nDone.\n")
+    assert len(looked_up) == 3  # the paragraphs' default style, Heading 1 and List Bullet: once each
+
+
+def test_paragraphs_of_nothing_visible_are_left_out():
+    """A paragraph of a zero-width space looks empty: 100,000 of them made chunks of nothing to embed and store."""
+    from gatehouse.components.converters.extraction import run
+
+    blocks = [("p", "\u200b"), ("p", "Visible \u200btext."), ("p", "\u00ad \u200d"), ("table", [["\u200b", "B"]])]
+    assert run("docx", docx_file(blocks), max_chars=1000, max_expanded_mb=256)["text"] == "Visible \u200btext.\n\n- B\n"

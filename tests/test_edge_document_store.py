@@ -13,7 +13,7 @@ from haystack.document_stores.errors import DuplicateDocumentError
 from haystack.document_stores.types import DuplicatePolicy
 
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
-from store_contract import check_replace_delete_and_counters, chunk
+from store_contract import check_replace_delete_and_counters, check_write_search_and_delete, chunk
 from gatehouse.document_stores.errors import DataDirError
 
 DIM = 3
@@ -83,6 +83,10 @@ def test_run_duplicate_policies(store):
 
 def test_run_replace_delete_and_counters(store):
     check_replace_delete_and_counters(store)
+
+
+def test_run_write_search_and_delete(store):
+    check_write_search_and_delete(store)
 
 
 def test_run_reopen_keeps_everything(tmp_path):

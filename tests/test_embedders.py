@@ -123,6 +123,17 @@ def test_run_cache_dir_reuse(tmp_path):
     assert backend.encoded_count == before + 1
 
 
+def test_run_a_text_just_encoded_is_not_encoded_again_whatever_the_cache(tmp_path):
+    """Retrieval embeds a question with the cache off, the gates after it with the cache on: one encoding."""
+    uncached, cached = EmbeddingBackend.get(cache_dir="off"), EmbeddingBackend.get(cache_dir=str(tmp_path / "cache"))
+    question = f"How often are the rules of {tmp_path.name} evaluated?"
+    before = uncached.encoded_count + cached.encoded_count
+    first = TextEmbedder().run(text=question)["embedding"]
+    assert uncached.encoded_count + cached.encoded_count == before + 1
+    again = cached.embed([question])[0]
+    assert uncached.encoded_count + cached.encoded_count == before + 1 and np.allclose(first, again)
+
+
 def test_run_text_embedder_answers_when_the_cache_folder_turned_read_only(tmp_path, caplog):
     cache = tmp_path / "cache"
     embedder = TextEmbedder(cache_dir=str(cache))

@@ -1,3 +1,4 @@
+import logging
 import re
 from copy import deepcopy
 
@@ -11,7 +12,7 @@ from gatehouse.components.citation_markers import strip_markers
 from gatehouse.components.generators.extractive_answerer import DEFAULT_NO_ANSWER_MESSAGE, ExtractiveAnswerer
 from gatehouse.components.state import new_state
 from gatehouse.components.text_units import normalize_space, split_sentences
-from gatehouse.pipelines import PipelineYAMLError, load_pipeline
+from gatehouse.pipelines import load_pipeline
 
 
 def passage(content: str, source_id: str, **meta) -> Document:
@@ -68,7 +69,7 @@ PASSAGES = [ROTATE, SCOPES, SSO]
 
 @pytest.fixture(scope="module")
 def answerer() -> ExtractiveAnswerer:
-    component = ExtractiveAnswerer(own_ranking={"cache_dir": "off"})
+    component = ExtractiveAnswerer()
     component.warm_up()
     return component
 
@@ -113,56 +114,47 @@ CODE = passage(
 
 def test_init():
     component = ExtractiveAnswerer()
-    assert component.max_units == 1 and component.style == "unit"
-    assert component.layout == {"order": "passage", "max_list_items": 8}
-    assert component.own_ranking["min_score"] == 0.35 and component.min_relative_score == 0.6
+    assert component.style == "unit"
+    assert component.layout == {"max_words": 80, "max_list_items": 8}
     assert component.no_answer_message == DEFAULT_NO_ANSWER_MESSAGE
-    with pytest.raises(ValueError, match="max_units"):
-        ExtractiveAnswerer(max_units=0)
     with pytest.raises(ValueError, match="style"):
         ExtractiveAnswerer(style="sentence")
-    with pytest.raises(ValueError, match=r"layout\.order must be 'passage' or 'score'"):
-        ExtractiveAnswerer(layout={"order": "random"})
+    with pytest.raises(ValueError, match="max_words"):
+        ExtractiveAnswerer(layout={"max_words": 0})
     with pytest.raises(ValueError, match=r"'layout' has no setting 'style'"):
         ExtractiveAnswerer(layout={"style": "span"})
 
 
 def test_to_dict():
-    data = component_to_dict(ExtractiveAnswerer(max_units=2, style="span", layout={"max_list_items": 4},
-                                                own_ranking={"cache_dir": "off"}), "component")
+    data = component_to_dict(ExtractiveAnswerer(style="span", layout={"max_list_items": 4}), "component")
     assert data["type"] == "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer"
-    assert data["init_parameters"]["max_units"] == 2 and data["init_parameters"]["style"] == "span"
-    assert data["init_parameters"]["layout"] == {"order": "passage", "max_list_items": 4}
-    assert data["init_parameters"]["own_ranking"]["min_score"] == 0.35
-    assert data["init_parameters"]["own_ranking"]["cache_dir"] == "off"
+    assert data["init_parameters"] == {"layout": {"max_words": 80, "max_list_items": 4}, "style": "span",
+                                       "no_answer_message": DEFAULT_NO_ANSWER_MESSAGE}
 
 
 def test_from_dict():
-    restored = component_from_dict(ExtractiveAnswerer, component_to_dict(ExtractiveAnswerer(max_units=3, min_relative_score=0.8), "component"), "component")
-    assert restored.max_units == 3 and restored.min_relative_score == 0.8
+    data = component_to_dict(ExtractiveAnswerer(layout={"max_words": 40}), "component")
+    restored = component_from_dict(ExtractiveAnswerer, data, "component")
+    assert restored.layout == {"max_words": 40, "max_list_items": 8}
 
 
-def test_from_dict_names_where_a_moved_setting_went(tmp_path):
+def test_from_dict_names_a_moved_setting_and_leaves_out_a_retired_one(tmp_path, caplog):
     data = component_to_dict(ExtractiveAnswerer(), "component")
-    data["init_parameters"] = {"max_units": 2, "min_score": 0.5, "procedure_bonus": 0.2, "cache_dir": "off",
-                               "embedding_model": None, "order": "score", "max_list_items": 4}
-    with pytest.raises(ValueError) as raised:
+    data["init_parameters"] = {"max_list_items": 4}
+    with pytest.raises(ValueError, match=r"'max_list_items' is now 'layout\.max_list_items'"):
         component_from_dict(ExtractiveAnswerer, data, "component")
-    for old, new in [("min_score", "own_ranking.min_score"), ("procedure_bonus", "own_ranking.procedure_bonus"),
-                     ("cache_dir", "own_ranking.cache_dir"), ("embedding_model", "own_ranking.embedding_model"),
-                     ("order", "layout.order"), ("max_list_items", "layout.max_list_items")]:
-        assert re.search(rf"\W{old}\W.*\W{re.escape(new)}\W", str(raised.value)), (old, str(raised.value))
-    with pytest.raises(ValueError, match=r"'own_ranking'.*'minimum_score'"):
-        ExtractiveAnswerer(own_ranking={"minimum_score": 0.5})
-    # A user's pipeline YAML written before the settings moved: loading it names the new place.
+    # The settings of the answerer that showed several units: a YAML setting them still loads, with a warning each.
     path = tmp_path / "old.yml"
     path.write_text(yaml.safe_dump({"components": {"generator": {
         "type": "gatehouse.components.generators.extractive_answerer.ExtractiveAnswerer",
-        "init_parameters": {"style": "unit", "duplicate_threshold": 0.9}}}, "connections": []}))
-    with pytest.raises(PipelineYAMLError) as raised:  # a ValueError naming the file, the old and the new place
-        load_pipeline(path)
-    assert str(path) in str(raised.value)
-    assert re.search(r"\Wduplicate_threshold\W.*\Wown_ranking\.duplicate_threshold\W", str(raised.value))
+        "init_parameters": {"style": "unit", "max_units": 2, "min_relative_score": 0.7,
+                            "own_ranking": {"cache_dir": "off"}}}}, "connections": []}))
+    with caplog.at_level(logging.WARNING):
+        loaded = load_pipeline(path).get_component("generator")
+    assert loaded.style == "unit"
+    retired = sorted(re.search(r"'(\w+)'", r.getMessage()).group(1) for r in caplog.records
+                     if "no longer takes" in r.getMessage())
+    assert retired == ["max_units", "min_relative_score", "own_ranking"]
 
 
 def test_run_procedural_question_returns_the_steps(answerer):
@@ -190,21 +182,39 @@ def test_run_table_row_keeps_its_headers(answerer):
     assert "Release: 3.0; Date: 2025-02-10; End of support: 2026-02-10 [S2]" in answer
 
 
-def test_run_code_block_with_its_lead_in(answerer):
+def test_run_code_block_with_its_lead_in_and_what_follows(answerer):
     state = new_state("Show me code that passes a timeout to a single call", passages=[CODE])
     answer = answerer.run(state=state)["state"]["answer"]
-    assert answer == "You can pass a timeout to a single call: [S3]\n\n```python\nclient.get(url, timeout=3)\n```\n\n[S3]"
+    assert answer == ("Timeouts: [S3]\n\nYou can pass a timeout to a single call: [S3]\n\n```python\n"
+                      "client.get(url, timeout=3)\n```\n\n[S3]\n\nTimeouts are in seconds. [S3]")
 
 
-def test_run_no_answer_when_nothing_is_relevant(answerer):
-    out = ExtractiveAnswerer(own_ranking={"min_score": 0.9, "cache_dir": "off"}).run(
-        state=new_state("What is the boiling point of mercury?", passages=PASSAGES))["state"]
-    assert out["answer"] == DEFAULT_NO_ANSWER_MESSAGE and out["status"] == "fallback"
+def test_run_the_key_unit_first_then_what_completes_it_within_the_bound(answerer):
+    # Under its section's heading, the sentence naming the value comes first, then the one that gives it; the bound
+    # keeps the rest out.
+    limits = passage("Requests are limited per key. The limit is set under Settings.\n\nThe default limit is 600 "
+                     "requests per minute. Bursts above it are queued for up to 10 seconds. Queued requests past that "
+                     "fail with HTTP 429 and a retry-after header.", "S1", section="Limits")
+    units = answer_units([limits])
+    named = next(u for u in units if u.text.startswith("The limit is set"))
+    candidates = [{"passage": 0, "first": named.first, "last": named.last, "kind": "sentence"}]
+    answer = ExtractiveAnswerer(layout={"max_words": 20}).answer("Where is the limit set?", [limits], candidates)
+    assert answer == ("Limits: [S1]\n\nThe limit is set under Settings. [S1]\n\nThe default limit is 600 requests per "
+                      "minute. [S1]")
+    assert "Requests are limited" not in answer  # the key unit first: nothing before it
 
 
-def test_run_empty_passages_and_empty_query(answerer):
+def test_run_a_section_candidate_answers_with_the_section_under_its_heading(answerer):
+    candidates = [{"passage": 1, "first": 0, "last": 3, "kind": "section"}]
+    answer = answerer.answer("What about scopes?", PASSAGES, candidates)
+    assert answer.startswith("### Key scopes\n\nEach API key carries scopes that limit what it can do. [S2]")
+    assert "create a new key instead. [S2]" in answer
+
+
+def test_run_no_answer_without_passages_or_a_query(answerer):
     assert answerer.run(state=new_state("How do I rotate a key?", passages=[]))["state"]["status"] == "fallback"
-    assert answerer.run(state=new_state("   ", passages=PASSAGES))["state"]["status"] == "fallback"
+    out = answerer.run(state=new_state("   ", passages=PASSAGES))["state"]
+    assert out["status"] == "fallback" and out["answer"] == DEFAULT_NO_ANSWER_MESSAGE
 
 
 def test_run_does_not_mutate_input_state(answerer):
@@ -216,43 +226,37 @@ def test_run_does_not_mutate_input_state(answerer):
 
 def gate_candidate(passage_index: int, first: int, last: int, score: float, span: str | None = None) -> dict:
     return {"source_id": f"S{passage_index + 1}", "passage": passage_index, "first": first, "last": last,
-            "score": score, "span": span, "text": ""}
+            "score": score, "span": span, "text": "", "kind": "sentence"}
 
 
-def test_run_the_gates_ranking_decides(answerer):
-    # The gate judged SCOPES' third sentence (unit 3) the answer; a runner-up within min_relative_score joins it.
-    candidates = [gate_candidate(1, 3, 3, 0.9), gate_candidate(0, 1, 1, 0.8), gate_candidate(2, 1, 1, 0.2)]
+def test_run_the_gates_candidate_decides(answerer):
+    # The gate judged SCOPES' last sentence (unit 3) the answer: it is shown, from its passage only.
+    candidates = [gate_candidate(1, 3, 3, 0.9), gate_candidate(0, 1, 1, 0.8)]
     state = new_state("Can I change a key's scopes?", passages=PASSAGES, answer_candidates=candidates)
-    answerer = ExtractiveAnswerer(max_units=2, min_relative_score=0.7, own_ranking={"cache_dir": "off"})
     answer = answerer.run(state=state)["state"]["answer"]
-    assert answer.startswith("API keys should be rotated every 90 days")  # reading order: S1 before S2
-    assert "Scopes are chosen when the key is created and cannot be changed later; create a new key instead. [S2]" in answer
-    assert "[S3]" not in answer
+    assert answer == ("Key scopes: [S2]\n\nScopes are chosen when the key is created and cannot be changed later; "
+                      "create a new key instead. [S2]")
 
 
 def test_run_style_span_answers_with_the_phrase(answerer):
     candidates = [gate_candidate(0, 1, 1, 0.9, span="24 hours")]
     state = new_state("How long does the old key work?", passages=[ROTATE], answer_candidates=candidates)
-    span_answerer = ExtractiveAnswerer(style="span", own_ranking={"cache_dir": "off"})
-    assert span_answerer.run(state=state)["state"]["answer"] == "24 hours [S1]"
+    assert ExtractiveAnswerer(style="span").run(state=state)["state"]["answer"] == "24 hours [S1]"
 
 
-def test_run_unknown_candidate_falls_back_to_its_own_score(answerer):
+def test_run_unknown_candidate_answers_nothing(answerer):
     candidates = [gate_candidate(0, 40, 41, 0.9)]
     state = new_state("How do I rotate an API key?", passages=PASSAGES, answer_candidates=candidates)
-    assert "To rotate an API key: [S1]" in answerer.run(state=state)["state"]["answer"]
+    assert answerer.run(state=state)["state"]["status"] == "fallback"
 
 
-def test_run_shows_one_procedure_when_a_runner_up_is_another_sections_steps():
-    create = passage("## Create a key\n\n1. Open **API keys**.\n2. Click **Create**.\n3. Copy the secret.", "S2",
-                     section="Create a key", section_id="create-a-key")
-    lists = [u for u in answer_units([ROTATE, create]) if u.kind == "list"]
-    candidates = [{"passage": u.passage, "first": u.first, "last": u.last, "score": score, "kind": "list"}
-                  for u, score in zip(lists, (0.9, 0.85))]
-    answerer = ExtractiveAnswerer(max_units=2, min_relative_score=0.5)
-    answer = answerer.answer("How do I rotate an API key?", [ROTATE, create], candidates)
-    assert "Click **Rotate**" in answer and "[S1]" in answer
-    assert "Create" not in answer and "[S2]" not in answer
+def test_run_shows_one_procedure():
+    both = passage("## Rotate and create\n\nTo rotate a key:\n\n1. Open **API keys**.\n2. Click **Rotate**.\n\n"
+                   "To create a key:\n\n1. Open **API keys**.\n2. Click **Create**.", "S1")
+    rotate = next(u for u in answer_units([both]) if u.kind == "list")
+    answer = ExtractiveAnswerer().answer("How do I rotate an API key?", [both], [
+        {"passage": 0, "first": rotate.first, "last": rotate.last, "kind": "list"}])
+    assert "Click **Rotate**" in answer and "Create" not in answer
 
 
 def test_run_heads_a_list_without_a_lead_in_with_its_section():
@@ -264,13 +268,12 @@ def test_run_heads_a_list_without_a_lead_in_with_its_section():
     assert answer.startswith("Create a key: [S2]\n\n1. Open **API keys**. [S2]")
 
 
-def test_run_shows_items_of_one_list_under_one_lead_in():
+def test_run_an_item_is_shown_as_its_list_with_the_lead_in():
     flow = passage("In general, a request through a proxy goes like this:\n\n1. The client connects to the proxy.\n"
                    "2. The proxy connects to the server.\n3. The proxy relays the reply.", "S1")
-    items = [u for u in answer_units([flow]) if u.kind == "item"]
-    candidates = [{"passage": 0, "first": u.first, "last": u.last, "score": score, "kind": "item"}
-                  for u, score in zip((items[2], items[0]), (0.9, 0.85))]
-    answer = ExtractiveAnswerer(max_units=2, min_relative_score=0.5).answer("What does the proxy do?", [flow],
-                                                                          candidates)
+    third = [u for u in answer_units([flow]) if u.kind == "item"][2]
+    answer = ExtractiveAnswerer().answer("What does the proxy do?", [flow], [
+        {"passage": 0, "first": third.first, "last": third.last, "kind": "item"}])
     assert answer == ("In general, a request through a proxy goes like this: [S1]\n\n"
-                      "1. The client connects to the proxy. [S1]\n3. The proxy relays the reply. [S1]")
+                      "1. The client connects to the proxy. [S1]\n2. The proxy connects to the server. [S1]\n"
+                      "3. The proxy relays the reply. [S1]")

@@ -170,3 +170,29 @@ def test_run_stores_sentence_vectors_with_the_chunks(stores, embedder):
         assert sentence_score == pytest.approx(1.0, abs=1e-5) and chunk_score < sentence_score
     else:  # kept only by the local store that holds a chunk's every vector
         assert sentence_score is None
+
+
+def test_run_the_qdrant_path_answers_a_hybrid_search_after_a_rewrite(embedder, tmp_path, monkeypatch):
+    """The Qdrant path (`GATEHOUSE_QDRANT_URL`: qdrant-haystack's store, here in qdrant-client's in-process mode)
+    beside the local lexical store, in one process: a document written and replaced by the writer (each store in
+    turn), searched by the hybrid retriever, which fuses the dense and BM25 lists without sentence scores."""
+    from gatehouse.components.retrievers.hybrid_retriever import HybridRetriever
+
+    monkeypatch.setenv("GATEHOUSE_QDRANT_URL", ":memory:")
+    monkeypatch.delenv("GATEHOUSE_ELASTICSEARCH_URL", raising=False)
+    dense = DenseDocumentStore(index=f"hybrid_{uuid.uuid4().hex[:12]}")
+    lexical = LexicalDocumentStore(local={"path": str(tmp_path / "lexical")})
+    writer = IndexWriter(dense_store=dense, lexical_store=lexical)
+    writer.run(report=plan(DOC_ID), documents=embedder.run(documents=chunks(["Rotate API keys every 90 days.",
+                                                                             "Invoices are sent monthly."]))["documents"])
+    replaced = writer.run(report=plan(DOC_ID), documents=embedder.run(documents=chunks([
+        "Rotate API keys every 30 days.", "Invoices are sent monthly."]))["documents"])["report"]
+    assert replaced["written"][0]["replaced_chunks"] == 1
+    assert dense.count_documents() == lexical.count_documents() == 2
+    retriever = HybridRetriever(dense_store=dense, lexical_store=lexical, top_k=5, chunks_per_group=5)
+    query = "how often do I rotate API keys"
+    found = retriever.run(query=query, query_embedding=embedder._backend.embed([query])[0].tolist(),
+                          filters={"field": "meta.tenant", "operator": "in", "value": ["public"]})["documents"]
+    assert [d.content for d in found][:1] == ["Rotate API keys every 30 days."]
+    assert "Rotate API keys every 90 days." not in [d.content for d in found]
+    assert found[0].meta.get("sentence_score") is None and found[0].meta["dense_score"] > 0

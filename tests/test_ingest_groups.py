@@ -87,7 +87,8 @@ def test_ingest_files_runs_several_files_at_once_and_a_failing_one_alone(tmp_pat
 
     monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
     pipeline = load_pipeline("index")
-    pipeline.get_component("splitter").max_chunks = 3  # a longer file fails in the splitter
+    chunker = pipeline.get_component("chunker").pipeline
+    chunker.get_component("splitter").max_chunks = 3  # a longer file fails in the splitter
     (tmp_path / "a.md").write_text("# Keys\n\nRotate keys monthly.\n")
     (tmp_path / "c.md").write_text("# Billing\n\nInvoices go out yearly.\n")
     (tmp_path / "b.md").write_text("".join(f"## Part {i}\n\nSection {i} says something.\n\n" for i in range(6)))

@@ -7,6 +7,7 @@ raises fails one file; a broken pipeline fails the job cleanly) and `gatehouse i
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from haystack.dataclasses import ByteStream
 from server_process import running_server
 from test_pdf_to_document import bomb
 
-from gatehouse.pipelines import load_pipeline
+from gatehouse.pipelines import component_spec, load_pipeline
 from gatehouse.serving import jobs as jobs_module
 from gatehouse.serving.bench import _markdown
 from gatehouse.serving.jobs import IngestJobs, QueueFull
@@ -268,15 +269,37 @@ def test_a_file_whose_component_raises_fails_alone(tmp_path, monkeypatch):
 
 def test_tenants_take_turns_and_each_has_a_share_of_the_queue():
     jobs = IngestJobs(pipeline=None, workers=0, max_queued=10, max_queued_per_tenant=3, history=10,
-                      status_path="/index/jobs")  # no worker: the test takes the jobs in the order a worker would
+                      status_path="/index/jobs")  # no worker: the test takes the files in the order a worker would
     submitted = [jobs.submit(kb="kb", tenant=tenant, force=False, files=[_upload(f"{tenant}{n}.md", LEAVE)])
                  for tenant, n in (("flood", 1), ("flood", 2), ("flood", 3), ("quiet", 1))]
     with pytest.raises(QueueFull, match="tenant 'flood' already has 3 upload"):
         jobs.submit(kb="kb", tenant="flood", force=False, files=[_upload("flood4.md", LEAVE)])
     assert jobs.cancel(submitted[1]["job_id"], tenants=["quiet"]) is None  # not this caller's job
     assert jobs.cancel(submitted[1]["job_id"], tenants=["flood"])["status"] == "cancelled"
-    order = [jobs._next().names[0] for _ in range(3)]
-    assert order == ["flood1.md", "quiet1.md", "flood3.md"]  # the quiet tenant's upload waits for one job, not three
+    order = [jobs._next_file()[1].meta["file_name"] for _ in range(3)]
+    assert order == ["flood1.md", "quiet1.md", "flood3.md"]  # the quiet tenant's upload waits for one file, not three
+
+
+def test_a_worker_takes_one_file_of_each_tenant_in_turn(monkeypatch):
+    """One tenant's job of three files and its second job wait while another tenant's upload goes in after one file."""
+    indexed = []
+
+    def recorded(pipeline, stream, *, kb, tenant, force):
+        indexed.append(stream.meta["file_name"])
+        return {"written": [{"source": stream.meta["file_name"], "chunks": 1}], "skipped": [], "failed": []}
+
+    monkeypatch.setattr(jobs_module, "ingest_file", recorded)
+    monkeypatch.setattr(jobs_module, "record_ingest", lambda report: None)
+    jobs = IngestJobs(pipeline=None, workers=0, max_queued=10, max_queued_per_tenant=3, history=10,
+                      status_path="/index/jobs")
+    first = jobs.submit(kb="kb", tenant="flood", force=False,
+                        files=[_upload(f"a{n}.docx", b"PK") for n in (1, 2, 3)])
+    second = jobs.submit(kb="kb", tenant="flood", force=False, files=[_upload("b1.docx", b"PK")])
+    quiet = jobs.submit(kb="kb", tenant="quiet", force=False, files=[_upload("q1.md", LEAVE)])
+    threading.Thread(target=jobs._work, daemon=True).start()  # one worker, started once everything waits
+    assert [jobs.wait(job["job_id"])["status"] for job in (first, second, quiet)] == ["done"] * 3
+    assert indexed == ["a1.docx", "q1.md", "a2.docx", "a3.docx", "b1.docx"]
+    assert jobs.get(first["job_id"], tenants=None)["progress"] == {"done": 3, "total": 3}
 
 
 def test_a_job_cancelled_during_its_last_file_stays_cancelled(tmp_path, monkeypatch):
@@ -335,7 +358,7 @@ def test_cli_ingest_prints_a_progress_line_per_file(tmp_path):
 
 def test_cli_ingest_of_a_file_over_max_chunks_is_one_line(tmp_path):
     spec = yaml.safe_load((PROJECT_ROOT / "pipelines" / "index.yml").read_text(encoding="utf-8"))
-    spec["components"]["splitter"]["init_parameters"]["max_chunks"] = 2
+    component_spec(spec, "splitter")["init_parameters"]["max_chunks"] = 2
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "index.yml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     (tmp_path / "parts.md").write_text("\n\n".join(f"## Part {n}\n\nThe text of part {n}." for n in range(3)))
@@ -344,6 +367,6 @@ def test_cli_ingest_of_a_file_over_max_chunks_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "gatehouse.cli", "ingest", "parts.md", "--kb", "notes"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert done.stderr == ("[1/1] parts.md failed: splitter failed: public/notes/parts.md gives 3 chunks, over the "
-                           "limit of 2 per file (splitter.max_chunks in index.yml)\n")
+    assert done.stderr == ("[1/1] parts.md failed: splitter failed: public/notes/parts.md gives 3 chunks or more, over "
+                           "the limit of 2 per file (splitter.max_chunks in index.yml)\n")
     assert "failed parts.md: splitter failed" in done.stdout

@@ -35,7 +35,7 @@ def test_init():
 def test_to_dict():
     assert component_to_dict(JSONToDocument(max_chars=5), "json_converter") == {
         "type": "gatehouse.components.converters.json_to_document.JSONToDocument",
-        "init_parameters": {"timeout_s": 60.0, "max_chars": 5, "max_memory_mb": 1024},
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 5, "max_memory_mb": 1024, "timeout_base_s": 15.0, "timeout_s_per_mb": 20.0},
     }
 
 

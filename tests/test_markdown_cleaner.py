@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
@@ -72,3 +75,44 @@ def test_run_code_front_matter_and_other_documents_untouched():
 def test_run_scripts_and_frames_are_removed_autolinks_kept():
     out = html_to_text('<p>Hi <script>alert(1)</script><iframe src="x"></iframe> see <https://example.org></p>')
     assert "alert" not in out and "<https://example.org>" in out
+
+
+def test_run_an_opener_without_its_end_stays_as_written():
+    out = clean_markdown("Use {{ version }} here. {{ open, then {% tip 'a' %}, then {% open\n")
+    assert out == "Use version here. {{ open, then a, then {% open\n"
+    assert clean_markdown("`code` and ``a ` b`` and `open\n") == "`code` and ``a ` b`` and `open\n"
+    # as html.parser made it: an open construct is text up to the next `>`
+    assert clean_markdown("<p>Kept</p> <!-- open <b>and</b> <?pi\n") == "\n\nKept\n\n <!-- open <b>and <?pi\n"
+
+
+# 420 KB each: openers without an end (and one nesting too deep), which the old patterns and html.parser read again to
+# the end from every opener: 42 KB of `{{ ` took 20 s, and each doubling four times as long.
+WORST_CASES = """
+cases = {
+    "expressions": "{{ " * 140_000,
+    "tags": "{%a " * 105_000,
+    "comments": "{% comment %}" * 32_300,
+    "html comments": "<p>x</p>" + "<!--" * 105_000,
+    "start tags": "<p>x</p>" + "<a " * 140_000,
+    "end tags": "<p>x</p>" + "</x " * 105_000,
+    "instructions": "<p>x</p>" + "<?x" * 140_000,
+    "sections": "<p>x</p>" + "<![CDATA[" * 46_600,
+    "quotes": "<p>x</p>" + "<a x='>' " * 46_600,
+    "code": "`" * 210_000 + "a`" * 105_000,
+    "table rule": "|a|\\n" + " " * 420_000 + "x",
+    "nesting": "".join(" " * depth + "!!! note\\n" for depth in range(900)),
+}
+for name, text in cases.items():
+    out = clean_markdown(text)
+    print(name, len(text) // 1000, "kB", len(out) // 1000, "kB")
+"""
+
+
+def test_run_worst_case_markup_is_cleaned_in_linear_time():
+    code = "from gatehouse.components.preprocessors.markdown_cleaner import clean_markdown\n" + WORST_CASES
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "expressions 420 kB 420 kB", "tags 420 kB 420 kB", "comments 419 kB 0 kB", "html comments 420 kB 420 kB",
+        "start tags 420 kB 420 kB", "end tags 420 kB 420 kB", "instructions 420 kB 420 kB", "sections 419 kB 419 kB",
+        "quotes 419 kB 93 kB", "code 420 kB 420 kB", "table rule 420 kB 420 kB", "nesting 412 kB 405 kB"]

@@ -97,6 +97,12 @@ def test_metrics_needs_a_key(server):
     assert httpx.get(f"{server['url']}/metrics").status_code == 401
 
 
+def test_readiness_of_the_embedded_store_needs_no_key(server):
+    ready = httpx.get(f"{server['url']}/ready")  # every pipeline deployed; no database to ask
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+    assert httpx.head(f"{server['url']}/ready").status_code == 200
+
+
 def test_metrics_count_the_asks_by_status_route_and_gate(server, asked):
     answered, refused = asked["answered"].json()["result"], asked["refused"].json()["result"]
     assert refused["status"] == "refused"
@@ -120,6 +126,10 @@ def test_metrics_count_the_asks_by_status_route_and_gate(server, asked):
     assert not [step for step in counted if re.search(r"_\d", step)]  # attempt_0_score_0.41 is attempt_score
     assert _value(metrics, "gatehouse_ask_retrieval_attempts_count") == 2
     assert _value(metrics, "gatehouse_ask_retrieval_attempts_sum") == answered["metadata"]["attempts"]
+    assert _value(metrics, "gatehouse_server_processes") == 1
+    for series, labels in (("gatehouse_ingest_jobs", {"status": "queued"}),  # the upload finished: none waits
+                           ("gatehouse_ingest_jobs", {"status": "running"}), ("gatehouse_ingest_tenants_waiting", {})):
+        assert (series, frozenset(labels.items())) in metrics and _value(metrics, series, **labels) == 0
 
 
 def test_request_ids_are_echoed_and_logged_as_json(server, asked):

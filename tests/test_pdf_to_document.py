@@ -53,7 +53,7 @@ def test_init():
 def test_to_dict():
     assert component_to_dict(PDFToDocument(max_chars=10), "pdf_converter") == {
         "type": "gatehouse.components.converters.pdf_to_document.PDFToDocument",
-        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024},
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 10, "max_memory_mb": 1024, "timeout_base_s": 15.0, "timeout_s_per_mb": 20.0},
     }
 
 

@@ -101,7 +101,14 @@ def test_run_a_part_leaning_on_a_pronoun_gets_the_previous_topic():
         "When I pass a string as the body, what encoding is used?", "How do I change the encoding?"]
 
 
+def test_run_an_abbreviation_ends_no_question():
+    assert queries("Can I use a proxy over HTTPS, i.e. one starting with https://? Which port does HTTPS use?") == [
+        "Can I use a proxy over HTTPS, i.e. one starting with https://?", "Which port does HTTPS use?"]
+
+
 @pytest.mark.parametrize("question", [
+    "Besides the client logger itself, which logger shows the low-level connection events?",
+    "For a large upload, which timeout applies?",
     "Why is my account locked after I mistyped my password, and for how long?",
     "What is the uptime SLA and how long?",                         # too little to stand alone
     "What are the read and write timeouts?",                         # two words joined by "and": one thing

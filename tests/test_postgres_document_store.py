@@ -1,11 +1,15 @@
 """PostgresDocumentStore against a real PostgreSQL primary and hot standby (the `postgres` fixture), no mocks."""
 
 import json
+import logging
+import os
+import re
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import traceback
 import uuid
 
 import numpy as np
@@ -17,7 +21,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from psycopg import sql
 
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore
-from store_contract import check_replace_delete_and_counters, chunk
+from store_contract import check_replace_delete_and_counters, check_write_search_and_delete, chunk
 from gatehouse.document_stores.errors import DataDirError, StoreUnavailableError
 from gatehouse.document_stores.postgres_document_store import PostgresDocumentStore
 from gatehouse.document_stores.postgres_pool import PoolExhaustedError
@@ -54,14 +58,21 @@ def test_init_validates_its_settings(postgres, table):
 
 def test_init_from_the_environment_and_to_dict(postgres, table, monkeypatch):
     monkeypatch.setenv("GATEHOUSE_POSTGRES_URL", postgres.primary_url)
+    monkeypatch.setenv("GATEHOUSE_POSTGRES_MAX_LAG_S", "0.25")
     store = PostgresDocumentStore(table=table, embedding_dim=DIM)
+    assert store._max_lag_s == 0.25
     data = store.to_dict()
     assert data["type"] == "gatehouse.document_stores.postgres_document_store.PostgresDocumentStore"
     assert data["init_parameters"] == {"url": None, "table": table, "embedding_dim": DIM,
                                        "indexed_fields": ["meta.title", "meta.section", "content"],
-                                       "read_url": None, "max_lag_s": 1.0, "pool_size": None,
+                                       "read_url": None, "max_lag_s": None, "pool_size": None,
                                        "pool_timeout_s": None}
     assert PostgresDocumentStore.from_dict(data).count_documents() == 0
+    assert PostgresDocumentStore(table=table, max_lag_s=2)._max_lag_s == 2.0  # YAML's wins over the environment
+    monkeypatch.setenv("GATEHOUSE_POSTGRES_MAX_LAG_S", "soon")
+    with pytest.raises(ValueError, match="GATEHOUSE_POSTGRES_MAX_LAG_S must be a number of seconds of at least 0, "
+                                         "got 'soon'"):
+        PostgresDocumentStore(table=table)
 
 
 def test_a_table_of_other_settings_is_refused_naming_them(store, postgres, table):
@@ -120,6 +131,10 @@ def test_duplicate_policies(store):
 
 def test_replace_delete_and_counters(store):
     check_replace_delete_and_counters(store)
+
+
+def test_write_search_and_delete(store):
+    check_write_search_and_delete(store)
 
 
 def test_delete_documents_moves_only_their_kbs_counters(store):
@@ -192,6 +207,61 @@ def test_an_unreachable_server_is_one_clear_line_without_the_password(table):
     with pytest.raises(StoreUnavailableError, match="password=\\*\\*\\* dbname") as raised:
         PostgresDocumentStore(url=key_value, table=table)
     assert "s3cret" not in str(raised.value)
+
+
+#: Passwords a URL's parsers cut (unencoded @ / ? # : or a space) or refuse (a bad percent token), and the URLs libpq
+#: quotes whole in its error (a misspelt scheme, an unclosed IPv6 bracket, an unterminated quote).
+PASSWORDS = ["Zq9@Vw4Xk2", "Zq9/Vw4Xk2", "Zq9%zzVw4Xk2", "Zq9 Vw4Xk2", "Zq9:Vw@4X@k2Yp", "Zq9?Vw4#Xk2"]
+WHOLE_URLS = ["postgresq://gatehouse:Zq9Vw4Xk2@127.0.0.1:{port}/gatehouse",
+              "postgresql://gatehouse:Zq9Vw4Xk2@[::1/gatehouse",
+              "host=127.0.0.1 port={port} user=gatehouse password='Zq9 Vw4Xk2 dbname=gatehouse"]
+
+
+def password_cases(port: int) -> list[tuple[str, str]]:
+    """(URL, password) for each case, the server at `port` (closed)."""
+    return ([(f"postgresql://gatehouse:{password}@127.0.0.1:{port}/gatehouse", password) for password in PASSWORDS]
+            + [(url.format(port=port), "Zq9Vw4Xk2") for url in WHOLE_URLS])
+
+
+def leaked(text: str, password: str) -> list[str]:
+    """The password, or the pieces of it (3 characters or more) a parser cut it into, found in `text`."""
+    pieces = [password, *re.split(r"[@/?#: %]", password)]
+    return [piece for piece in pieces if len(piece) >= 3 and piece in text]
+
+
+def test_a_malformed_urls_password_is_in_no_error_or_log(postgres, table, caplog):
+    """Issue 40, defect 5: what libpq says of a URL it could not parse or use is scrubbed, not only our own text."""
+    from server_process import free_port
+
+    caplog.set_level(logging.DEBUG)
+    for url, password in password_cases(free_port()):
+        with pytest.raises(StoreUnavailableError) as raised:
+            PostgresDocumentStore(url=url, table=table)
+        shown = "".join(traceback.format_exception(raised.value))  # what a logged traceback would show
+        assert not leaked(shown, password), (url, shown)
+        assert "\n" not in str(raised.value) and "GATEHOUSE_POSTGRES_URL" in str(raised.value)
+        assert not leaked(raised.value.public, password) and "127.0.0.1" not in raised.value.public
+    writer = PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    writer.write_documents([chunk("Rotate API keys from the console.")])
+    for url, password in password_cases(free_port()):  # a read URL's error is a warning; the search reads the primary
+        reader = PostgresDocumentStore(url=postgres.primary_url, table=table, read_url=url)
+        assert [d.content for d in reader.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
+    assert "the PostgreSQL read URL" in caplog.text
+    for _, password in password_cases(0):
+        assert not leaked(caplog.text, password)
+
+
+def test_a_malformed_urls_password_is_not_printed_by_the_cli(tmp_path, monkeypatch, capsys):
+    from gatehouse.cli import main
+    from server_process import free_port
+
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
+    for url, password in password_cases(free_port()):
+        monkeypatch.setenv("GATEHOUSE_POSTGRES_URL", url)
+        assert main(["kb", "list"]) == 2
+        printed = capsys.readouterr()
+        assert printed.out == "" and printed.err.startswith("gatehouse: the PostgreSQL store at "), printed
+        assert printed.err.count("\n") == 1 and not leaked(printed.err, password), printed.err
 
 
 def test_a_standby_without_the_table_says_so_in_one_line(postgres, table):
@@ -509,11 +579,102 @@ def test_documents_by_point_keeps_the_order_adds_meta_and_skips_deleted_ids(stor
     assert found[1].meta["lexical_score"] == 2.0
 
 
-def test_a_table_of_the_earlier_bm25_layout_is_refused_naming_it(store, postgres, table):
-    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:  # as the branch's first tables were made
-        comment = admin.execute("SELECT obj_description(%s::regclass, 'pg_class')", (table,)).fetchone()[0]
-        earlier = {key: value for key, value in json.loads(comment).items() if key != "bm25"}
+def _comment(postgres, table: str, **changes) -> dict:
+    """Rewrite the table's settings comment with `changes` (None removes a key); returns what was there."""
+    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:
+        comment = json.loads(admin.execute("SELECT obj_description(%s::regclass, 'pg_class')", (table,)).fetchone()[0])
+        rewritten = {key: value for key, value in {**comment, **changes}.items() if value is not None}
         admin.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table),
-                                                                  sql.Literal(json.dumps(earlier))))
-    with pytest.raises(ValueError, match="created with other settings \\(bm25 None\\)"):
+                                                                  sql.Literal(json.dumps(rewritten))))
+    return comment
+
+
+def test_a_table_of_schema_version_1_is_migrated_in_place(store, postgres, table, caplog):
+    caplog.set_level(logging.INFO, logger="gatehouse.document_stores.postgres")
+    store.write_documents([chunk("Rotate API keys from the console.")])
+    with psycopg.connect(postgres.primary_url, autocommit=True) as admin:  # as the tables of schema version 1 were
+        admin.execute(sql.SQL("ALTER TABLE {} DROP COLUMN version").format(sql.Identifier(f"{table}_terms")))
+    assert _comment(postgres, table, bm25="postings", schema=None)["schema"] == 2
+    upgraded = PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    assert _comment(postgres, table)["schema"] == 2 and _comment(postgres, table)["bm25"] == "postings-versioned"
+    assert [d.content for d in upgraded.bm25_retrieval("rotate")] == ["Rotate API keys from the console."]
+    upgraded.write_documents([chunk("Rotate keys monthly.", doc_id="faq/b.md")])
+    assert len(upgraded.bm25_retrieval("rotate")) == 2
+    assert f"the PostgreSQL table {table} was migrated from schema version 1 to 2" in caplog.text
+    _comment(postgres, table, schema=None)  # a table written before the version was kept: recorded, nothing to run
+    PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    assert _comment(postgres, table)["schema"] == 2 and caplog.text.count("was migrated") == 1
+    upgraded.close()
+
+
+def test_a_table_that_cannot_be_migrated_says_what_to_run(store, postgres, table):
+    _comment(postgres, table, schema=3)
+    with pytest.raises(StoreUnavailableError, match=f"the PostgreSQL table {table} has schema version 3, newer than "
+                                                    "this Gatehouse's 2: run pip install --upgrade "
+                                                    "'gatehouse\\[postgres\\]' on every machine that uses it"):
         PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    _comment(postgres, table, schema=None, bm25=None)  # as the first tables were made (BM25 in tsvectors)
+    with pytest.raises(StoreUnavailableError) as raised:
+        PostgresDocumentStore(url=postgres.primary_url, table=table, embedding_dim=DIM)
+    assert str(raised.value) == (
+        f"the PostgreSQL table {table} has an earlier layout than schema version 1 (BM25 in tsvectors), which cannot "
+        "be migrated in place: run gatehouse ingest with postgres: {table: <a new name>} in the pipelines to write a "
+        "new table, then drop this one")
+    assert "schema" not in _comment(postgres, table)  # nothing changed
+
+
+def _metric(name: str, **labels: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_standby_lag_costs_one_wait_per_episode_then_the_primary_answers_until_it_catches_up(postgres, table, caplog,
+                                                                                           monkeypatch):
+    from gatehouse.document_stores import postgres_standby
+
+    monkeypatch.setattr(postgres_standby, "LAG_RECHECK_S", 0.5)
+    caplog.set_level(logging.INFO, logger="gatehouse.document_stores.postgres")
+    url = postgres.new_database()
+    database = url.rsplit("/", 1)[1]
+    read_url = url.replace(f":{postgres.primary_port}/", f":{postgres.standby_port}/")
+    store = PostgresDocumentStore(url=url, table=table, embedding_dim=DIM, read_url=read_url, max_lag_s=0.3)
+    store.write_documents([chunk("Rotate API keys from the console.", doc_id="faq/rotate.md")])
+    postgres.wait_for_standby()
+    lists = {"dense": "dense", "words": "words", "ngrams": "ngrams"}  # a hybrid search: three lists at once
+    assert store.ranked_ids(lists, [1.0, 0.0, 0.0], "rotate keys", None, 5)["words"]
+    counted = ("gatehouse_postgres_standby_waits_total", "gatehouse_postgres_standby_lag_episodes_total")
+    before = {name: _metric(name) for name in counted}
+    primary_reads = _metric("gatehouse_postgres_primary_reads_total", reason="lag")
+    postgres.sql(postgres.standby_port, "SELECT pg_wal_replay_pause()")
+    try:
+        store.write_documents([chunk("Revoke a key from its menu.", doc_id="faq/revoke.md", vector=(0.0, 1.0, 0.0))])
+        seconds = []
+        for _ in range(12):
+            started = time.perf_counter()
+            found = store.ranked_ids(lists, [0.0, 1.0, 0.0], "revoke key", None, 5)
+            seconds.append(time.perf_counter() - started)
+            assert found["dense"][0][0] == found["words"][0][0]  # the new chunk: read from the primary
+        with store._reader_pool().connection(5, "checking readiness") as connection:
+            assert store._standby().ready(connection, 0.3) == "the standby lags behind the primary"
+    finally:
+        postgres.sql(postgres.standby_port, "SELECT pg_wal_replay_resume()")
+    after = {name: _metric(name) for name in counted}
+    assert after == {name: before[name] + 1 for name in counted}  # one wait, for the first search, in one episode
+    assert _metric("gatehouse_postgres_primary_reads_total", reason="lag") - primary_reads >= 3 * 12 - 3
+    p95 = sorted(seconds)[int(0.95 * len(seconds)) - 1]
+    print(f"standby lag: search P95 {p95 * 1000:.0f} ms, slowest {max(seconds) * 1000:.0f} ms (max_lag_s 300 ms)")
+    assert max(seconds) < 0.3 + 5.0  # a hang guard: the first search waited 0.3 s, the others not at all
+    postgres.wait_for_standby()
+    time.sleep(0.6)  # the episode's recheck time: the next search looks at the standby again and reads it
+    primary_reads = _metric("gatehouse_postgres_primary_reads_total", reason="lag")
+    assert store.ranked_ids(lists, [0.0, 1.0, 0.0], "revoke key", None, 5)["words"]
+    assert _metric("gatehouse_postgres_primary_reads_total", reason="lag") == primary_reads  # the standby answered
+    assert _metric("gatehouse_postgres_standby_waits_total") == after[counted[0]]
+    assert _backends(postgres, postgres.standby_port, database, "gatehouse-reader") >= 1
+    episodes = [record.getMessage() for record in caplog.records if "read URL" in record.getMessage()]
+    assert len(episodes) == 2, episodes
+    assert "stayed behind the primary for max_lag_s (0.3 s): searches read the primary" in episodes[0]
+    assert episodes[1].endswith("has caught up: searches read it again")
+    assert "postgresql://postgres@127.0.0.1:" in episodes[0]
+    store.close()

@@ -33,7 +33,7 @@ def test_init():
 def test_to_dict():
     assert component_to_dict(PPTXToDocument(max_memory_mb=512), "pptx_converter") == {
         "type": "gatehouse.components.converters.pptx_to_document.PPTXToDocument",
-        "init_parameters": {"timeout_s": 60.0, "max_chars": 2_000_000, "max_memory_mb": 512, "max_expanded_mb": 256},
+        "init_parameters": {"timeout_s": 60.0, "max_chars": 2_000_000, "max_memory_mb": 512, "max_expanded_mb": 256, "timeout_base_s": 15.0, "timeout_s_per_mb": 20.0},
     }
 
 

@@ -2,7 +2,7 @@ import json
 import time
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from gatehouse.components.builders.response_builder import ResponseBuilder
+from gatehouse.components.builders.response_builder import DEFAULT_PARTIAL_NOTICE, ResponseBuilder
 from gatehouse.components.state import VALIDATION_KEYS, advance, new_state, with_validation
 
 CITATION = {
@@ -25,12 +25,15 @@ def answered(**fields) -> dict:
 def test_init():
     assert ResponseBuilder().require_citations_for_success is True
     assert ResponseBuilder(require_citations_for_success=False).require_citations_for_success is False
+    assert ResponseBuilder().partial_notice == DEFAULT_PARTIAL_NOTICE
+    assert ResponseBuilder(partial_notice="").partial_notice == ""
 
 
 def test_to_dict():
-    assert component_to_dict(ResponseBuilder(require_citations_for_success=False), "component") == {
+    assert component_to_dict(ResponseBuilder(require_citations_for_success=False, partial_notice="Unsure:"),
+                             "component") == {
         "type": "gatehouse.components.builders.response_builder.ResponseBuilder",
-        "init_parameters": {"require_citations_for_success": False},
+        "init_parameters": {"require_citations_for_success": False, "partial_notice": "Unsure:"},
     }
 
 
@@ -114,3 +117,18 @@ def test_run_minimal_state():
 def test_run_kb_fallback_and_join():
     assert ResponseBuilder().run(state=answered(kbs=["faq", "docs"]))["response"]["metadata"]["kb"] == "faq+docs"
     assert ResponseBuilder().run(state=answered(kbs=[], kb="hr"))["response"]["metadata"]["kb"] == "hr"
+
+
+def test_run_a_partial_answer_says_so_in_its_words():
+    partial = ResponseBuilder().run(state=answered(status="partial"))["response"]
+    assert partial["status"] == "partial"
+    assert partial["answer"] == f"Open Settings and click Rotate [S1].\n\n{DEFAULT_PARTIAL_NOTICE}"
+    assert ResponseBuilder().run(state=answered())["response"]["answer"] == "Open Settings and click Rotate [S1]."
+    # A partial without citations is a message that says what it is (out of time, no model): no notice.
+    assert ResponseBuilder().run(state=answered(status="partial", citations=[]))["response"]["answer"] == \
+        "Open Settings and click Rotate [S1]."
+    # Built again from a state that already carries it (a cached answer): the notice once.
+    again = ResponseBuilder().run(state=answered(status="partial", answer=partial["answer"]))["response"]
+    assert again["answer"] == partial["answer"]
+    assert ResponseBuilder(partial_notice="").run(state=answered(status="partial"))["response"]["answer"] == \
+        "Open Settings and click Rotate [S1]."

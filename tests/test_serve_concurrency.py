@@ -1,7 +1,8 @@
 """
 A real server whose ask pipeline's LLM endpoint hangs (a loopback socket that accepts and never answers): other
-requests go on meanwhile, the ask answers `partial` when its time budget runs out, and the command line says at once
-that the server holds the data directory.
+requests go on meanwhile, the ask answers `partial` when its time budget runs out, asks waiting on it hold their
+caller's running requests whatever `X-Forwarded-For` says, and the command line says at once that the server holds
+the data directory.
 """
 
 import os
@@ -95,15 +96,33 @@ def test_a_hanging_llm_does_not_hold_up_another_request(server, hanging_llm):
     assert statistics.median(during) <= 3 * statistics.median(unloaded)
 
 
-def test_the_budget_bounds_chat_too_and_the_answer_is_partial(server):
+def test_the_budget_bounds_chat_too_and_x_forwarded_for_does_not_choose_the_rate_limit_bucket(server, hanging_llm):
+    """A chat and an ask that wait on the LLM hold the two running requests of their caller (this loopback address,
+    whatever `X-Forwarded-For` says): a request naming other addresses is refused meanwhile. Both answer `partial`
+    when the budget runs out."""
     client = OpenAI(base_url=f"{server['url']}/v1", api_key="none", timeout=600, max_retries=0)
-    started = time.monotonic()
-    completion = client.chat.completions.create(model="ask", messages=[{"role": "user", "content": QUESTION}])
+    with ThreadPoolExecutor(2) as pool:
+        started = time.monotonic()
+        chatting = pool.submit(client.chat.completions.create, model="ask",
+                               messages=[{"role": "user", "content": QUESTION}],
+                               extra_headers={"X-Forwarded-For": "203.0.113.1"})
+        hanging_llm["accepted"].append(hanging_llm["listener"].accept()[0])  # the chat waits on the LLM now
+        asking = pool.submit(httpx.post, f"{server['url']}/ask/run", json={"query": QUESTION}, timeout=600,
+                             headers={"X-Forwarded-For": "203.0.113.2"})
+        hanging_llm["accepted"].append(hanging_llm["listener"].accept()[0])  # and so does the ask
+        others = [httpx.post(f"{server['url']}/retrieve/run", json={"query": "rotate an API key"}, timeout=60,
+                             headers={"X-Forwarded-For": f"198.51.100.{n}"}) for n in range(3)]
+        assert not asking.done() and not chatting.done()  # refused while both still held their caller's slots
+        assert [response.status_code for response in others] == [429] * 3, [r.text for r in others]
+        assert "limits.max_concurrent_requests" in others[0].json()["detail"]
+        completion, response = chatting.result(), asking.result()
     assert time.monotonic() - started < LLM_TIMEOUT_S
     gatehouse = completion.model_extra["gatehouse"]
     _assert_clean_partial({**gatehouse, "answer": completion.choices[0].message.content,
                            "citations": completion.model_extra["citations"]})
     assert gatehouse["path"] == ["start", "time_budget_exhausted"]
+    assert response.status_code == 200, response.text
+    _assert_clean_partial(response.json()["result"])
 
 
 def test_the_cli_says_the_server_holds_the_data_dir(server):

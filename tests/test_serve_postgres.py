@@ -10,8 +10,10 @@ loopback, with the real pipelines and embedder:
 Skipped (with the reason) only when the PostgreSQL server package cannot start a server here.
 """
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,8 +30,8 @@ from gatehouse.settings import bundled_dir
 
 PIPELINES = bundled_dir() / "pipelines"
 KEYS = {"PG_TEST_ADMIN": "pg-admin-secret", "PG_TEST_ACME": "pg-acme-secret", "PG_TEST_INITECH": "pg-initech-secret",
-        "PG_TEST_METERED": "pg-metered-secret"}
-ADMIN, ACME, INITECH, METERED = (f"Bearer {secret}" for secret in KEYS.values())
+        "PG_TEST_METERED": "pg-metered-secret", "PG_TEST_CAPPED": "pg-capped-secret"}
+ADMIN, ACME, INITECH, METERED, CAPPED = (f"Bearer {secret}" for secret in KEYS.values())
 LEASE_S = 2
 TABLE = "gatehouse_chunks"
 
@@ -40,7 +42,8 @@ def _manifest(path: Path, kinds: tuple[str, ...], **extra) -> Path:
         "auth": {"keys": [{"env": "PG_TEST_ADMIN", "tenants": ["public", "acme", "initech"], "admin": True},
                           {"env": "PG_TEST_ACME", "tenants": ["acme"]},
                           {"env": "PG_TEST_INITECH", "tenants": ["initech"]},
-                          {"env": "PG_TEST_METERED", "tenants": ["acme"], "requests_per_minute": 3}]},
+                          {"env": "PG_TEST_METERED", "tenants": ["acme"], "requests_per_minute": 3},
+                          {"env": "PG_TEST_CAPPED", "tenants": ["acme"], "max_concurrent_requests": 1}]},
         "mcp": False,
         "limits": {"ingest_workers": 1, "max_queued_jobs": 20, "max_queued_jobs_per_tenant": 20,
                    "ingest_job_lease_s": LEASE_S, "requests_per_minute": 0, "max_concurrent_requests": 0},
@@ -194,6 +197,26 @@ def test_a_keys_request_rate_is_one_limit_over_every_server(cluster):
     assert statuses == [200, 200, 200, 429]  # 3 a minute in all, not 3 on each server
 
 
+def test_stalled_bodies_hold_none_of_their_keys_requests_over_every_process(cluster):
+    c = cluster["servers"]["c"]  # two processes, one limit per key in the database
+    head = (f"POST /retrieve/run HTTP/1.1\r\nHost: 127.0.0.1:{c.port}\r\nAuthorization: {CAPPED}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n").encode()
+    stalled = []
+    try:
+        for _ in range(4):  # spread over both processes; the key may run 1 request at a time
+            sock = socket.create_connection(("127.0.0.1", c.port), timeout=60)
+            sock.sendall(head + b'{"query": "')  # 11 bytes of the 1,000, and no more
+            stalled.append(sock)
+        time.sleep(1)  # (before the fix, by now one of them held the key's only running request)
+        with c.client(CAPPED) as client:
+            statuses = [client.post("/retrieve/run", json={"query": "lockers", "top_k": 1}).status_code
+                        for _ in range(3)]
+        assert statuses == [200] * 3
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
 def test_a_job_is_cancelled_through_another_server(cluster):
     a, b = cluster["servers"]["a"], cluster["servers"]["b"]
     files = [_md(f"note-{index:02}.md", f"# Note {index}\n\n" + f"Shelf {index} holds binder {index}. " * 40)
@@ -233,10 +256,103 @@ def test_searches_read_the_standby_and_wait_for_what_the_server_has_seen(cluster
         assert _sources(on_c.post("/retrieve/run", json=query)) == ["parking.md"]
 
 
+def _scrape(server: Server) -> dict[tuple[str, tuple], float]:
+    """A `/metrics` scrape: (sample name, sorted labels) to value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with server.client(ADMIN) as client:
+        response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(response.text) for sample in family.samples}
+
+
+def test_standby_lag_costs_each_process_one_wait_then_searches_read_the_primary(cluster):
+    a, c, postgres = cluster["servers"]["a"], cluster["servers"]["c"], cluster["postgres"]
+    waits, episodes = ("gatehouse_postgres_standby_waits_total", ()), ("gatehouse_postgres_standby_lag_episodes_total", ())
+    lagged = ("gatehouse_postgres_primary_reads_total", (("reason", "lag"),))
+    postgres.wait_for_standby()
+    before, logged_before = _scrape(c), len(_log_records(c))
+    postgres.sql(postgres.standby_port, "SELECT pg_wal_replay_pause()")
+    seconds: dict[str, list[float]] = {"ask": [], "retrieve": []}
+    try:
+        with a.client(ADMIN) as on_a:
+            posted = on_a.post("/index/run", data={"kb": "garden", "tenant": "public", "wait": "true"}, files=[
+                _md("garden.md", "# Garden\n\nThe roof garden opens at noon on weekdays for every team.")])
+            assert posted.status_code == 200, posted.text
+        for kind, path, body in [("ask", "/ask/run", {"query": "When does the roof garden open?", "kb": "garden"}),
+                                 ("retrieve", "/retrieve/run", {"query": "roof garden", "kbs": ["garden"]})]:
+            for _ in range(10):  # each on a new connection: the kernel hands it to either process
+                with c.client(ADMIN) as on_c:
+                    started = time.perf_counter()
+                    answer = on_c.post(path, json=body)
+                    seconds[kind].append(time.perf_counter() - started)
+                assert answer.status_code == 200, answer.text
+        not_ready = httpx.get(f"{c.url}/ready", timeout=30)
+        assert not_ready.status_code == 503, not_ready.text
+        assert not_ready.json()["reasons"] == ["the standby lags behind the primary"]
+        after = _scrape(c)
+    finally:
+        postgres.sql(postgres.standby_port, "SELECT pg_wal_replay_resume()")
+    postgres.wait_for_standby()
+    for kind, measured in seconds.items():
+        ordered = sorted(measured)
+        print(f"{kind} with the standby paused (max_lag_s 1 s): P50 {ordered[len(ordered) // 2] * 1000:.0f} ms, "
+              f"P95 {ordered[int(0.95 * len(ordered)) - 1] * 1000:.0f} ms, slowest {ordered[-1] * 1000:.0f} ms")
+    # each process waits at most once (its first search after it has seen the write, unless an episode of the previous
+    # test still runs there); every other search of the episode reads the primary at once
+    assert after[waits] - before[waits] <= 2 and after[episodes] - before[episodes] == after[waits] - before[waits]
+    assert after[lagged] > before[lagged]
+    assert 0 <= after[("gatehouse_postgres_standby_lag_seconds", ())] < 3600
+    episodes_logged = [record for record in _log_records(c)[logged_before:]
+                       if "stayed behind the primary" in record["message"]]
+    assert len(episodes_logged) == after[episodes] - before[episodes]  # logged once per episode
+    assert len({record["pid"] for record in episodes_logged}) == len(episodes_logged)
+
+
+def test_readiness_one_metrics_view_of_two_processes_sums_their_requests(cluster):
+    c = cluster["servers"]["c"]
+    served: set[int] = set()
+    for _ in range(10):  # until both processes have answered some (each request on a new connection)
+        for _ in range(20):
+            assert httpx.get(f"{c.url}/status", timeout=30).status_code == 200
+        served = {record["pid"] for record in _log_records(c) if record.get("route") == "/status"}
+        if len(served) >= 2:
+            break
+    assert len(served) >= 2
+
+    def logged() -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for record in _log_records(c):
+            if (record["logger"], record.get("route"), record.get("status")) == ("gatehouse.access", "/status", 200):
+                counts[record["pid"]] = counts.get(record["pid"], 0) + 1
+        return counts
+
+    sample = ("gatehouse_http_requests_total", (("method", "GET"), ("route", "/status"), ("status", "200")))
+    deadline = time.monotonic() + 30
+    while True:  # a request is counted, then logged: the scrape meets the log once every line is written
+        scrapes = [_scrape(c) for _ in range(4)]  # whichever process answers, the same whole view
+        per_process = logged()
+        if all(scrape[sample] == sum(per_process.values()) for scrape in scrapes):
+            break
+        assert time.monotonic() < deadline, (per_process, [scrape[sample] for scrape in scrapes])
+        time.sleep(0.5)
+    assert len(per_process) >= 2
+    assert scrapes[-1][("gatehouse_server_processes", ())] == 2
+    assert scrapes[-1][("gatehouse_postgres_pool_size", (("pool", "primary"),))] >= 2 * 8
+    assert ("gatehouse_ingest_jobs", (("status", "queued"),)) not in scrapes[-1]  # c serves no index pipeline
+    queue = _scrape(cluster["servers"]["a"])  # every server's upload jobs, read from the database at the scrape
+    assert queue[("gatehouse_ingest_jobs", (("status", "queued"),))] == 0
+    assert queue[("gatehouse_ingest_tenants_waiting", ())] == 0
+    print(f"--processes 2: /status requests per process {per_process}, scraped {scrapes[-1][sample]:.0f}")
+
+
 def test_a_killed_process_of_serve_processes_is_started_again(cluster):
     c = cluster["servers"]["c"]
     children = [int(pid) for pid in Path(f"/proc/{c.process.pid}/task/{c.process.pid}/children").read_text().split()]
     assert len(children) == 2
+    counted = ("gatehouse_http_requests_total", (("method", "GET"), ("route", "/status"), ("status", "200")))
+    before = _scrape(c)[counted]
     os.kill(children[0], signal.SIGKILL)
     deadline = time.monotonic() + 120
     while "started pid" not in c.log.read_text():
@@ -245,6 +361,7 @@ def test_a_killed_process_of_serve_processes_is_started_again(cluster):
     with c.client(ADMIN) as on_c:
         for _ in range(4):  # whichever process takes the connection answers
             assert on_c.post("/retrieve/run", json={"query": "lockers", "tenant": "initech"}).status_code == 200
+    assert _scrape(c)[counted] == before  # the killed process's requests are still counted
 
 
 def test_processes_are_refused_with_the_embedded_store(tmp_path):
@@ -272,12 +389,61 @@ def test_a_database_outage_is_one_line_and_503(cluster):
                        on_a.get("/index/jobs"),
                        on_a.post("/index/run", data={"kb": "later"}, files=[_md("later.md", "# Later\n\nText.")])]
         for answer in answers:
-            assert answer.status_code == 503, answer.text
-            detail = answer.json()["detail"]
-            assert detail.startswith("the PostgreSQL store at postgresql://postgres@127.0.0.1:") and "\n" not in detail
-            assert "Traceback" not in answer.text
+            _database_unnamed_503(answer, postgres, database)
     finally:
         postgres.sql(postgres.primary_port, f"ALTER DATABASE {database} ALLOW_CONNECTIONS true", database="postgres")
+
+
+def _database_unnamed_503(answer: httpx.Response, postgres, database: str) -> None:
+    """A 503 in one line with Retry-After, naming no database user, host, port or name."""
+    assert answer.status_code == 503, answer.text
+    assert int(answer.headers["retry-after"]) >= 1
+    detail = answer.json()["detail"]
+    assert detail == "the database cannot be reached right now; try again shortly", detail
+    for named in ("postgres", "127.0.0.1", str(postgres.primary_port), database, "Traceback"):
+        assert named not in answer.text
+
+
+def _log_records(server: Server) -> list[dict]:
+    """The JSON records of a server's log (the --processes parent's own plain lines left out)."""
+    records = []
+    for line in server.log.read_text().splitlines():
+        if line.startswith("{"):
+            records.append(json.loads(line))
+    return records
+
+
+def test_readiness_follows_the_primary_and_an_outage_is_one_warning_and_unnamed_503s(cluster):
+    a, c, postgres = cluster["servers"]["a"], cluster["servers"]["c"], cluster["postgres"]
+    database = cluster["primary"].rsplit("/", 1)[1]
+    for server in (a, c):
+        assert httpx.get(f"{server.url}/ready", timeout=30).json() == {"status": "ready"}  # no key needed
+    before = len(_log_records(a))
+    postgres.stop_primary()
+    try:
+        not_ready = httpx.get(f"{a.url}/ready", timeout=30)
+        assert not_ready.status_code == 503 and int(not_ready.headers["retry-after"]) >= 1
+        assert not_ready.json() == {"status": "not ready",
+                                    "reasons": ["the database cannot be reached right now; try again shortly"]}
+        assert httpx.get(f"{c.url}/ready", timeout=30).status_code == 503
+        assert httpx.get(f"{a.url}/status", timeout=30).status_code == 200  # liveness: the process answers
+        with a.client(ADMIN) as on_a:
+            for answer in (on_a.post("/retrieve/run", json={"query": "lockers", "tenant": "initech"}),
+                           on_a.post("/ask/run", json={"query": "Where are the lockers?", "tenant": "initech"}),
+                           on_a.get("/index/jobs"), on_a.get("/kbs")):
+                _database_unnamed_503(answer, postgres, database)
+        time.sleep(3 * 1.0)  # the ingest worker looks for jobs every second
+    finally:
+        postgres.start_primary()
+    deadline = time.monotonic() + 120
+    while httpx.get(f"{a.url}/ready", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "a did not become ready after the primary restarted"
+        time.sleep(0.5)
+    records = _log_records(a)[before:]
+    outage = [record for record in records if record["logger"] == "gatehouse.document_stores.postgres"]
+    assert [record["level"] for record in outage] == ["WARNING", "INFO"], outage  # one warning, then back once
+    assert "postgresql://postgres@127.0.0.1:" in outage[0]["message"]  # the log has the full line
+    assert outage[1]["message"].endswith("can be used again")
 
 
 def test_a_job_of_a_killed_server_leaves_whole_documents_and_is_taken_over(cluster):

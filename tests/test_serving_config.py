@@ -9,7 +9,8 @@ import yaml
 
 from gatehouse.settings import bundled_dir
 from gatehouse.serving.auth import AccessDenied, GuardMiddleware, KeyRing, Principal, current_principal, rate_limiter
-from gatehouse.serving.edge import EdgeMiddleware, non_finite_number
+from gatehouse.serving.edge import EdgeMiddleware, PrintableErrors, json_body_problem
+from gatehouse.serving.http_limits import connection_limit
 from gatehouse.serving.manifest import ManifestError, load_manifest
 from gatehouse.serving.server import ServeError, check_bind, is_loopback, prepare_deployments
 from gatehouse.serving.wrappers import AskWrapper, IndexWrapper, RetrieveWrapper, wrapper_class
@@ -37,6 +38,15 @@ def test_the_project_manifest_loads():
     assert manifest.max_queued_jobs_per_tenant == 5
     assert (manifest.allowed_hosts, manifest.trusted_proxies) == ((), ())
     assert (manifest.max_header_bytes, manifest.max_headers, manifest.header_timeout_s) == (65536, 100, 10.0)
+    assert (manifest.body_timeout_s, manifest.max_connections) == (60.0, None)
+
+
+def test_the_connection_cap_leaves_descriptors_for_the_rest():
+    assert [connection_limit(limit) for limit in (256, 1024, 20000, 1_048_576)] == [192, 896, 4096, 4096]
+    assert connection_limit(1024, 500) == 500
+    with pytest.raises(ValueError, match=r"limits.max_connections is 1000, but this process may open 1024 files .* "
+                                         r"set it to at most 960"):
+        connection_limit(1024, 1000)
 
 
 def test_edge_settings_are_read_and_normalised(tmp_path):
@@ -71,6 +81,9 @@ def test_edge_settings_are_read_and_normalised(tmp_path):
         ({"limits": {"max_header_bytes": 100}}, "limits.max_header_bytes must be a whole number, at least 1024"),
         ({"limits": {"max_headers": 0}}, "limits.max_headers must be a whole number, at least 8"),
         ({"limits": {"header_timeout_s": "soon"}}, "limits.header_timeout_s must be a number, at least 0.1"),
+        ({"limits": {"body_timeout_s": 0}}, "limits.body_timeout_s must be a number, at least 0.1"),
+        ({"port": 99999}, "port must be a whole number from 1 to 65535, not 99999"),
+        ({"limits": {"max_connections": 0}}, "limits.max_connections must be a whole number, at least 1"),
     ],
 )
 def test_a_bad_manifest_names_the_field(tmp_path, overrides, message):
@@ -163,16 +176,78 @@ def test_the_guard_refuses_non_finite_numbers_in_json_bodies():
     assert status == 422 and json.loads(body)["detail"].startswith("top_k: 1e400 is not a finite number")
     assert _call(guard, "POST", "/mcp", [("content-type", "application/vnd.x+json")], b"[NaN]")[0] == 422
     assert _call(guard, "POST", "/ask/run", json_body, b'{"query": "NaN", "top_k": 1e300}')[0] == 200
-    assert _call(guard, "POST", "/index/run", [("content-type", "multipart/form-data")], b"NaN")[0] == 200
+    assert _call(guard, "POST", "/index/run", [("content-type", "multipart/form-data; boundary=b")],
+                 b"--b\r\nContent-Disposition: form-data; name=\"kb\"\r\n\r\nNaN\r\n--b--\r\n")[0] == 200
     assert _call(guard, "POST", "/ask/run", json_body, b"{not json")[0] == 200  # the route says what is wrong
 
 
-def test_non_finite_numbers_are_named_by_their_field():
-    assert non_finite_number(b'{"messages": [{"role": "user", "content": -Infinity}]}').startswith(
+def test_the_guard_reads_a_json_body_whatever_its_content_type_says():
+    guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=1000)
+    # FastAPI reads the first Content-Type, a guard reading the last would take this body for text
+    two_types = [("content-type", "application/json"), ("content-type", "text/plain")]
+    status, body, _ = _call(guard, "POST", "/retrieve/run", two_types, b'{"query": "x", "top_k": NaN}')
+    assert status == 422 and json.loads(body)["detail"].startswith("top_k: NaN is not a finite number")
+    assert _call(guard, "POST", "/retrieve/run", [], b'{"query": "x", "top_k": Infinity}')[0] == 422
+
+
+@pytest.mark.parametrize("body", [b'{"query": "\\ud800"}', b'{"query": "a\xed\xa0\x80b"}'])
+def test_the_guard_refuses_a_lone_surrogate_naming_the_field(body):
+    guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=1000)
+    status, answer, _ = _call(guard, "POST", "/ask/run", [("content-type", "application/json")], body)
+    assert status == 422
+    assert json.loads(answer)["detail"].startswith("query: a lone UTF-16 surrogate (\\ud800) is not a character")
+
+
+def test_json_bodies_are_checked_for_numbers_and_characters_no_route_can_use():
+    assert json_body_problem(b'{"messages": [{"role": "user", "content": -Infinity}]}').startswith(
         "messages[0].content: -Infinity is not a finite number")
-    assert non_finite_number(b"NaN").startswith("the body: NaN")
-    assert non_finite_number(b"[" * 100_000 + b"]" * 100_000) is None  # too deep for the JSON reader: its route says
-    assert non_finite_number(b'{"big": 123456789012345678901234567890, "small": 1e-400}') is None
+    assert json_body_problem(b"NaN").startswith("the body: NaN")
+    assert json_body_problem(b"[" * 100_000 + b"]" * 100_000) is None  # too deep for the JSON reader: its route says
+    assert json_body_problem(b'{"big": 123456789012345678901234567890, "small": 1e-400}') is None
+    assert json_body_problem(b'{"messages": [{"\\u202ekey": "\\udc00"}]}').startswith(
+        "messages[0].\\u202ekey: a lone UTF-16 surrogate (\\udc00)")  # the key escaped too
+    assert json_body_problem(b'{"emoji": "\\ud83d\\ude00", "text": "\\\\ud800"}') is None  # a pair; a backslash
+
+
+def test_the_guard_counts_a_request_against_its_caller_once_its_body_has_arrived(tmp_path):
+    limiter = rate_limiter(load_manifest(_write(tmp_path, limits={"max_concurrent_requests": 1})))
+    guard = GuardMiddleware(None, keyring=KeyRing({}), max_body_bytes=1000, limiter=limiter)
+
+    async def scenario() -> tuple[int, int]:
+        rest = asyncio.Event()
+        stalled_sent: list[dict] = []
+
+        async def app(scope, receive, send):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        async def stalled_receive():
+            if not rest.is_set():
+                await rest.wait()
+                return {"type": "http.disconnect"}  # the protocol's body deadline closed the connection
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send_stalled(message):
+            stalled_sent.append(message)
+
+        guard.app = app
+        scope = {"type": "http", "method": "POST", "path": "/retrieve/run", "client": ("127.0.0.1", 5), "headers": []}
+        stalled = asyncio.create_task(guard(scope, stalled_receive, send_stalled))
+        await asyncio.sleep(0.01)  # the stalled request waits for its body
+        other_sent: list[dict] = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send_other(message):
+            other_sent.append(message)
+
+        await guard(scope, receive, send_other)
+        rest.set()
+        await stalled
+        return other_sent[0]["status"], len(stalled_sent)
+
+    assert asyncio.run(scenario()) == (200, 0)  # the other request ran; the stalled one was never answered or counted
 
 
 def _edge(middleware, method="GET", headers=(), server=("127.0.0.1", 1416)):

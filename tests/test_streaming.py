@@ -21,6 +21,7 @@ from openai import OpenAI
 from scripted_llm import ScriptedLLM, llm_pipeline
 from server_process import free_port, running_server, serving
 
+from gatehouse.components.builders.response_builder import DEFAULT_PARTIAL_NOTICE
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()
@@ -145,7 +146,9 @@ def test_sentences_are_sent_as_they_pass_and_equal_the_verified_answer(server):
     assert first_at < arrivals[-1][0] - PAUSE_S * 0.75
     # The invented and the contradicted sentence were never sent; what was sent is the verified answer.
     assert "Quarterly" not in text and "45 seconds" not in text
-    assert text == f"{SUPPORTED} {SECOND.strip()}".replace(" <<Revoking is immediate>>", f" {marker}")
+    # The answer is partial, and the words say so: the notice follows the verified sentences, as in REST.
+    assert text == (f"{SUPPORTED} {SECOND.strip()}".replace(" <<Revoking is immediate>>", f" {marker}")
+                    + f"\n\n{DEFAULT_PARTIAL_NOTICE}")
     assert gatehouse["stream"]["sentences_sent"] == 2 and gatehouse["stream"]["sentences_dropped"] == 2
     assert gatehouse["stream"]["answer_differs"] is False and gatehouse["status"] == "partial"
     assert gatehouse["metadata"]["usage"]["completion_tokens"] == 40  # the streamed request asked for its usage

@@ -32,7 +32,7 @@ def test_init():
 def test_to_dict():
     assert component_to_dict(XLSXToDocument(timeout_s=9), "xlsx_converter") == {
         "type": "gatehouse.components.converters.xlsx_to_document.XLSXToDocument",
-        "init_parameters": {"timeout_s": 9, "max_chars": 2_000_000, "max_memory_mb": 1024, "max_expanded_mb": 256},
+        "init_parameters": {"timeout_s": 9, "max_chars": 2_000_000, "max_memory_mb": 1024, "max_expanded_mb": 256, "timeout_base_s": 15.0, "timeout_s_per_mb": 20.0},
     }
 
 

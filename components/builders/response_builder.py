@@ -8,6 +8,9 @@ from haystack import component
 from gatehouse.components.state import VALIDATION_KEYS, State
 
 FINAL_STATUSES = ("error", "refused", "fallback")
+#: What a `partial` answer from the documents says last, so that a reader who sees no status (a chat client) knows.
+DEFAULT_PARTIAL_NOTICE = ("Note: this may not fully answer your question; it is what the documentation says closest "
+                          "to it.")
 CITATION_KEYS = ("id", "text", "section", "url", "chunk_id", "source", "kb", "confidence", "snippet", "quote")
 
 
@@ -28,6 +31,9 @@ class ResponseBuilder:
     `error`), `error_message` and `path`. With the answer cache on, `metadata.cache` tells what it did (`status` hit,
     with `age_s`, `match` and `similarity`; miss, with `stored`; or skipped, with a `reason`).
 
+    A `partial` answer with citations says so in its words: `partial_notice` is its last paragraph, wherever it is
+    read (the CLI, REST, a chat client that shows no status; a streamed answer sends it after the sentences).
+
     Usage:
     ```python
     from gatehouse.components.builders.response_builder import ResponseBuilder
@@ -37,11 +43,14 @@ class ResponseBuilder:
     ```
     """
 
-    def __init__(self, *, require_citations_for_success: bool = True) -> None:
+    def __init__(self, *, require_citations_for_success: bool = True,
+                 partial_notice: str = DEFAULT_PARTIAL_NOTICE) -> None:
         """
         :param require_citations_for_success: A retrieved answer without citations is `partial`, not `success`.
+        :param partial_notice: The last paragraph of a `partial` answer with citations ("" leaves it out).
         """
         self.require_citations_for_success = require_citations_for_success
+        self.partial_notice = partial_notice
 
     def _status(self, state: dict[str, Any], citations: list[dict[str, Any]], validation: dict[str, list]) -> str:
         status = state.get("status")
@@ -75,8 +84,11 @@ class ResponseBuilder:
         kbs = state.get("kbs") or ([state["kb"]] if state.get("kb") else [])
         status = self._status(state, citations, validation)
         quality = state.get("quality_score")
+        answer = state.get("answer") or ""
+        if status == "partial" and citations and self.partial_notice and not answer.endswith(self.partial_notice):
+            answer = f"{answer}\n\n{self.partial_notice}"
         response = {
-            "answer": state.get("answer") or "",
+            "answer": answer,
             "citations": citations,
             "metadata": {
                 "mode": state.get("mode"),

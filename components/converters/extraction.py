@@ -19,6 +19,7 @@ import json
 import resource
 import sys
 import time
+import unicodedata
 import zipfile
 
 KINDS = ("pdf", "docx", "pptx", "xlsx", "csv", "json")
@@ -61,8 +62,14 @@ class Text:
 
 
 def one_line(text: str) -> str:
-    """Text with its runs of white space (line breaks, tabs, vertical tabs) as single spaces."""
-    return " ".join(str(text).split())
+    """
+    Text with its runs of white space (line breaks, tabs, vertical tabs) as single spaces; "" for text with nothing a
+    reader sees, only format characters (zero-width spaces and joiners, soft hyphens, direction marks).
+    """
+    line = " ".join(str(text).split())
+    if line.isprintable() or any(unicodedata.category(char) != "Cf" for char in line if char != " "):
+        return line
+    return ""
 
 
 def check_zip(data: bytes, max_bytes: int) -> None:

@@ -5,7 +5,9 @@ One model is loaded per process and model name, however many components use it a
 (the intent gate, the router, the embedders and the citation verifier all embed): a SentenceTransformers folder of
 the common BERT shape (the shipped all-MiniLM-L6-v2) through `BertEncoder`, which gives the same vectors without
 importing sentence-transformers, any other model through SentenceTransformers. Embeddings can be cached on disk,
-keyed by the model and the SHA-256 of the text, so that re-ingesting a corpus does not encode it again.
+keyed by the model and the SHA-256 of the text, so that re-ingesting a corpus does not encode it again; the
+`RECENT_TEXTS` texts a model encoded last are also kept in memory, whatever the cache (a question is embedded by
+retrieval and again by the gates after it).
 
 Usage:
 ```python
@@ -23,6 +25,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -92,20 +95,26 @@ class EmbeddingCache:
                 logger.warning("embeddings not cached: %s", operator_error)
 
 
+#: Texts whose vectors each model keeps in memory, the most recently embedded: a question is embedded by retrieval
+#: and again by the gates after it, each with its own cache setting, and is encoded once.
+RECENT_TEXTS = 256
+
+
 class EmbeddingBackend:
     """A loaded model plus an optional disk cache; obtain instances with `EmbeddingBackend.get()`."""
 
     _instances: ClassVar[dict[tuple[str, str], "EmbeddingBackend"]] = {}
-    _models: ClassVar[dict[str, tuple[Any, threading.Lock]]] = {}
+    _models: ClassVar[dict[str, tuple[Any, threading.Lock, "OrderedDict[str, np.ndarray]"]]] = {}
     _instances_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, model: str, cache_dir: Path | None) -> None:
         self.model_name = model
         shared = self._models.get(model)
         if shared is None:
-            shared = (self._load(model), threading.Lock())
+            shared = (self._load(model), threading.Lock(), OrderedDict())
             self._models[model] = shared
-        self.model, self._encode_lock = shared  # one model and one encoding at a time per process, whatever the cache
+        # one model, one encoding at a time and one memory of recent texts per process, whatever the cache
+        self.model, self._encode_lock, self._recent = shared
         self.cache = EmbeddingCache(cache_dir) if cache_dir is not None else None
         self.encoded_count = 0
 
@@ -158,6 +167,11 @@ class EmbeddingBackend:
             return np.zeros((0, self.dimension), dtype=np.float32)
         hashes = [EmbeddingCache.key(text) for text in texts]
         cached = self.cache.get_many(self.model_name, list(set(hashes))) if self.cache else {}
+        with self._encode_lock:
+            recalled = {h: self._recent[h] for h in set(hashes) if h not in cached and h in self._recent}
+        if recalled and self.cache:
+            self.cache.put_many(self.model_name, recalled)  # the disk cache holds what this backend embedded
+        cached.update(recalled)
         missing = list(dict.fromkeys(h for h in hashes if h not in cached))
         if missing:
             by_hash = dict(zip(hashes, texts))
@@ -178,6 +192,12 @@ class EmbeddingBackend:
             if self.cache:
                 self.cache.put_many(self.model_name, fresh)
             cached.update(fresh)
+            with self._encode_lock:
+                for h in missing[-RECENT_TEXTS:]:
+                    self._recent[h] = fresh[h]
+                    self._recent.move_to_end(h)
+                while len(self._recent) > RECENT_TEXTS:
+                    self._recent.popitem(last=False)
         return np.stack([cached[h] for h in hashes]).astype(np.float32)
 
 

@@ -181,3 +181,21 @@ def plain_text(text: str) -> str:
         text = html.escape(text)
     text = _MARKDOWN_LINK.sub(r"\1", _MARKDOWN_IMAGE.sub("", text))
     return printable(text)
+
+
+def plain_text_keeping_code(text: str) -> str:
+    """
+    `plain_text` of a text but its code (fenced blocks, code spans), which stays verbatim, as an answer shows it: a
+    citation's quote of `` `tool keys revoke <key-id>` `` holds `<key-id>` as the answer does.
+
+    :param text: Text from a document, markdown.
+    :returns: Plain text with its code verbatim (control characters removed).
+    """
+    pieces, last = [], 0
+    for match in MARKDOWN_VERBATIM.finditer(text):
+        if not match.group(0).lstrip().startswith(("`", "~")):
+            continue  # an autolink: plain text, as everything else
+        pieces += [plain_text(text[last : match.start()]), printable(match.group(0))]
+        last = match.end()
+    pieces.append(plain_text(text[last:]))
+    return "".join(pieces)

@@ -3,11 +3,11 @@
 import re
 import textwrap
 from html import unescape
-from html.parser import HTMLParser
 from typing import Any
 
 from haystack import Document, component
 
+from gatehouse.components.html_tokens import attributes, html_tokens
 from gatehouse.components.tables import table_rows
 
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
@@ -16,14 +16,19 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _ADMONITION = re.compile(r'^(?P<indent>\s*)(?:!!!|\?\?\?\+?)\s*(?P<kind>[\w-]+)(?:\s+"(?P<title>[^"]*)")?\s*$')
 _TAB = re.compile(r'^(?P<indent>\s*)===\+?\s*"(?P<title>[^"]*)"\s*$')
 _DIRECTIVE = re.compile(r"^\s*:::\s+\S+")
-_LIQUID = re.compile(r"\{%-?\s*(?P<name>\w+)(?P<args>.*?)-?%\}", re.DOTALL)
-_LIQUID_BLOCK = re.compile(r"\{%-?\s*comment\s*-?%\}.*?\{%-?\s*endcomment\s*-?%\}", re.DOTALL)
-_EXPRESSION = re.compile(r"\{\{-?\s*(?P<expr>.*?)\s*-?\}\}", re.DOTALL)
+# Template tags, each found by its opener then the first end after it (`%}`, `}}`): a lazy `.*?` between the two
+# re-read the rest of the text from every opener without an end, quadratic in the text.
+_LIQUID_OPEN = re.compile(r"\{%-?\s*(?P<name>\w+)")
+_COMMENT_OPEN = re.compile(r"\{%-?\s*comment\s*-?%\}")
+_COMMENT_CLOSE = re.compile(r"\{%-?\s*endcomment\s*-?%\}")
+_EXPRESSION_OPEN = re.compile(r"\{\{-?\s*")
 _QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
-_INLINE_CODE = re.compile(r"(`+)(?:.+?)\1", re.DOTALL)
+_BACKTICKS = re.compile(r"`+")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
-_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
-_HTML_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|<!--.*?-->", re.DOTALL)
+_TABLE_RULE = re.compile(r"^\s*(?:\|\s*)?:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*(?:\|\s*)?$")  # each space once
+_HTML_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
+#: How deep admonitions and tabs nest and are still unfolded; each level reads its body again.
+MAX_NESTING = 8
 #: Template tags that only steer the template (no text of the page): dropped with their arguments.
 CONTROL_TAGS = frozenset("""if elsif else endif unless endunless for endfor case when endcase include include_relative
     render raw endraw assign capture endcapture block endblock extends set endset macro endmacro import from with
@@ -36,11 +41,10 @@ _INLINE_TAGS = frozenset("a abbr b bdi bdo cite code data dfn em i kbd mark q s 
                          "var del ins font center caption colgroup col thead tbody tfoot source picture".split())
 
 
-class _HTMLText(HTMLParser):
+class _HTMLText:
     """Text of an HTML fragment as markdown: tables as rows with headers, lists as items, links as their text."""
 
     def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
         self.out: list[str] = []
         self.skip = 0
         self.tables: list[dict[str, Any]] = []
@@ -53,9 +57,9 @@ class _HTMLText(HTMLParser):
             return
         self.out.append(text)
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def handle_starttag(self, tag: str, tag_text: str) -> None:
         if not self._known(tag):
-            self._text(self.get_starttag_text() or "")
+            self._text(tag_text)
             return
         if tag in _SKIP_TAGS:
             self.skip += 1
@@ -71,7 +75,7 @@ class _HTMLText(HTMLParser):
         elif tag == "br":
             self._text(" " if self.tables else "\n")
         elif tag == "img":
-            alt = dict(attrs).get("alt")
+            alt = attributes(tag_text).get("alt")
             if alt:
                 self._text(alt)
         elif tag == "li":
@@ -125,8 +129,13 @@ class _HTMLText(HTMLParser):
 def html_to_text(fragment: str) -> str:
     """Markdown text of an HTML fragment (tags removed, tables as rows with their headers)."""
     parser = _HTMLText()
-    parser.feed(fragment)
-    parser.close()
+    for token in html_tokens(fragment):
+        if token[0] == "text":
+            parser.handle_data(token[1])
+        elif token[0] == "start":
+            parser.handle_starttag(token[1], token[2])
+        else:
+            parser.handle_endtag(token[1])
     return re.sub(r"\n{3,}", "\n\n", parser.text())
 
 
@@ -146,7 +155,8 @@ class MarkdownCleaner:
     - Markdown pipe tables become the same list items with their headers.
 
     Front matter, fenced code blocks and inline code are left exactly as written. Documents that are not markdown
-    pass through unchanged.
+    pass through unchanged. An opener without its end (`{{`, `{%`, `<!--`, backticks) stays as written: each kind of end
+    is looked for past the last place it was found missing, so cleaning takes time linear in the text.
 
     Usage:
     ```python
@@ -180,7 +190,7 @@ def clean_markdown(text: str) -> str:
     """The cleaned markdown of one document (see `MarkdownCleaner`)."""
     front = FRONT_MATTER.match(text)
     head, body = (text[: front.end()], text[front.end():]) if front else ("", text)
-    body = _LIQUID_BLOCK.sub("", body)
+    body = _without_comment_blocks(body)
     return head + "".join(_clean_prose(part) if kind == "prose" else part for kind, part in _split_code(body))
 
 
@@ -206,8 +216,13 @@ def _split_code(text: str) -> list[tuple[str, str]]:
     return [(kind, "\n".join(block) + "\n") for kind, block in parts]
 
 
-def _unfold(lines: list[str]) -> list[str]:
-    """Admonitions, tabs and directives replaced by plain paragraphs (their indented bodies dedented)."""
+def _unfold(lines: list[str], depth: int = 0) -> list[str]:
+    """
+    Admonitions, tabs and directives replaced by plain paragraphs (their indented bodies dedented); below
+    `MAX_NESTING` levels the lines are left as they are.
+    """
+    if depth >= MAX_NESTING:
+        return lines
     out: list[str] = []
     position = 0
     while position < len(lines):
@@ -225,7 +240,7 @@ def _unfold(lines: list[str]) -> list[str]:
             match = admonition or tab
             indent = len(match.group("indent"))
             body, position = _indented_body(lines, position + 1, indent)
-            body = _unfold(textwrap.dedent("\n".join(body)).splitlines())
+            body = _unfold(textwrap.dedent("\n".join(body)).splitlines(), depth + 1)
             if admonition:
                 kind = admonition.group("kind").replace("-", " ").capitalize()
                 title = admonition.group("title")
@@ -263,15 +278,10 @@ def _indented_body(lines: list[str], start: int, indent: int) -> tuple[list[str]
 def _clean_prose(text: str) -> str:
     """Template tags, HTML and pipe tables of text outside code blocks, inline code kept as written."""
     kept: list[str] = []
-
-    def protect(match: re.Match[str]) -> str:
-        kept.append(match.group(0))
-        return f"\ue000{len(kept) - 1}\ue001"
-
-    text = _INLINE_CODE.sub(protect, text)
-    text = _LIQUID.sub(_liquid, text)
-    text = _EXPRESSION.sub(lambda m: m["expr"] if re.fullmatch(r"[\w.-]+", m["expr"]) else "", text)
-    if _HTML_TAG.search(text):
+    text = _protect_code(text, kept)
+    text = _template_tags(text)
+    text = _expressions(text)
+    if _HTML_TAG.search(text) or _has_html_comment(text):
         text = html_to_text(text)
     else:
         text = unescape(text)
@@ -279,10 +289,99 @@ def _clean_prose(text: str) -> str:
     return re.sub("\ue000(\\d+)\ue001", lambda m: kept[int(m.group(1))], text)
 
 
-def _liquid(match: re.Match[str]) -> str:
-    if match["name"].casefold() in CONTROL_TAGS or match["name"].startswith("end"):
+def _without_comment_blocks(text: str) -> str:
+    """`{% comment %}...{% endcomment %}` blocks removed; an opener without an end after it, and all after it, stay."""
+    pieces, copied = [], 0
+    for opener in _COMMENT_OPEN.finditer(text):
+        if opener.start() < copied:
+            continue
+        closer = _COMMENT_CLOSE.search(text, opener.end())
+        if closer is None:
+            break  # no later opener has an end either
+        pieces.append(text[copied:opener.start()])
+        copied = closer.end()
+    return "".join(pieces) + text[copied:]
+
+
+def _template_tags(text: str) -> str:
+    """Each `{% name args %}` replaced as `_liquid` says; an opener without a `%}` after it, and all after it, stay."""
+    pieces, copied = [], 0
+    for opener in _LIQUID_OPEN.finditer(text):
+        if opener.start() < copied:
+            continue
+        close = text.find("%}", opener.end())
+        if close < 0:
+            break
+        args_end = close - 1 if close > opener.end() and text[close - 1] == "-" else close
+        pieces += [text[copied:opener.start()], _liquid(opener["name"], text[opener.end():args_end])]
+        copied = close + 2
+    return "".join(pieces) + text[copied:]
+
+
+def _expressions(text: str) -> str:
+    """
+    Each `{{ expression }}` replaced by its name when it is a bare name (`{{ version }}` -> `version`), else removed;
+    an opener without a `}}` after it, and all after it, stay.
+    """
+    pieces, copied = [], 0
+    for opener in _EXPRESSION_OPEN.finditer(text):
+        if opener.start() < copied:
+            continue
+        close = text.find("}}", opener.end())
+        if close < 0:
+            break
+        end = close - 1 if close > opener.end() and text[close - 1] == "-" else close
+        expression = text[opener.end():end].rstrip()
+        pieces += [text[copied:opener.start()], expression if re.fullmatch(r"[\w.-]+", expression) else ""]
+        copied = close + 2
+    return "".join(pieces) + text[copied:]
+
+
+def _protect_code(text: str, kept: list[str]) -> str:
+    """
+    Inline code replaced by placeholders (`\\ue000<n>\\ue001`, the code appended to `kept`): the spans the pattern
+    `(`+)(?:.+?)\\1` (dot-all) finds, without its re-reading of the rest of the text from every run of backticks that
+    has no closer. From a run of n backticks, w = min(n, the longest later run): when w > (n-1)/2 the span ends with
+    the first w backticks of the first later run at least w long; else, for n >= 3, the span is 2k+1 backticks of the
+    run itself (k = (n-1)/2); else (no backticks after the run) there is none.
+    """
+    runs = [(match.start(), match.end()) for match in _BACKTICKS.finditer(text)]
+    longest = [0] * (len(runs) + 1)  # longest[i]: the longest run of runs[i:]
+    for index in range(len(runs) - 1, -1, -1):
+        longest[index] = max(longest[index + 1], runs[index][1] - runs[index][0])
+    pieces, copied, index = [], 0, 0
+    while index < len(runs):
+        start = max(runs[index][0], copied)  # a run the previous span ended in goes on from there
+        length = runs[index][1] - start
+        width = min(length, longest[index + 1])
+        if width > (length - 1) // 2:
+            close = index + 1
+            while runs[close][1] - runs[close][0] < width:
+                close += 1
+            end, index = runs[close][0] + width, close
+        elif length >= 3:
+            end = start + 2 * ((length - 1) // 2) + 1
+        else:
+            break  # no backticks after this run
+        pieces += [text[copied:start], f"\ue000{len(kept)}\ue001"]
+        kept.append(text[start:end])
+        copied = end
+        if copied >= runs[index][1]:
+            index += 1
+    return "".join(pieces) + text[copied:]
+
+
+def _has_html_comment(text: str) -> bool:
+    """Whether the text holds `<!--` with a `-->` after it."""
+    opener = text.find("<!--")
+    return opener >= 0 and text.find("-->", opener + 4) >= 0
+
+
+def _liquid(name: str, args: str) -> str:
+    """What a template tag leaves: nothing for a control tag or an end tag, else its quoted arguments."""
+    if name.casefold() in CONTROL_TAGS or name.startswith("end"):
         return ""
-    return " ".join(a or b for a, b in _QUOTED.findall(match["args"]))
+    return " ".join(a or b for a, b in _QUOTED.findall(args))
 
 
 def _cells(line: str) -> list[str]:

@@ -118,6 +118,8 @@ class SectionSplitter:
     Long sections are split into windows of at most `max_words` words with `overlap_words` overlap; a window still
     longer than `max_chunk_chars` characters (text with few or no spaces: a minified line, one word repeated) is cut
     into pieces of at most that many, each after the last space or punctuation in its second half, else at the bound.
+    A heading longer than `max_heading_chars` is a line of text, not a section, and a front matter `title` or `url`
+    that long is left out: each chunk carries them, and each sentence is embedded with the title.
     Chunk ids are stable: a hash of the document id, the chunk's position and its text.
 
     Usage:
@@ -134,7 +136,7 @@ class SectionSplitter:
 
     def __init__(
         self, *, max_words: int = 220, overlap_words: int = 30, min_words: int = 5, heading_level: int = 3,
-        max_chunks: int = 5000, max_chunk_chars: int = 8000,
+        max_chunks: int = 5000, max_chunk_chars: int = 8000, max_heading_chars: int = 500,
     ) -> None:
         """
         :param max_words: Longest chunk, in words.
@@ -145,19 +147,22 @@ class SectionSplitter:
             raises, so that a huge file fails alone instead of holding the ingest for a long time.
         :param max_chunk_chars: Longest chunk, in characters: what the embedders, the BM25 analysis and every ask
             that retrieves the chunk work on.
+        :param max_heading_chars: Longest heading that starts a section, and longest front matter `title` or `url`
+            that is kept, in characters.
         """
         if overlap_words >= max_words:
             raise ValueError("overlap_words must be smaller than max_words.")
         if max_chunks < 1:
             raise ValueError("max_chunks must be at least 1.")
-        if max_chunk_chars < 1:
-            raise ValueError("max_chunk_chars must be at least 1.")
+        if max_chunk_chars < 1 or max_heading_chars < 1:
+            raise ValueError("max_chunk_chars and max_heading_chars must be at least 1.")
         self.max_words = max_words
         self.overlap_words = overlap_words
         self.min_words = min_words
         self.heading_level = heading_level
         self.max_chunks = max_chunks
         self.max_chunk_chars = max_chunk_chars
+        self.max_heading_chars = max_heading_chars
 
     def _windows(self, text: str) -> list[str]:
         """
@@ -235,7 +240,7 @@ class SectionSplitter:
             if line.strip().startswith("```"):
                 in_code = not in_code
             found = None if in_code else markdown_heading(line)
-            if found and found[0] <= self.heading_level:
+            if found and found[0] <= self.heading_level and len(found[1]) <= self.max_heading_chars:
                 sections.append(current)
                 level, heading = found
                 explicit = EXPLICIT_ID.search(heading)
@@ -264,7 +269,8 @@ class SectionSplitter:
             except yaml.YAMLError:
                 data = {}
             if isinstance(data, dict):
-                meta.update({k: v for k, v in data.items() if k in {"title", "url"} and isinstance(v, str)})
+                meta.update({k: v for k, v in data.items() if k in {"title", "url"} and isinstance(v, str)
+                             and len(v) <= self.max_heading_chars})
             text = text[front.end() :]
         source = str(meta.get("source") or "")
         is_markdown = meta.get("mime_type") in MARKDOWN_TYPES or source.lower().endswith((".md", ".markdown"))
@@ -277,19 +283,20 @@ class SectionSplitter:
         base_url = meta.get("url")
         chunks: list[Document] = []
         used_ids: set[str] = set()
+        next_suffix: dict[str, int] = {}  # per id, where to look for the next free `<id>-<n>`
         for section in sections:
             body = "\n".join(section["lines"]).strip()
             if len(body.split()) < self.min_words:
                 continue
             section_id = section["id"]
             if section_id:
-                base, suffix = section_id, 0
-                while section_id in used_ids:
-                    suffix += 1
-                    section_id = f"{base}-{suffix}"
-                used_ids.add(section_id)
+                section_id = _unique(section_id, used_ids, next_suffix)
             for window in self._windows(body):
                 index = len(chunks)
+                if index == self.max_chunks:
+                    name = document.meta.get("doc_id") or document.meta.get("file_path") or "a document"
+                    raise ValueError(f"{name} gives {index + 1} chunks or more, over the limit of {self.max_chunks} "
+                                     "per file (splitter.max_chunks in index.yml)")
                 chunk_meta = {
                     **meta,
                     "section": section["heading"],
@@ -309,14 +316,22 @@ class SectionSplitter:
 
         :param documents: Converted documents (markdown keeps its headings).
         :returns: `documents`, the chunks, in document order.
-        :raises ValueError: When a document gives more than `max_chunks` chunks.
+        :raises ValueError: When a document gives more than `max_chunks` chunks (raised as soon as it does).
         """
-        chunks: list[Document] = []
-        for document in documents:
-            own = self._chunk_document(document)
-            if len(own) > self.max_chunks:
-                name = document.meta.get("doc_id") or document.meta.get("file_path") or "a document"
-                raise ValueError(f"{name} gives {len(own)} chunks, over the limit of {self.max_chunks} per file "
-                                 "(splitter.max_chunks in index.yml)")
-            chunks.extend(own)
-        return {"documents": chunks}
+        return {"documents": [chunk for document in documents for chunk in self._chunk_document(document)]}
+
+
+def _unique(section_id: str, used: set[str], next_suffix: dict[str, int]) -> str:
+    """
+    `section_id`, or when it is taken `<section_id>-<n>` with the smallest free n (adding it to `used`); the search
+    starts where the last one for this id ended, so many headings of one name take linear time.
+    """
+    if section_id not in used:
+        used.add(section_id)
+        return section_id
+    suffix = next_suffix.get(section_id, 1)
+    while f"{section_id}-{suffix}" in used:
+        suffix += 1
+    next_suffix[section_id] = suffix + 1
+    used.add(f"{section_id}-{suffix}")
+    return f"{section_id}-{suffix}"

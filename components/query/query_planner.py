@@ -12,6 +12,7 @@ from gatehouse.components.query.followup_rules import FollowUpRules
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance, with_validation
 from gatehouse.components.terms import DEFAULT_STOPWORDS, same_words, singular, tokenize
+from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS
 
 DEFAULT_QUESTION_WORDS = ["what", "which", "how", "where", "when", "who", "why", "is", "are", "can", "could", "do",
                           "does", "did", "should", "will", "would", "if"]
@@ -62,6 +63,9 @@ MAX_ITEM_WORDS = 5
 #: A clause opened by one of these and not followed by an auxiliary ("when I pass a string, ...") is a condition of
 #: the question after it, not a question; so is a short opening that asks nothing ("and by default, how long ...").
 _CONDITIONS = frozenset(["if", "when", "once", "while", "unless", "after", "before", "since"])
+#: A sentence's opening clause that starts with one of these ("Besides the default logger, which ...", "For a large
+#: upload, how ...") sets the scene for the question after it: it is no question of its own.
+_SCENE_SETTERS = frozenset([*_PREPOSITIONS, "besides", "apart", "aside", "except", "beyond", "unlike", "like"])
 _AUXILIARIES = frozenset("is are was were do does did can could will would should shall has have had may might "
                          "must".split())
 
@@ -98,6 +102,18 @@ def _check_settings(max_subqueries: int, min_part_terms: int, min_grounding: flo
         raise ValueError("min_part_terms must be at least 1.")
     if not 0.0 <= min_grounding <= 1.0:
         raise ValueError("llm.min_grounding must be between 0 and 1.")
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of a message: split after `?`, `!`, `;` and `.`, but not after an abbreviation ("i.e.")."""
+    sentences: list[str] = []
+    for piece in _SENTENCES.split(text):
+        words = sentences[-1].split() if sentences else []
+        if words and words[-1].casefold().rstrip(".") in DEFAULT_ABBREVIATIONS and words[-1].endswith("."):
+            sentences[-1] = f"{sentences[-1]} {piece}"
+        else:
+            sentences.append(piece)
+    return sentences
 
 
 def _shared_tail(items: list[str]) -> list[str]:
@@ -208,7 +224,7 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
         """The separate questions of a message, pronouns referring to an earlier part resolved."""
         parts: list[str] = []
         context = ""
-        for sentence in _SENTENCES.split(question):
+        for sentence in _sentences(question):
             if not sentence.endswith("?") and not self._opens_question(sentence) and not parts:
                 context = f"{context}{sentence} "  # a statement ("My upload failed.") belongs to the next question
                 continue
@@ -217,13 +233,15 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
             condition = ""
             number = -1
             for position, piece in enumerate(pieces):
+                first_word = tokenize(piece)[:1]
                 piece = _TRAILING.sub("", _CONNECTIVE.sub("", piece.strip()))
                 if not piece:
                     continue
                 number += 1  # a sentence's first question stands alone; later ones must carry their own subject
                 opening = tokenize(piece)[:2]
                 if position + 1 < len(pieces) and opening and (
-                        (opening[0] in _CONDITIONS and (len(opening) < 2 or opening[1] not in _AUXILIARIES))
+                        (position == 0 and first_word[0] in _SCENE_SETTERS)
+                        or (opening[0] in _CONDITIONS and (len(opening) < 2 or opening[1] not in _AUXILIARIES))
                         or (not parts and not self._opens_question(piece)
                             and len(self._content_terms(piece)) < self.min_part_terms)):
                     condition = f"{condition}{piece}, "

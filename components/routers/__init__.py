@@ -1,1 +1,1 @@
-"""Gates that route the state: request intake, intent gate, context selector, KB router, quality and answerability gates."""
+"""Gates that route the state: request intake, intent gate, KB router, quality gate, answer cache."""

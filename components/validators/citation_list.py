@@ -27,7 +27,7 @@ from typing import Any
 from haystack import Document
 
 from gatehouse.components.answer_units import AnswerUnit, passage_units, render, shown_text
-from gatehouse.components.guardrails.sanitising import citation_url, plain_text
+from gatehouse.components.guardrails.sanitising import citation_url, plain_text, plain_text_keeping_code
 from gatehouse.components.citation_markers import DEFAULT_CITATION_PATTERN, find_markers, rewrite_markers, strip_markers
 from gatehouse.components.printable import printable
 from gatehouse.components.terms import content_words, overlap
@@ -114,8 +114,8 @@ class CitationList:
     def _quote(self, statements: list[str], passage: Document) -> str:
         """
         The passage's answer units the statements stand for: for each statement, the unit sharing most of its content
-        words (the shortest of equals), whole with its lead-in, in the passage's order, plain text; the snippet when
-        no unit shares a word with them.
+        words (the shortest of equals), whole with its lead-in, in the passage's order, plain text with its code
+        verbatim (as the answer shows it); the snippet when no unit shares a word with them.
         """
         units = [(unit, content_words(shown_text(unit))) for unit in passage_units(passage, 0)]
         chosen: dict[tuple[int, int, int], AnswerUnit] = {}
@@ -136,7 +136,7 @@ class CitationList:
                 continue
             shown.append(rewrite_markers(render(unit, "S0"), lambda ids: []))
             lead = unit.lead if unit.kind == "item" else None
-        return plain_text("\n\n".join(shown)).strip()
+        return plain_text_keeping_code("\n\n".join(shown)).strip()
 
     def _snippet(self, content: str) -> str:
         # Headings repeat the citation's display text, so the snippet starts at the passage's body when it has one.

@@ -7,7 +7,8 @@ passage as a whole, of `embedding_weight * cosine + lexical_weight * containment
 of the claim's content words (stemmed, stopwords removed) found in the passage sentence. A claim copied verbatim
 scores 1.0; a claim citing an unrelated passage scores near 0. When the claim states a number that the cited
 passages do not contain, or writes a `code name` they never write, its score is multiplied by
-`unmatched_number_penalty`.
+`unmatched_number_penalty`. A claim its cited passage holds word for word (a quote, as the extractive answerer
+writes: a sentence, an item, a code block, a heading) scores 1.0 and contradicts nothing, without being embedded.
 
 Usage:
 ```python
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 from haystack import Document
 
+from gatehouse.components.citation_markers import strip_markers
 from gatehouse.components.terms import content_words, numbers, overlap
 from gatehouse.components.text_units import (
     DEFAULT_ABBREVIATIONS,
@@ -86,6 +88,10 @@ class ClaimAligner:
         :param by_id: The passages by source id.
         :param premise: The words the question itself negates (see `ContradictionDetector.cues`).
         """
+        quoted = [claim for claim in claims if any(self._quotes(claim["claim"], by_id[i]) for i in claim["ids"])]
+        for claim in quoted:
+            claim.update(score=1.0, cues=[])
+        claims = [claim for claim in claims if claim not in quoted]
         if not claims:
             return
         self.warm_up()
@@ -117,6 +123,16 @@ class ClaimAligner:
                 sentences = [piece for _, piece in sorted(aligned, key=lambda a: -a[0]) if piece]
                 claim["cues"] = self.detector.cues(claim["claim"], sentences, available, premise)
             claim["score"] = min(1.0, best)
+
+    def _quotes(self, claim: str, passage: Document) -> bool:
+        """Whether the passage holds the claim word for word (its text, or one of the headings it sits under)."""
+        said = normalize_space(claim).rstrip(":").strip()
+        if not said:
+            return False
+        meta = passage.meta or {}
+        headings = [normalize_space(str(h)) for h in (meta.get("heading_path") or [meta.get("section")]) if h]
+        text = normalize_space(strip_markers(passage.content or "", self.citation_pattern))
+        return said in headings or re.search(rf"(?<!\w){re.escape(said)}(?!\w)", text) is not None
 
     def _evidence(self, passage: Document) -> list[str]:
         """The passage's sentences and the headings it sits under ("PORT" over "- Default: 1416"), then the whole

@@ -55,7 +55,8 @@ class DenseDocumentStore:
         :param embedding_dim: Vector size (384 for all-MiniLM-L6-v2).
         :param path: Folder of the local shard; None uses `<GATEHOUSE_DATA_DIR>/store`.
         :param url: Qdrant server URL; None reads `GATEHOUSE_QDRANT_URL`, and the local shard is used when both are
-            unset. The server's key is read from `GATEHOUSE_QDRANT_API_KEY`.
+            unset. The server's key is read from `GATEHOUSE_QDRANT_API_KEY`. `:memory:` runs the same store class in
+            qdrant-client's in-process mode (nothing kept; what the tests run the Qdrant path on).
         :param similarity: `cosine`, `dot_product` or `l2`.
         :param payload_fields_to_index: Payload indexes to create on a server (tenant, kb and doc id by default).
         :param postgres: Init parameters of the `PostgresDocumentStore` (`url`, `table`, `language`, ...; the vector
@@ -84,7 +85,7 @@ class DenseDocumentStore:
             from haystack_integrations.document_stores.qdrant import QdrantDocumentStore
 
             self._store = QdrantDocumentStore(
-                url=server,
+                location=server,  # a server's URL, or ":memory:" for qdrant-client's in-process mode (the tests')
                 api_key=Secret.from_env_var("GATEHOUSE_QDRANT_API_KEY", strict=False),
                 index=index,
                 embedding_dim=embedding_dim,

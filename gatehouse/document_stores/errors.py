@@ -53,7 +53,18 @@ class StoreUnavailableError(DataDirError):
     """
     The store's database cannot be used (unreachable, refusing, or lacking an extension): one line naming the server
     (without its password), the cause and the fix, answered like a data directory problem (exit status 2, HTTP 503).
+
+    `public` is what an API caller is told instead (nothing of the database's user, host, port or name), `outage` the
+    server it names when the error is one of an outage that ends when the server is used again (else None), and
+    `retry_after_s` when a caller may try again (a 503's `Retry-After`).
     """
+
+    retry_after_s = 5
+
+    def __init__(self, message: str, *, public: str = "the store cannot be used right now; try again shortly",
+                 outage: str | None = None) -> None:
+        super().__init__(message)
+        self.public, self.outage = public, outage
 
 
 def _read_only(folder: Path, detail: str) -> DataDirError:

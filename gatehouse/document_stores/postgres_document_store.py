@@ -27,7 +27,12 @@ Every write is one transaction: `replace_documents` deletes a document's earlier
 moves the counters and BM25 statistics together (writers wait for each other on the totals row), so a killed process
 or server leaves whole documents only. Each call checks a connection out of the process's pool for the database
 (`postgres_pool`: bounded, shared by every store object) and gives it back; a database that cannot be reached or
-used, or whose pooled connections all stay busy, is a `StoreUnavailableError` naming the server without its password.
+used, or whose pooled connections all stay busy, is a `StoreUnavailableError` naming the server without its password
+(`postgres_errors`: also scrubbed from the driver's words), with a line for API callers that names nothing of it.
+With a read URL the searches read a hot standby once it has replayed what the process has seen on the primary
+(`postgres_standby`: one wait of `max_lag_s` per lag episode, then the primary). The tables carry a schema version,
+and older ones are migrated in place when a store opens them (`postgres_schema`). `readiness()` says whether the
+databases of the process's stores can serve (`GET /ready`).
 
 Haystack filters are translated by pgvector-haystack's filter module (`meta.<key>` as `meta->>'key'`: `==`, `!=`,
 `in`, `not in`, ranges, `AND`, `OR`).
@@ -46,16 +51,13 @@ store.bm25_retrieval("rotaton", filters=filters, top_k=5, analysis="ngrams")    
 
 import contextlib
 import json
-import logging
 import re
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import psycopg
@@ -72,7 +74,18 @@ from gatehouse.document_stores.analysis import Analyzer, Bm25Encoder, term_index
 from gatehouse.document_stores.edge_document_store import SharedDocument
 from gatehouse.document_stores.edge_shard import ANALYSES, DRIFT
 from gatehouse.document_stores.errors import StoreUnavailableError
-from gatehouse.document_stores.postgres_pool import ConnectionPool, connection_pool
+from gatehouse.document_stores.postgres_errors import (
+    first_line,
+    outage_over,
+    report_outage,
+    scrub,
+    shown,
+    unavailable,
+)
+from gatehouse.document_stores.postgres_metrics import PRIMARY_READS
+from gatehouse.document_stores.postgres_pool import ConnectionPool, PoolExhaustedError, connection_pool
+from gatehouse.document_stores.postgres_schema import LAYOUTS, SCHEMA_VERSION, migrate, stored_settings
+from gatehouse.document_stores.postgres_standby import Standby, lsn, standby
 
 EXTENSIONS = ("vector",)
 TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
@@ -83,21 +96,17 @@ MAX_DIM = 2000  # pgvector's HNSW index takes vectors of at most 2,000 dimension
 #: A hit's cosine to the query vector (the first parameter) and its best sentence's (the second), for the hybrid
 #: search's best-sentence scores; null without a vector.
 SIMILAR = (", 1 - (c.embedding <=> %s), (SELECT max(1 - (sentence <=> %s)) FROM unnest(c.sentences) AS sentence)")
-PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]*)", re.IGNORECASE)
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2's, the shipped model
 READER_NAME = "gatehouse-reader"  # the application_name of the connections to the read URL (pg_stat_activity)
-DEFAULT_MAX_LAG_S = 1.0
-LAG_POLL_S = 0.01
-READ_RETRY_S = 30.0  # after a read URL could not be reached, how long searches go to the primary before trying again
+READY_TIMEOUT_S = 2.0  # how long a readiness check waits for a pooled connection
 
-logger = logging.getLogger(__name__)
 #: The newest primary WAL position each process has seen per database (its own commits, the counters it read): a
 #: search on a standby waits until the standby has replayed that far. Process-wide: the index and the retrieve
 #: pipelines hold different store objects of one database.
 _SEEN: dict[str, int] = {}
 _SEEN_LOCK = threading.Lock()
-#: Until when (monotonic) each read URL is skipped after it could not be reached: every store object of the process.
-_READ_DOWN_UNTIL: dict[str, float] = {}
+#: The databases this process's stores were opened on: (primary URL, read URL or "") -> max_lag_s (`readiness`).
+_OPENED: dict[tuple[str, str], float] = {}
 
 
 def _configure(connection: psycopg.Connection) -> None:
@@ -112,20 +121,60 @@ def primary_pool(url: str, size: int | None = None) -> ConnectionPool:
     `GATEHOUSE_POSTGRES_POOL_SIZE`; a larger size grows it): every store object and the job queue share it.
     """
     return connection_pool(url, size=size or settings.postgres_pool_size(), name="PostgreSQL store",
-                           shown_url=_redacted(url), configure=_configure)
+                           shown_url=shown(url), configure=_configure)
 
 
-def _lsn(text: str | None) -> int:
-    """A WAL position (`16/B374D848`) as a number."""
-    if not text:
-        return 0
-    high, _, low = str(text).partition("/")
-    return (int(high, 16) << 32) + int(low, 16)
+def reader_pool(read_url: str, size: int | None = None) -> ConnectionPool:
+    """This process's pool of connections to the read URL (as `primary_pool`), named `READER_NAME` there."""
+    return connection_pool(read_url, size=size or settings.postgres_pool_size(), name="PostgreSQL read URL",
+                           shown_url=shown(read_url), application_name=READER_NAME, connect_timeout=5,
+                           configure=_configure, role="standby")
 
 
-#: The layout of the BM25 tables, kept in the table's settings: a table of another layout is refused, naming it.
-#: `versioned`: each term's row carries a version every change of its postings moves (for `_PostingsCache`).
-BM25_LAYOUT = "postings-versioned"
+def readiness(timeout_s: float = READY_TIMEOUT_S) -> list[tuple[str, float]]:
+    """
+    Why the databases of this process's stores cannot serve now, each a caller-safe reason (no user, host, port or
+    database name) with the seconds after which to ask again; empty when they can: each primary answers a query,
+    each read URL can be reached and is not lagging (`Standby.ready`: behind what it received for `max_lag_s`, or
+    in a lag episode). An outage found is logged as the searches' are (once, `report_outage`).
+
+    :param timeout_s: How long a check waits for a pooled connection.
+    """
+    with _SEEN_LOCK:
+        opened = sorted(_OPENED.items())
+    problems: list[tuple[str, float]] = []
+    for url in sorted({url for (url, _), _ in opened}):
+        for attempt in (1, 2):  # an idle connection the server dropped fails once (and its idle peers are closed)
+            try:
+                with pooled_transaction(url, primary_pool(url), timeout_s, "checking readiness") as cursor:
+                    cursor.execute("SELECT 1")
+                break
+            except StoreUnavailableError as error:
+                if attempt == 2 or isinstance(error, PoolExhaustedError):
+                    report_outage(error)
+                    problems.append((error.public, error.retry_after_s))
+                    break
+    for (_, read_url), max_lag_s in opened:
+        if not read_url:
+            continue
+        state = standby(read_url, shown(read_url))
+        reason = "the standby cannot be reached" if state.skipped() == "unreachable" else None
+        for attempt in (1, 2) if reason is None else ():
+            try:
+                with reader_pool(read_url).connection(timeout_s, "checking readiness") as connection:
+                    reason = state.ready(connection, max_lag_s)
+                break
+            except psycopg.Error as error:
+                if attempt == 2:
+                    state.down(error, scrub(first_line(error), read_url))
+                    reason = "the standby cannot be reached"
+            except StoreUnavailableError as error:  # its pool stayed busy
+                reason = error.public
+                break
+        if reason is not None:
+            problems.append((reason, max(state.retry_after_s(), StoreUnavailableError.retry_after_s)))
+    return problems
+
 
 #: The query's terms (ids, counts, the version of their postings the caller holds, or null) with their IDF over the
 #: whole table (every tenant's chunks, as in the local shard) and their version; a term's postings (chunk `pk`s and
@@ -233,26 +282,6 @@ def _where(filters: dict[str, Any] | None, extra: sql.Composable = sql.SQL("TRUE
     return sql.SQL(" WHERE ") + extra + clause, params
 
 
-def _redacted(url: str) -> str:
-    """The URL (or `key=value` connection string) without its password, to name the server in an error."""
-    url = PASSWORD_PARAMETER.sub(r"\1***", url)
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "the configured PostgreSQL URL"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
-
-
-def unavailable(url: str, error: BaseException, doing: str) -> StoreUnavailableError:
-    """The one-line error for the database at `url` that could not be used while `doing` (no password in it)."""
-    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return StoreUnavailableError(f"the PostgreSQL store at {_redacted(url)} cannot be used ({doing}: {detail}): "
-                                 "start the server or point GATEHOUSE_POSTGRES_URL at one that runs")
-
-
 @contextlib.contextmanager
 def pooled_transaction(url: str, pool: ConnectionPool, timeout: float, doing: str,
                        after_commit: Callable[[psycopg.Connection], None] | None = None) -> Iterator[psycopg.Cursor]:
@@ -264,17 +293,18 @@ def pooled_transaction(url: str, pool: ConnectionPool, timeout: float, doing: st
     """
     try:
         connection = pool.get(timeout, doing)
-    except psycopg.Error as error:
-        raise unavailable(url, error, "connecting") from error
+    except psycopg.Error as error:  # the driver's own error is not chained: it may quote the password
+        raise unavailable(url, error, "connecting") from None
     try:
         with connection.transaction(), connection.cursor() as cursor:
             yield cursor
         if after_commit is not None:
             after_commit(connection)
     except psycopg.OperationalError as error:
-        raise unavailable(url, error, doing) from error
+        raise unavailable(url, error, doing) from None
     finally:
         pool.put(connection)
+    outage_over(url)
 
 
 class PostgresDocumentStore:
@@ -291,7 +321,7 @@ class PostgresDocumentStore:
         embedding_dim: int | None = None,
         indexed_fields: list[str] | None = None,
         read_url: str | None = None,
-        max_lag_s: float = DEFAULT_MAX_LAG_S,
+        max_lag_s: float | None = None,
         pool_size: int | None = None,
         pool_timeout_s: float | None = None,
     ) -> None:
@@ -339,7 +369,11 @@ class PostgresDocumentStore:
         self._url = url or settings.postgres_url() or ""
         if not self._url:
             raise ValueError("The PostgreSQL store needs GATEHOUSE_POSTGRES_URL or url.")
-        self.read_url, self.max_lag_s = read_url, float(max_lag_s)
+        if max_lag_s is not None and (isinstance(max_lag_s, bool) or not isinstance(max_lag_s, int | float)
+                                      or not 0 <= max_lag_s < float("inf")):
+            raise ValueError(f"max_lag_s must be a number of seconds of at least 0, got {max_lag_s!r}.")
+        self.read_url, self.max_lag_s = read_url, max_lag_s
+        self._max_lag_s = float(settings.postgres_max_lag_s() if max_lag_s is None else max_lag_s)
         self._read_url = read_url or settings.postgres_read_url() or ""
         if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
             raise ValueError(f"pool_size must be a whole number of at least 1, got {pool_size!r}.")
@@ -354,6 +388,9 @@ class PostgresDocumentStore:
                        "postings": sql.Identifier(f"{table}_postings"), "terms": sql.Identifier(f"{table}_terms"),
                        "totals": sql.Identifier(f"{table}_totals")}
         self._set_up()
+        with _SEEN_LOCK:
+            key = (self._url, self._read_url)
+            _OPENED[key] = max(_OPENED.get(key, 0.0), self._max_lag_s)
 
     # -- connections ------------------------------------------------------------------------------------------
     @property
@@ -375,9 +412,9 @@ class PostgresDocumentStore:
     def _saw_commit(self, connection: psycopg.Connection) -> None:
         self._saw(connection.execute("SELECT pg_current_wal_lsn()").fetchone()[0])
 
-    def _saw(self, lsn: str) -> None:
+    def _saw(self, position: str) -> None:
         with _SEEN_LOCK:
-            _SEEN[self._url] = max(_SEEN.get(self._url, 0), _lsn(lsn))
+            _SEEN[self._url] = max(_SEEN.get(self._url, 0), lsn(position))
 
     @contextlib.contextmanager
     def _read(self, doing: str) -> Iterator[psycopg.Cursor]:
@@ -385,16 +422,7 @@ class PostgresDocumentStore:
         A cursor for a search: on the read URL once it has replayed what this process has seen on the primary
         (waiting up to `max_lag_s`), else (no read URL, too far behind, unreachable) on the primary.
         """
-        connection = self._reader(doing) if self._read_url else None
-        if connection is not None:
-            try:
-                caught_up = self._caught_up(connection)
-            except psycopg.OperationalError as error:
-                self._reader_down(error)
-                caught_up = False
-            if not caught_up:  # behind by more than max_lag_s, or lost: the primary answers
-                self._reader_pool().put(connection)
-                connection = None
+        connection = self._standby_connection(doing) if self._read_url else None
         if connection is None:
             with self._transaction(doing) as cursor:
                 yield cursor
@@ -404,43 +432,48 @@ class PostgresDocumentStore:
                 yield cursor
         except psycopg.OperationalError as error:  # lost mid-search: this search fails, the next reads the primary
             self._reader_down(error)
-            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise StoreUnavailableError(f"the PostgreSQL read URL {_redacted(self._read_url)} was lost ({doing}: "
-                                        f"{detail}); the next searches read the primary") from error
+            raise StoreUnavailableError(
+                f"the PostgreSQL read URL {shown(self._read_url)} was lost ({doing}: "
+                f"{scrub(first_line(error), self._read_url)}); the next searches read the primary") from None
         finally:
             self._reader_pool().put(connection)
 
-    def _caught_up(self, connection: psycopg.Connection) -> bool:
-        """Whether the standby has replayed what this process has seen, waiting up to `max_lag_s` for it."""
-        with _SEEN_LOCK:
-            seen = _SEEN.get(self._url, 0)
-        deadline = time.monotonic() + self.max_lag_s
-        while seen and _lsn(connection.execute("SELECT pg_last_wal_replay_lsn()").fetchone()[0]) < seen:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(LAG_POLL_S)
-        return True
+    def _standby(self) -> Standby:
+        return standby(self._read_url, shown(self._read_url))
 
     def _reader_pool(self) -> ConnectionPool:
-        return connection_pool(self._read_url, size=self._pool_size, name="PostgreSQL read URL",
-                               shown_url=_redacted(self._read_url), application_name=READER_NAME, connect_timeout=5,
-                               configure=_configure)
+        return reader_pool(self._read_url, self._pool_size)
 
-    def _reader(self, doing: str) -> psycopg.Connection | None:
-        """A connection to the read URL checked out of its pool (None while it is known to be unreachable)."""
-        if time.monotonic() < _READ_DOWN_UNTIL.get(self._read_url, 0.0):
-            return None
-        try:
-            return self._reader_pool().get(self._pool_timeout_s, doing)
-        except psycopg.Error as error:
-            self._reader_down(error)
-            return None
+    def _standby_connection(self, doing: str) -> psycopg.Connection | None:
+        """
+        A connection to the read URL once it has replayed what this process has seen on the primary (waiting up to
+        `max_lag_s` once per lag episode: `postgres_standby`), or None: the search reads the primary (counted, by
+        reason: `lag`, `unreachable`).
+        """
+        state = self._standby()
+        reason = state.skipped()
+        if reason is None:
+            try:
+                connection = self._reader_pool().get(self._pool_timeout_s, doing)
+            except psycopg.Error as error:
+                self._reader_down(error)
+                reason = "unreachable"
+        if reason is None:
+            with _SEEN_LOCK:
+                seen = _SEEN.get(self._url, 0)
+            try:
+                if state.caught_up(connection, seen=seen, max_lag_s=self._max_lag_s):
+                    return connection
+                reason = "lag"
+            except psycopg.OperationalError as error:
+                self._reader_down(error)
+                reason = "unreachable"
+            self._reader_pool().put(connection)
+        PRIMARY_READS.labels(reason=reason).inc()
+        return None
 
     def _reader_down(self, error: BaseException) -> None:
-        _READ_DOWN_UNTIL[self._read_url] = time.monotonic() + READ_RETRY_S
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        logger.warning("the PostgreSQL read URL %s cannot be used (%s): searches read the primary for %.0f s",
-                       _redacted(self._read_url), detail, READ_RETRY_S)
+        self._standby().down(error, scrub(first_line(error), self._read_url))
 
     def close(self) -> None:
         """
@@ -471,12 +504,12 @@ class PostgresDocumentStore:
         try:
             connection = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
         except psycopg.Error as error:
-            raise unavailable(self._url, error, "connecting") from error
+            raise unavailable(self._url, error, "connecting") from None
         with connection:
             try:
                 self._set_up_in(connection)
             except psycopg.Error as error:  # refused, lost, read-only (a standby before the table exists)
-                raise unavailable(self._url, error, "setting up its tables") from error
+                raise unavailable(self._url, error, "setting up its tables") from None
 
     def _set_up_in(self, connection: psycopg.Connection) -> None:
         installed = {row[0] for row in connection.execute("SELECT extname FROM pg_extension")}
@@ -489,13 +522,14 @@ class PostgresDocumentStore:
                             sql.Identifier(extension)))
                 except psycopg.Error as error:
                     raise StoreUnavailableError(
-                        f"the PostgreSQL database at {_redacted(self._url)} lacks the {extension} extension and this "
-                        f"user cannot create it ({str(error).strip().splitlines()[0]}): run CREATE EXTENSION "
-                        f"{extension}; as a superuser in that database") from error
+                        f"the PostgreSQL database at {shown(self._url)} lacks the {extension} extension and this "
+                        f"user cannot create it ({scrub(first_line(error), self._url)}): run CREATE EXTENSION "
+                        f"{extension}; as a superuser in that database") from None
         if connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
                 self._create(connection)
+        migrate(connection, self.table)
         self._check(connection)
 
     def _create(self, connection: psycopg.Connection) -> None:
@@ -532,16 +566,13 @@ class PostgresDocumentStore:
 
     def _settings(self) -> dict[str, Any]:
         """What the table is created with and must be opened with (kept as the table's comment)."""
-        return {"embedding_dim": self._dim, "indexed_fields": self.indexed_fields, **ANALYSIS, "bm25": BM25_LAYOUT}
+        return {"embedding_dim": self._dim, "indexed_fields": self.indexed_fields, **ANALYSIS,
+                "bm25": LAYOUTS[SCHEMA_VERSION], "schema": SCHEMA_VERSION}
 
     def _check(self, connection: psycopg.Connection) -> None:
         """Refuse a table created with other settings, naming them."""
-        comment = connection.execute("SELECT obj_description(%s::regclass, 'pg_class')", (self.table,)).fetchone()[0]
-        try:
-            stored = json.loads(comment or "")
-        except ValueError:
-            stored = None
-        if not isinstance(stored, dict):
+        stored = stored_settings(connection, self.table)
+        if stored is None:
             raise ValueError(f"The PostgreSQL table {self.table} was not created by Gatehouse: name another table.")
         if self.embedding_dim is None:
             self._dim = stored.get("embedding_dim", self._dim)

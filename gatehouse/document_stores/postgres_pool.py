@@ -16,7 +16,9 @@ server's `max_connections` under load. Here a call checks a connection out for o
   serving);
 - each new connection is set up by the pool's `configure` callback (the vector type, `hnsw.iterative_scan`);
 - a connection given back broken (a lost or restarted server) is closed, and so are the idle ones (they are most
-  likely dead too): the next call opens a new one. A connection given back inside a transaction is closed.
+  likely dead too): the next call opens a new one. A connection given back inside a transaction is closed;
+- its connections open and in use, its size, the calls that waited and those that gave up are Prometheus series
+  (`postgres_metrics`, labelled `primary` or `standby`).
 
 `psycopg_pool.ConnectionPool` was tried first and does not fit: it opens connections in background workers, so a
 refused or unreachable server leaves every call waiting its full timeout for a `PoolTimeout` that has lost the
@@ -43,9 +45,19 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from gatehouse.document_stores.errors import StoreUnavailableError
+from gatehouse.document_stores.postgres_metrics import (
+    POOL_CONNECTIONS,
+    POOL_IN_USE,
+    POOL_SIZE,
+    POOL_TIMEOUTS,
+    POOL_WAITS,
+)
 
 DEFAULT_SIZE = 8
 DEFAULT_TIMEOUT_S = 10.0
+
+
+BUSY = "the database is busy: every connection of this server process stayed in use; try again shortly"
 
 
 class PoolExhaustedError(StoreUnavailableError):
@@ -56,15 +68,17 @@ class ConnectionPool:
     """At most `size` connections to one URL, each checked out by one caller at a time."""
 
     def __init__(self, url: str, *, size: int, name: str, connect: Callable[[], psycopg.Connection],
-                 configure: Callable[[psycopg.Connection], None] | None = None) -> None:
+                 configure: Callable[[psycopg.Connection], None] | None = None, role: str = "primary") -> None:
         """
         :param url: The server's URL, as it is named in errors (already without its password).
         :param size: The most connections open at once.
         :param name: What the pool is for, in errors (`PostgreSQL store at <url>`).
         :param connect: Opens a new connection (autocommit).
         :param configure: Sets up each new connection; an error there closes it and fails the call.
+        :param role: `primary` or `standby`: the `pool` label of its metrics (`postgres_metrics`).
         """
-        self.url, self.size, self.name = url, size, name
+        self.url, self.size, self.name, self.role = url, size, name, role
+        POOL_SIZE.labels(pool=role).inc(size)
         self._connect, self._configure = connect, configure
         self._idle: list[psycopg.Connection] = []  # the most recently used last: it is taken first
         self._open = 0  # idle + checked out + being opened
@@ -75,6 +89,7 @@ class ConnectionPool:
         """Allow up to `size` connections (a smaller size is ignored: the largest asked for wins)."""
         with self._condition:
             if size > self.size:
+                POOL_SIZE.labels(pool=self.role).inc(size - self.size)
                 self.size = size
                 self._condition.notify_all()
 
@@ -88,19 +103,24 @@ class ConnectionPool:
         """
         deadline = time.monotonic() + timeout
         with self._condition:
+            if not self._idle and self._open >= self.size:
+                POOL_WAITS.labels(pool=self.role).inc()
             while not self._idle and self._open >= self.size:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    POOL_TIMEOUTS.labels(pool=self.role).inc()
                     raise PoolExhaustedError(
                         f"the {self.name} at {self.url} is busy ({doing}): this process's {self.size} pooled "
                         f"connection(s) stayed in use for {timeout:g} s; raise postgres.pool_size or "
                         "GATEHOUSE_POSTGRES_POOL_SIZE (processes × pool size must stay under the server's "
-                        "max_connections) or postgres.pool_timeout_s")
+                        "max_connections) or postgres.pool_timeout_s", public=BUSY, outage=self.url)
                 self._condition.wait(remaining)
             if self._idle:
+                POOL_IN_USE.labels(pool=self.role).inc()
                 return self._idle.pop()
             self._open += 1
             self.peak = max(self.peak, self._open)
+        POOL_CONNECTIONS.labels(pool=self.role).inc()
         try:
             connection = self._connect()
         except BaseException:
@@ -113,6 +133,7 @@ class ConnectionPool:
             connection.close()
             self._forget(1)
             raise
+        POOL_IN_USE.labels(pool=self.role).inc()
         return connection
 
     def put(self, connection: psycopg.Connection) -> None:
@@ -120,6 +141,7 @@ class ConnectionPool:
         Give a connection back: kept for the next call if it is usable and outside a transaction, else closed; a
         broken one closes the idle ones too (a lost or restarted server broke them as well).
         """
+        POOL_IN_USE.labels(pool=self.role).dec()
         broken = connection.closed or connection.broken
         usable = not broken and connection.info.transaction_status == TransactionStatus.IDLE
         if usable:
@@ -156,6 +178,7 @@ class ConnectionPool:
 
     def _forget(self, count: int) -> None:
         if count:
+            POOL_CONNECTIONS.labels(pool=self.role).dec(count)
             with self._condition:
                 self._open -= count
                 self._condition.notify(count)
@@ -168,13 +191,14 @@ _POOLS_LOCK = threading.Lock()
 
 def connection_pool(url: str, *, size: int, name: str, shown_url: str, application_name: str = "",
                     connect_timeout: int = 10, configure: Callable[[psycopg.Connection], None] | None = None,
-                    ) -> ConnectionPool:
+                    role: str = "primary") -> ConnectionPool:
     """
     This process's pool for `url` (and `application_name`), made on first use; a larger `size` than its current one
     grows it.
 
     :param shown_url: The URL as errors name it (without its password).
     :param configure: Sets up each new connection (taken from the call that makes the pool).
+    :param role: `primary` or `standby` (its metrics' label).
     """
     key = (os.getpid(), url, application_name)
     with _POOLS_LOCK:
@@ -183,7 +207,7 @@ def connection_pool(url: str, *, size: int, name: str, shown_url: str, applicati
             options: dict[str, Any] = {"autocommit": True, "connect_timeout": connect_timeout}
             if application_name:
                 options["application_name"] = application_name
-            pool = _POOLS[key] = ConnectionPool(shown_url, size=size, name=name, configure=configure,
+            pool = _POOLS[key] = ConnectionPool(shown_url, size=size, name=name, configure=configure, role=role,
                                                 connect=lambda: psycopg.connect(url, **options))
             return pool
     pool.grow(size)

@@ -5,8 +5,10 @@ Keys are named in the manifest by the environment variable that holds each secre
 `GuardMiddleware` runs in front of every Hayhooks route: it answers 413 for oversized bodies, 401 without a
 valid key (except `GET /status`), 403 for deploy/undeploy and traces without an admin key (404 on a server without
 keys, where they are not served), and leaves the caller's `Principal` in a context variable for the pipeline
-wrappers, which enforce tenants (403). A JSON body holding a number that is not finite (`NaN`, `Infinity`, `1e400`)
-gets 422 before anything parses it.
+wrappers, which enforce tenants (403). A JSON body (whatever its `Content-Type` says) holding a number that is not
+finite (`NaN`, `Infinity`, `1e400`) or a lone UTF-16 surrogate (`"\\ud800"`) gets 422 before anything parses it. The
+body is read before the caller's limits count the request (429), so a client sending its body slowly holds none of
+its caller's concurrent requests (the protocol's `limits.body_timeout_s` bounds how long it takes).
 
 Usage:
 ```python
@@ -29,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 from fastapi import HTTPException
 
 from gatehouse.components.state import PUBLIC_TENANT
-from gatehouse.serving.edge import error_answer, non_finite_number, send_answer
+from gatehouse.serving.edge import error_answer, json_body_problem, send_answer
 from gatehouse.serving.manifest import Manifest, ManifestError
 from gatehouse.serving.rate_limits import CallerLimits, RateLimiter
 
 if TYPE_CHECKING:
     from gatehouse.serving.db_rate_limits import DatabaseRateLimiter
 
-OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status")}
+OPEN_PATHS = {("GET", "/status"), ("HEAD", "/status"), ("GET", "/ready"), ("HEAD", "/ready")}
 # Hayhooks' routes that deploy code or show every tenant's requests: an admin key's (absent without keys).
 ADMIN_PATHS = ("/deploy_files", "/deploy-yaml", "/undeploy/{pipeline_name}", "/traces")
 REFUSAL_PAUSE_S = 1.0  # a request over its caller's limits is answered (429) after this pause, at most Retry-After
@@ -176,13 +178,6 @@ def is_admin_path(path: str) -> bool:
     return path in ("/deploy_files", "/deploy-yaml", "/traces") or path.startswith(("/undeploy/", "/traces/"))
 
 
-def _json_body(scope: dict[str, Any]) -> bool:
-    """Whether the request says its body is JSON (`application/json`, `application/*+json`)."""
-    content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
-    media_type = content_type.partition(";")[0].strip().lower()
-    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
-
-
 def rate_limiter(manifest: Manifest, *, database_url: str | None = None) -> "RateLimiter | DatabaseRateLimiter":
     """The manifest's per-caller limits: `limits.requests_per_minute` and `limits.max_concurrent_requests`, and a
     key's own where `auth.keys` gives it; kept in the PostgreSQL database at `database_url` when there is one (shared
@@ -201,8 +196,8 @@ def rate_limiter(manifest: Manifest, *, database_url: str | None = None) -> "Rat
 
 class GuardMiddleware:
     """
-    ASGI middleware: bearer authentication, admin-only deployment routes, per-caller request limits (429 with
-    `Retry-After`), body-size limit, finite numbers in JSON bodies.
+    ASGI middleware: bearer authentication, admin-only deployment routes, body-size limit, finite numbers and
+    characters in JSON bodies, per-caller request limits (429 with `Retry-After`) once the body is read.
     """
 
     def __init__(self, app: Any, *, keyring: KeyRing, max_body_bytes: int,
@@ -226,26 +221,44 @@ class GuardMiddleware:
             return None, error_answer(403, "deploying and undeploying pipelines and reading traces need an admin key")
         return principal, None
 
-    async def _read_body(self, scope: dict[str, Any], receive: Any) -> tuple[list[dict[str, Any]], bool]:
-        """Buffer the body (bounded by the limit); returns the messages to replay and whether it was too large."""
+    async def _read_body(self, scope: dict[str, Any], receive: Any
+                         ) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | None:
+        """
+        Buffer the body, bounded by the limit (its arrival is bounded by the protocol's `limits.body_timeout_s`).
+
+        :returns: The messages to replay and the error answer of a body that is too large or not usable (413, 422),
+            or None when the client went away before its body was complete.
+        """
         declared = dict(scope["headers"]).get(b"content-length")
+        too_large = error_answer(413, f"request body exceeds the limit of {self.max_body_bytes} bytes "
+                                      "(limits.max_body_bytes in hayhooks.yml)")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            return [], True
+            return [], too_large
         messages, size = [], 0
         while True:
             message = await receive()
+            if message["type"] != "http.request":
+                return None
             messages.append(message)
             size += len(message.get("body", b""))
             if size > self.max_body_bytes:
-                return [], True
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                return messages, False
+                return [], too_large
+            if not message.get("more_body", False):
+                break
+        problem = json_body_problem(b"".join(m.get("body", b"") for m in messages))
+        return messages, None if problem is None else error_answer(422, problem)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         principal, error = self._check_access(scope)
+        messages: list[dict[str, Any]] = []
+        if error is None:  # the body is read before the caller's limits count the request: a slow body holds no slot
+            read = await self._read_body(scope, receive)
+            if read is None:
+                return
+            messages, error = read
         caller = self._caller(scope, principal)  # a request without a valid key counts against its address
         if caller is not None:
             refusal = await self._call_limiter(self.limiter.admit, caller)
@@ -269,12 +282,17 @@ class GuardMiddleware:
                 await release()
             await send(message)
 
+        async def replay() -> dict[str, Any]:
+            return messages.pop(0) if messages else await receive()
+
+        token = current_principal.set(principal)
         try:
             if error is not None:
                 await send_answer(send_released, error)
             else:
-                await self._guarded(scope, receive, send_released, principal)
+                await self.app(scope, replay, send_released)
         finally:
+            current_principal.reset(token)
             await release()
 
     async def _call_limiter(self, method: Any, caller: str) -> Any:
@@ -292,23 +310,3 @@ class GuardMiddleware:
             return principal.name  # an environment variable's name: never `address:...`
         client = scope.get("client")
         return f"address:{client[0] if client else 'unknown'}"
-
-    async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any, principal: Principal | None) -> None:
-        messages, too_large = await self._read_body(scope, receive)
-        if too_large:
-            await send_answer(send, error_answer(413, f"request body exceeds the limit of {self.max_body_bytes} bytes "
-                                                      "(limits.max_body_bytes in hayhooks.yml)"))
-            return
-        problem = non_finite_number(b"".join(m.get("body", b"") for m in messages)) if _json_body(scope) else None
-        if problem is not None:
-            await send_answer(send, error_answer(422, problem))
-            return
-
-        async def replay() -> dict[str, Any]:
-            return messages.pop(0) if messages else await receive()
-
-        token = current_principal.set(principal)
-        try:
-            await self.app(scope, replay, send)
-        finally:
-            current_principal.reset(token)

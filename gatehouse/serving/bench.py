@@ -521,7 +521,7 @@ def own_server(folder: Path, llm_port: int, budget: float, llm_url: str | None =
 
 @contextlib.contextmanager
 def serve_process(manifest: Path, log: Path, *, deployments: int, what: str, env: dict[str, str] | None = None,
-                  cwd: Path | None = None) -> Iterator[str]:
+                  cwd: Path | None = None, python: str = sys.executable) -> Iterator[str]:
     """
     `gatehouse serve --manifest manifest` on a free loopback port, its output in `log`, stopped afterwards.
 
@@ -529,6 +529,7 @@ def serve_process(manifest: Path, log: Path, *, deployments: int, what: str, env
     :param what: Who runs it, for the error message.
     :param env: The server's environment (default: this process's).
     :param cwd: The server's working directory (default: this one).
+    :param python: The interpreter whose Gatehouse serves (another checkout's environment; default this one).
     :returns: (yields) Its base URL.
     :raises RuntimeError: When it exits before it serves (its log says why: e.g. the data directory is in use).
     """
@@ -537,7 +538,7 @@ def serve_process(manifest: Path, log: Path, *, deployments: int, what: str, env
         port = probe.getsockname()[1]
     with log.open("w") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
+            [python, "-m", "gatehouse.cli", "serve", "--port", str(port), "--manifest", str(manifest)],
             stdout=output, stderr=subprocess.STDOUT, env=env, cwd=cwd,
         )
     url = f"http://127.0.0.1:{port}"

@@ -10,10 +10,13 @@ search or files, search queries). Each is one user message holding a task prompt
 to the assistant, which its input guardrails refuse as a prompt injection.
 
 `client_task` recognises Open WebUI's default task prompts by that structure, and `reply` answers them at once: the
-title is the conversation's first question, shortened; tags, follow-ups and search queries are declined with an
-empty list (Open WebUI then keeps the chat untagged, shows no suggestions, searches nothing). No retrieval, no
-language model, no guardrail verdict: the reply is made from the caller's own words. A prompt that does not have the
-structure (another client's, an administrator's own task template) is a question like any other.
+title is the conversation's first question, shortened, passed through the caller's `screen` (the server's input
+guardrails: cleaned, personal data redacted) and stripped of markup (`plain_text`: no `<script>`, no remote image);
+tags, follow-ups and search queries are declined with an empty list (Open WebUI then keeps the chat untagged, shows
+no suggestions, searches nothing). No retrieval, no language model: the reply is made from the caller's own words. A
+prompt that does not have the structure (another client's, an administrator's own task template) is a question like
+any other; so is one whose `instructions` (the prompt outside its chat history) the input guardrails refuse, which
+the server decides (`gatehouse.serving.wrappers`).
 
 Usage:
 ```python
@@ -22,15 +25,17 @@ from gatehouse.serving.client_tasks import client_task
 task = client_task([{"role": "user", "content": prompt}])   # None: not a task prompt
 if task is not None:
     task.kind, task.reply()       # "title", '{"title": "How do I rotate an API key"}'
-    task.response()               # the same reply as a response contract, for the chat answer
+    task.response(screen=redact)  # the same reply as a response contract, the title passed through `redact`
 ```
 """
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gatehouse.components.guardrails.sanitising import plain_text
 from gatehouse.components.printable import printable
 from gatehouse.components.text_units import shortened
 
@@ -48,23 +53,29 @@ _TURN = re.compile(r"^(USER|ASSISTANT|SYSTEM): ?", re.MULTILINE)
 
 @dataclass(frozen=True)
 class ClientTask:
-    """A recognised task: its kind (a `TASK_KEYS` entry) and the conversation it is about (`[(role, text)]`)."""
+    """A recognised task: its kind (a `TASK_KEYS` entry), its instructions (the prompt before its chat history) and
+    the conversation it is about (`[(role, text)]`)."""
 
     kind: str
+    instructions: str
     history: list[tuple[str, str]]
 
-    def reply(self) -> str:
-        """The JSON object Open WebUI parses: a title from the first question, an empty list for the others."""
+    def reply(self, screen: Callable[[str], str] = printable) -> str:
+        """
+        The JSON object Open WebUI parses: a title from the first question, an empty list for the others.
+
+        :param screen: Applied to the question before it becomes the title (the server passes its input guardrails'
+            cleaning and redaction).
+        """
         if self.kind != "title":
             return json.dumps({self.kind: []})
         question = next((text for role, text in self.history if role == "user"), "")
-        return json.dumps({"title": short_title(question)}, ensure_ascii=False)
+        return json.dumps({"title": short_title(plain_text(screen(question)))}, ensure_ascii=False)
 
-
-    def response(self) -> dict[str, Any]:
+    def response(self, screen: Callable[[str], str] = printable) -> dict[str, Any]:
         """The reply as a response contract (`status` success, `path` `["client_task"]`, `metadata.client_task`)."""
-        return {"answer": self.reply(), "citations": [], "metadata": {"client_task": self.kind}, "status": "success",
-                "error_message": None, "path": ["client_task"],
+        return {"answer": self.reply(screen), "citations": [], "metadata": {"client_task": self.kind},
+                "status": "success", "error_message": None, "path": ["client_task"],
                 "validation": {"boundary_violations": [], "confidence_warnings": [], "guardrail_actions": [],
                                "unsupported_sentences": []}}
 
@@ -88,7 +99,8 @@ def client_task(turns: list[dict[str, str]]) -> ClientTask | None:
     key = _KEY.search(prompt, output.end(), section_end if section_end >= 0 else opens) if output else None
     if key is None:
         return None
-    return ClientTask(kind=key.group(1), history=_turns(prompt[opens + len("<chat_history>"):closes]))
+    return ClientTask(kind=key.group(1), instructions=prompt[:opens],
+                      history=_turns(prompt[opens + len("<chat_history>"):closes]))
 
 
 def _turns(history: str) -> list[tuple[str, str]]:

@@ -9,14 +9,15 @@ times, the owning worker and its lease) and `<table>_job_files` (the uploaded by
 the file is done and when the job ends). What differs from the in-memory jobs:
 
 - the queue is the database's: `max_queued` bounds the jobs *waiting* in the database (every server's), and
-  `max_queued_per_tenant` a tenant's waiting ones; each server runs `workers` of them at once;
-- a worker takes the next job with `SELECT ... FOR UPDATE SKIP LOCKED`, the waiting job of the tenant whose last job
-  started longest ago (tenants in turn, as in memory), oldest first;
-- a running job holds a lease (`lease_s`) that its server renews every third of it; a job whose lease ran out (its
-  server was killed, lost its database, or hung) is taken over by the next free worker of any server, which goes on
+  `max_queued_per_tenant` a tenant's waiting ones; each server indexes `workers` files at once;
+- a worker takes one file at a time, with `SELECT ... FOR UPDATE SKIP LOCKED`: the next file of the first unfinished
+  job no worker is on, of the tenant served longest ago (`turn_at`; tenants in turn, as in memory), so one tenant's
+  many files or jobs never make another's upload wait for more than the files in progress;
+- a worker on a job holds a lease (`lease_s`) that its server renews every third of it; a job whose lease ran out
+  (its server was killed, lost its database, or hung) is left to the next free worker of any server, which goes on
   with the files not done yet (a file written just before the crash is then reported `skipped`, unchanged). After
-  `MAX_ATTEMPTS` runs the job is `failed` with that reason instead (a file that kills its server every time). A
-  `cancelling` job whose lease ran out is `cancelled`;
+  `MAX_ATTEMPTS` such crashes the job is `failed` with that reason instead (a file that kills its server every time).
+  A `cancelling` job whose lease ran out is `cancelled`;
 - the last `history` finished jobs are kept, for every server; a restart forgets nothing.
 
 Documents are written by the store one transaction each, so a killed server leaves whole documents only.
@@ -54,6 +55,7 @@ from psycopg.types.json import Jsonb
 from gatehouse.document_stores.errors import StoreUnavailableError, find_data_dir_error
 from gatehouse import settings
 from gatehouse.document_stores.postgres_document_store import pooled_transaction, primary_pool
+from gatehouse.document_stores.postgres_errors import report_outage
 from gatehouse.ingest import FileOutcome, ingest_file
 from gatehouse.serving.jobs import RECENT_JOBS, RETRY_AFTER_UNKNOWN_S, UNFINISHED, IngestJob, JobAccepted, QueueFull
 from gatehouse.serving.observability import record_ingest
@@ -61,7 +63,7 @@ from gatehouse.settings import data_dir
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3  # runs of one job (the first and two take-overs) before it is failed
+MAX_ATTEMPTS = 3  # leases of one job that run out (its server stopped on it) before it is failed
 IDLE_POLL_S = 1.0  # how often an idle worker looks for a job another server queued
 WAIT_POLL_S = 0.2  # how often `wait` reads the job
 FINISHED = ("done", "failed", "cancelled")
@@ -118,7 +120,7 @@ class DatabaseIngestJobs:
                        "lock": sql.Literal(f"{table}_jobs"), "jobs_status": sql.Identifier(f"{table}_jobs_status")}
         self.pool_timeout_s = float(pool_timeout_s or settings.postgres_pool_timeout_s())
         self._wake = threading.Event()
-        self._running: dict[str, threading.Event] = {}  # job id -> set when the job is no longer ours (lease lost)
+        self._running: set[str] = set()  # the jobs this server's workers are on (a file each)
         self._running_lock = threading.Lock()
         self._set_up()
         for index in range(workers):
@@ -144,6 +146,7 @@ class DatabaseIngestJobs:
                 "status text NOT NULL, results jsonb NOT NULL, chunks_written integer NOT NULL DEFAULT 0, error text, "
                 "submitted_at timestamptz NOT NULL DEFAULT now(), started_at timestamptz, finished_at timestamptz, "
                 "run_seconds float8, owner text, lease_until timestamptz, attempts integer NOT NULL DEFAULT 0)"))
+            cursor.execute(self._sql("ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS turn_at timestamptz"))  # older tables
             cursor.execute(self._sql("CREATE INDEX IF NOT EXISTS {jobs_status} ON {jobs} (status, tenant)"))
             cursor.execute(self._sql(
                 "CREATE TABLE IF NOT EXISTS {files} (job_id text NOT NULL REFERENCES {jobs} ON DELETE CASCADE, "
@@ -196,13 +199,16 @@ class DatabaseIngestJobs:
     def cancel(self, job_id: str, tenants: Collection[str] | None) -> IngestJob | None:
         """Cancel a job: a waiting one never runs, a running one (on any server) stops before its next file."""
         with self._cursor("cancelling a job") as cursor:
-            row = cursor.execute(self._sql(
-                f"UPDATE {{jobs}} SET status = CASE status WHEN 'queued' THEN 'cancelled' WHEN 'running' THEN "
-                "'cancelling' ELSE status END, "
-                "error = CASE status WHEN 'queued' THEN 'cancelled before it started' ELSE error END, "
-                "finished_at = CASE status WHEN 'queued' THEN now() ELSE finished_at END "
+            row = cursor.execute(self._sql(  # a running job no worker is on (between two files) is cancelled at once
+                f"UPDATE {{jobs}} SET status = CASE WHEN status = 'queued' OR status = 'running' AND owner IS NULL "
+                "THEN 'cancelled' WHEN status = 'running' THEN 'cancelling' ELSE status END, "
+                "error = CASE WHEN status = 'queued' THEN 'cancelled before it started' "
+                "WHEN status = 'running' AND owner IS NULL THEN format('cancelled after %%s of %%s file(s)', "
+                "(SELECT count(*) FROM {files} WHERE job_id = %s AND done), jsonb_array_length(names)) ELSE error END, "
+                "finished_at = CASE WHEN status = 'queued' OR status = 'running' AND owner IS NULL THEN now() "
+                "ELSE finished_at END "
                 f"WHERE job_id = %s AND (%s::text[] IS NULL OR tenant = ANY(%s)) RETURNING {COLUMNS}"),
-                (job_id, self._tenants(tenants), self._tenants(tenants))).fetchone()
+                (job_id, job_id, self._tenants(tenants), self._tenants(tenants))).fetchone()
             if row is not None and row[6] == "cancelled":
                 cursor.execute(self._sql("DELETE FROM {files} WHERE job_id = %s"), (job_id,))
         return None if row is None else _view(row)
@@ -214,6 +220,15 @@ class DatabaseIngestJobs:
                                             "OR tenant = ANY(%s) ORDER BY seq DESC LIMIT %s"),
                                   (self._tenants(tenants), self._tenants(tenants), limit)).fetchall()
         return [_view(row) for row in rows]
+
+    def queue(self) -> dict[str, int]:
+        """How many jobs wait and run on every server, and how many tenants have one waiting (for `/metrics`)."""
+        with self._cursor("counting the jobs") as cursor:
+            queued, running, tenants = cursor.execute(self._sql(
+                "SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status <> 'queued'), "
+                "count(DISTINCT tenant) FILTER (WHERE status = 'queued') FROM {jobs} "
+                "WHERE status IN ('queued', 'running', 'cancelling')")).fetchone()
+        return {"queued": queued, "running": running, "tenants_waiting": tenants}
 
     def wait(self, job_id: str) -> IngestJob:
         """Block until a job is finished (by whichever server runs it); the finished job."""
@@ -231,7 +246,8 @@ class DatabaseIngestJobs:
 
     def _retry_after(self, cursor: psycopg.Cursor) -> int:
         recent = [row[0] for row in cursor.execute(self._sql(
-            "SELECT run_seconds FROM {jobs} WHERE run_seconds IS NOT NULL ORDER BY seq DESC LIMIT %s"),
+            "SELECT run_seconds FROM {jobs} WHERE run_seconds IS NOT NULL AND finished_at IS NOT NULL "
+            "ORDER BY seq DESC LIMIT %s"),
             (RECENT_JOBS,))]
         return max(1, math.ceil(statistics.median(recent))) if recent else RETRY_AFTER_UNKNOWN_S
 
@@ -241,7 +257,7 @@ class DatabaseIngestJobs:
             try:
                 claimed = self._claim()
             except StoreUnavailableError as error:  # the database went away: try again later, the jobs wait there
-                logger.warning("ingest worker: %s", error)
+                report_outage(error)  # one warning per outage, not one per poll
                 claimed = None
             except Exception:
                 logger.exception("ingest worker: could not take a job")
@@ -253,120 +269,129 @@ class DatabaseIngestJobs:
             self._run(*claimed)
 
     def _claim(self) -> tuple[str, str, str, bool, float] | None:
-        """Take over jobs whose lease ran out, then take the next waiting job: (id, kb, tenant, force, started)."""
+        """
+        Free the jobs whose lease ran out, then take a job for its next file: the first unfinished job no worker is
+        on, of the tenant served longest ago. Its (id, kb, tenant, force, when taken), or None.
+        """
         with self._cursor("taking a job") as cursor:
             expired = cursor.execute(self._sql(
-                "UPDATE {jobs} SET owner = NULL, lease_until = NULL, "
-                "status = CASE WHEN status = 'cancelling' THEN 'cancelled' WHEN attempts >= %s THEN 'failed' "
-                "ELSE 'queued' END, "
+                "UPDATE {jobs} SET owner = NULL, lease_until = NULL, attempts = attempts + 1, "
+                "status = CASE WHEN status = 'cancelling' THEN 'cancelled' WHEN attempts + 1 >= %s THEN 'failed' "
+                "ELSE status END, "
                 "error = CASE WHEN status = 'cancelling' THEN 'cancelled; its server stopped while it ran' "
-                "WHEN attempts >= %s THEN format('its server stopped while it ran, %%s times (the lease of %%s s "
-                "ran out); the files it finished stay written', attempts, %s) ELSE error END, "
-                "finished_at = CASE WHEN status = 'cancelling' OR attempts >= %s THEN now() END "
+                "WHEN attempts + 1 >= %s THEN format('its server stopped while it ran, %%s times (the lease of %%s s "
+                "ran out); the files it finished stay written', attempts + 1, %s) ELSE error END, "
+                "finished_at = CASE WHEN status = 'cancelling' OR attempts + 1 >= %s THEN now() END "
                 "WHERE status IN ('running', 'cancelling') AND lease_until < now() RETURNING job_id, status"),
                 (MAX_ATTEMPTS, MAX_ATTEMPTS, round(self.lease_s, 1), MAX_ATTEMPTS)).fetchall()
             for job_id, status in expired:
                 logger.warning("ingest job %s: its server's lease ran out; %s", job_id,
-                               "queued again" if status == "queued" else status)
-                if status != "queued":
+                               "the next free worker goes on with it" if status == "running" else status)
+                if status != "running":
                     cursor.execute(self._sql("DELETE FROM {files} WHERE job_id = %s"), (job_id,))
             row = cursor.execute(self._sql(
                 "UPDATE {jobs} SET status = 'running', started_at = coalesce(started_at, now()), owner = %s, "
-                "lease_until = now() + %s * interval '1 second', attempts = attempts + 1 "
-                "WHERE job_id = (SELECT job_id FROM {jobs} AS waiting WHERE status = 'queued' "
-                "ORDER BY (SELECT max(started_at) FROM {jobs} AS turn WHERE turn.tenant = waiting.tenant) "
+                "lease_until = now() + %s * interval '1 second', turn_at = clock_timestamp() "
+                "WHERE job_id = (SELECT job_id FROM {jobs} AS waiting WHERE status IN ('queued', 'running') "
+                "AND owner IS NULL "
+                "ORDER BY (SELECT max(turn_at) FROM {jobs} AS turn WHERE turn.tenant = waiting.tenant) "
                 "NULLS FIRST, seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 "RETURNING job_id, kb, tenant, force"), (self.owner, self.lease_s)).fetchone()
         return None if row is None else (*row, time.perf_counter())
 
     def _renew_leases(self) -> None:
-        """Renew the leases of this server's running jobs every third of the lease; a job lost is flagged."""
+        """Renew the leases of the jobs this server's workers are on, every third of the lease."""
         while True:
             time.sleep(self.lease_s / 3)
             with self._running_lock:
-                running = dict(self._running)
+                running = set(self._running)
             if not running:
                 continue
             try:
                 with self._cursor("renewing job leases") as cursor:
-                    kept = {row[0] for row in cursor.execute(self._sql(
+                    cursor.execute(self._sql(  # a job whose lease ran out meanwhile is another worker's: its file's
+                        # result is not recorded here (`_record`)
                         "UPDATE {jobs} SET lease_until = now() + %s * interval '1 second' WHERE owner = %s "
-                        "AND job_id = ANY(%s) AND status IN ('running', 'cancelling') RETURNING job_id"),
-                        (self.lease_s, self.owner, list(running)))}
+                        "AND job_id = ANY(%s) AND status IN ('running', 'cancelling')"),
+                        (self.lease_s, self.owner, list(running)))
             except StoreUnavailableError as error:
                 logger.warning("ingest jobs: %s", error)
-                continue
-            for job_id, lost in running.items():
-                if job_id not in kept:
-                    lost.set()
 
     def _run(self, job_id: str, kb: str, tenant: str, force: bool, started: float) -> None:
-        lost = threading.Event()
+        """Index the next file of a job this worker took, record it, and give the job back (or finish it)."""
         with self._running_lock:
-            self._running[job_id] = lost
-        status, error_message = "done", None
+            self._running.add(job_id)
         try:
-            while not lost.is_set():
-                with self._cursor("reading an upload") as cursor:
-                    current = cursor.execute(self._sql("SELECT status, names FROM {jobs} WHERE job_id = %s "
-                                                       "AND owner = %s"), (job_id, self.owner)).fetchone()
-                    if current is None or current[0] != "running":
-                        break
-                    upload = cursor.execute(self._sql(
-                        "SELECT position, data FROM {files} WHERE job_id = %s AND NOT done ORDER BY position LIMIT 1"),
-                        (job_id,)).fetchone()
-                if upload is None:
-                    break
-                position, data = upload
-                stream = ByteStream(data=bytes(data), meta={"file_name": current[1][position]})
-                try:
-                    report = ingest_file(self.pipeline, stream, kb=kb, tenant=tenant, force=force)
-                except Exception as error:
-                    if not _database_lost(error):
-                        raise
-                    # a connection the database dropped (a restart, a fail-over) is replaced on the next call
-                    report = ingest_file(self.pipeline, stream, kb=kb, tenant=tenant, force=force)
-                record_ingest(report)
-                outcome = FileOutcome.of(report)
-                reason = None if outcome.status == "written" else outcome.reason
-                with self._cursor("recording a file's result") as cursor:
-                    recorded = cursor.execute(self._sql(
-                        "UPDATE {jobs} SET results = jsonb_set(results, ARRAY[%s::text], results->(%s::text) || %s::jsonb), "
-                        "chunks_written = chunks_written + %s, lease_until = now() + %s * interval '1 second' "
-                        "WHERE job_id = %s AND owner = %s RETURNING job_id"),
-                        (outcome.status, outcome.status, Jsonb([{"file": outcome.source, "reason": reason}]),
-                         outcome.chunks, self.lease_s, job_id, self.owner)).fetchone()
-                    if recorded is None:
-                        break
-                    cursor.execute(self._sql("UPDATE {files} SET done = true, data = NULL WHERE job_id = %s "
-                                             "AND position = %s"), (job_id, position))
+            with self._cursor("reading an upload") as cursor:
+                upload = cursor.execute(self._sql(
+                    "SELECT files.position, files.data, jobs.names FROM {files} AS files JOIN {jobs} AS jobs "
+                    "USING (job_id) WHERE job_id = %s AND jobs.owner = %s AND jobs.status = 'running' AND NOT "
+                    "files.done ORDER BY files.position LIMIT 1"), (job_id, self.owner)).fetchone()
+            if upload is None:  # cancelled, or every file done before a crash: finished as it stands
+                self._finish(job_id, "done", None, 0.0)
+                return
+            position, data, names = upload
+            stream = ByteStream(data=bytes(data), meta={"file_name": names[position]})
+            try:
+                report = ingest_file(self.pipeline, stream, kb=kb, tenant=tenant, force=force)
+            except Exception as error:
+                if not _database_lost(error):
+                    raise
+                # a connection the database dropped (a restart, a fail-over) is replaced on the next call
+                report = ingest_file(self.pipeline, stream, kb=kb, tenant=tenant, force=force)
+            record_ingest(report)
+            self._record(job_id, position, FileOutcome.of(report), time.perf_counter() - started)
         except Exception as error:  # a job's failure is reported in the job; the traceback goes to the log
             if _database_lost(error):  # not the job's fault: it waits for the database, for any server
-                logger.warning("ingest job %s: %s; queued again", job_id, _database_lost(error))
+                logger.warning("ingest job %s: %s; given back", job_id, _database_lost(error))
                 self._release(job_id)
                 return
             logger.exception("ingest job %s (%s/%s) failed", job_id, tenant, kb)
             cause = find_data_dir_error(error, data_dir())
-            status, error_message = "failed", (str(cause) if cause else "indexing stopped on an unexpected "
-                                               f"{type(error.__cause__ or error).__name__}; see the server log")
-        try:
-            self._finish(job_id, status, error_message, time.perf_counter() - started)
-        except StoreUnavailableError as error:  # the lease runs out and another worker finishes the job
-            logger.warning("ingest job %s: %s", job_id, error)
+            try:
+                self._finish(job_id, "failed", str(cause) if cause else "indexing stopped on an unexpected "
+                             f"{type(error.__cause__ or error).__name__}; see the server log",
+                             time.perf_counter() - started)
+            except StoreUnavailableError as lost_database:  # the lease runs out and another worker finishes the job
+                logger.warning("ingest job %s: %s", job_id, lost_database)
         finally:
             with self._running_lock:
-                self._running.pop(job_id, None)
+                self._running.discard(job_id)
+
+    def _record(self, job_id: str, position: int, outcome: FileOutcome, seconds: float) -> None:
+        """Record a file's outcome; then finish the job after its last file or when it is cancelling, else give it
+        back for any worker to take its next file."""
+        reason = None if outcome.status == "written" else outcome.reason
+        with self._cursor("recording a file's result") as cursor:
+            recorded = cursor.execute(self._sql(
+                "UPDATE {jobs} SET results = jsonb_set(results, ARRAY[%s::text], results->(%s::text) || %s::jsonb), "
+                "chunks_written = chunks_written + %s, run_seconds = coalesce(run_seconds, 0) + %s "
+                "WHERE job_id = %s AND owner = %s RETURNING status"),
+                (outcome.status, outcome.status, Jsonb([{"file": outcome.source, "reason": reason}]),
+                 outcome.chunks, seconds, job_id, self.owner)).fetchone()
+            if recorded is None:
+                return  # taken over by another worker (this lease ran out)
+            cursor.execute(self._sql("UPDATE {files} SET done = true, data = NULL WHERE job_id = %s "
+                                     "AND position = %s"), (job_id, position))
+            left = cursor.execute(self._sql("SELECT count(*) FROM {files} WHERE job_id = %s AND NOT done"),
+                                  (job_id,)).fetchone()[0]
+            if recorded[0] == "cancelling" or not left:
+                self._finish_in(cursor, job_id, "done", None, 0.0)
+            else:
+                cursor.execute(self._sql("UPDATE {jobs} SET owner = NULL, lease_until = NULL WHERE job_id = %s "
+                                         "AND owner = %s"), (job_id, self.owner))
+        self._wake.set()  # this server's other workers may take its next file
 
     def _release(self, job_id: str) -> None:
-        """Give a job back to the queue (this run not counted); if the database is still gone, its lease runs out."""
+        """Give a job back to any worker (not counted as a crash); if the database is still gone, its lease runs out."""
         with self._running_lock:
-            self._running.pop(job_id, None)  # no more renewals
+            self._running.discard(job_id)  # no more renewals
         try:
-            with self._cursor("queueing a job again") as cursor:
+            with self._cursor("giving a job back") as cursor:
                 cursor.execute(self._sql(
-                    "UPDATE {jobs} SET status = CASE WHEN status = 'cancelling' THEN 'cancelled' ELSE 'queued' END, "
-                    "finished_at = CASE WHEN status = 'cancelling' THEN now() END, owner = NULL, lease_until = NULL, "
-                    "attempts = attempts - 1 WHERE job_id = %s AND owner = %s"), (job_id, self.owner))
+                    "UPDATE {jobs} SET status = CASE WHEN status = 'cancelling' THEN 'cancelled' ELSE status END, "
+                    "finished_at = CASE WHEN status = 'cancelling' THEN now() END, owner = NULL, lease_until = NULL "
+                    "WHERE job_id = %s AND owner = %s"), (job_id, self.owner))
         except StoreUnavailableError as error:
             logger.warning("ingest job %s: %s", job_id, error)
         time.sleep(IDLE_POLL_S)
@@ -374,19 +399,24 @@ class DatabaseIngestJobs:
     def _finish(self, job_id: str, status: str, error: str | None, seconds: float) -> None:
         """Mark this worker's job finished (a cancelling one cancelled), drop its bytes and old jobs."""
         with self._cursor("finishing a job") as cursor:
-            row = cursor.execute(self._sql(
-                "UPDATE {jobs} SET status = CASE WHEN status = 'cancelling' AND %s = 'done' THEN 'cancelled' "
-                "ELSE %s END, error = CASE WHEN status = 'cancelling' AND %s = 'done' THEN format('cancelled after "
-                "%%s of %%s file(s)', (SELECT count(*) FROM {files} WHERE job_id = %s AND done), jsonb_array_length("
-                "names)) ELSE %s END, finished_at = now(), run_seconds = %s, owner = NULL, lease_until = NULL "
-                "WHERE job_id = %s AND owner = %s AND status IN ('running', 'cancelling') RETURNING job_id"),
-                (status, status, status, job_id, error, seconds, job_id, self.owner)).fetchone()
-            if row is None:
-                return  # taken over by another worker: it finishes the job
-            cursor.execute(self._sql("DELETE FROM {files} WHERE job_id = %s"), (job_id,))
-            cursor.execute(self._sql(
-                "DELETE FROM {jobs} WHERE status = ANY(%s) AND seq <= (SELECT seq FROM {jobs} WHERE status = ANY(%s) "
-                "ORDER BY seq DESC OFFSET %s LIMIT 1)"), (list(FINISHED), list(FINISHED), self.history))
+            self._finish_in(cursor, job_id, status, error, seconds)
+
+    def _finish_in(self, cursor: psycopg.Cursor, job_id: str, status: str, error: str | None, seconds: float) -> None:
+        """`_finish` in a transaction already open."""
+        row = cursor.execute(self._sql(
+            "UPDATE {jobs} SET status = CASE WHEN status = 'cancelling' AND %s = 'done' THEN 'cancelled' "
+            "ELSE %s END, error = CASE WHEN status = 'cancelling' AND %s = 'done' THEN format('cancelled after "
+            "%%s of %%s file(s)', (SELECT count(*) FROM {files} WHERE job_id = %s AND done), jsonb_array_length("
+            "names)) ELSE %s END, finished_at = now(), run_seconds = coalesce(run_seconds, 0) + %s, owner = NULL, "
+            "lease_until = NULL WHERE job_id = %s AND owner = %s AND status IN ('running', 'cancelling') "
+            "RETURNING job_id"),
+            (status, status, status, job_id, error, seconds, job_id, self.owner)).fetchone()
+        if row is None:
+            return  # taken over by another worker: it finishes the job
+        cursor.execute(self._sql("DELETE FROM {files} WHERE job_id = %s"), (job_id,))
+        cursor.execute(self._sql(
+            "DELETE FROM {jobs} WHERE status = ANY(%s) AND seq <= (SELECT seq FROM {jobs} WHERE status = ANY(%s) "
+            "ORDER BY seq DESC OFFSET %s LIMIT 1)"), (list(FINISHED), list(FINISHED), self.history))
 
 
 def _database_lost(error: BaseException) -> StoreUnavailableError | None:

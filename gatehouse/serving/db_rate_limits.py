@@ -10,8 +10,8 @@ minute idle) and
 `gatehouse_rate_requests` (one row per running request: the caller, the server process and a lease). Admissions are
 serialised by one advisory lock (a short transaction each); the database's clock is the clock of every server. A server
 renews its requests' leases every `lease_s / 3`; the requests of a server killed mid-request stop counting when their
-lease runs out. When the database cannot be reached, the server falls back to its own in-memory limits (logged once
-a minute) rather than refusing every caller; the request then meets the store's own 503.
+lease runs out. When the database cannot be reached, the server falls back to its own in-memory limits (logged once,
+and once when it is back) rather than refusing every caller; the request then meets the store's own 503.
 
 Usage:
 ```python
@@ -43,7 +43,6 @@ logger = logging.getLogger(__name__)
 
 LEASE_S = 15.0  # a running request counts this long after its server's last renewal
 FORGET_AFTER_S = 60.0  # a caller idle this long (its bucket full again, nothing running) is forgotten
-WARN_EVERY_S = 60.0  # at most one warning this often while the database cannot be reached
 CALLERS, REQUESTS = "gatehouse_rate_callers", "gatehouse_rate_requests"
 SET_UP = f"""
 SELECT pg_advisory_xact_lock(hashtext('{REQUESTS}'));
@@ -82,7 +81,7 @@ class DatabaseRateLimiter:
         self._running = 0  # requests admitted through the database and not released: their leases are renewed
         self._lock = threading.Lock()
         self._set_up = False
-        self._warned = float("-inf")
+        self._fallen_back = False  # the database could not be reached: this process counts on its own (warned once)
         self._pruned = float("-inf")  # when this server last forgot idle callers (the database's clock)
         threading.Thread(target=self._renew_leases, name="gatehouse-rate-lease", daemon=True).start()
 
@@ -108,6 +107,11 @@ class DatabaseRateLimiter:
         if refusal is None:
             with self._lock:
                 self._running += 1
+        if self._fallen_back:
+            with self._lock:
+                back, self._fallen_back = self._fallen_back, False
+            if back:
+                logger.info("Per-caller limits are counted in the database again")
         return refusal
 
     def _admit(self, caller: str) -> Refusal | None:
@@ -177,9 +181,9 @@ class DatabaseRateLimiter:
         return pooled_transaction(self.url, primary_pool(self.url), self.pool_timeout_s, doing)
 
     def _warn(self, error: StoreUnavailableError) -> None:
-        now = time.monotonic()
+        """Warn once that the limits fall back to this process's own, until the database admits again."""
         with self._lock:
-            if now - self._warned < WARN_EVERY_S:
+            if self._fallen_back:
                 return
-            self._warned = now
+            self._fallen_back = True
         logger.warning("Per-caller limits fall back to this process's own: %s", error)

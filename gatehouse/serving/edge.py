@@ -13,19 +13,23 @@ The HTTP edge of `gatehouse serve`: requests refused before anything reads them.
   into the server (a browser sends such a form without asking first). Clients that send no `Origin` (curl, SDKs) are
   not affected.
 
-`non_finite_number` finds a number a JSON body cannot hold (`NaN`, `Infinity`, `1e400`); the guard answers it with 422.
+`PrintableErrors` escapes what an error answer quotes of the request (control, format and surrogate characters).
+
+`json_body_problem` finds what a JSON body cannot hold although Python's JSON reader takes it (a number that is not
+finite: `NaN`, `Infinity`, `1e400`; a lone UTF-16 surrogate: `"\\ud800"`); the guard answers it with 422.
 
 Usage:
 ```python
-from gatehouse.serving.edge import EdgeMiddleware, non_finite_number
+from gatehouse.serving.edge import EdgeMiddleware, json_body_problem
 
 app = EdgeMiddleware(app, keyed=False, allowed_hosts=("gatehouse.internal",), remote=False, allowed_origins=())
-non_finite_number(b'{"top_k": 1e400}')     # "top_k: 1e400 is not a finite number ..."
+json_body_problem(b'{"top_k": 1e400}')     # "top_k: 1e400 is not a finite number ..."
 ```
 """
 
 import ipaddress
 import json
+import re
 from typing import Any
 
 from gatehouse.serving.manifest import LOOPBACK_HOSTS
@@ -165,38 +169,115 @@ class EdgeMiddleware:
         return scheme.lower() in ("http", "https") and is_loopback_name(name) and bool(own_port) and port == own_port
 
 
+class PrintableErrors:
+    """
+    ASGI middleware: in the JSON body of every error answer (status 400 and above) each string, keys included, is
+    `shown`: control characters (escape sequences), bidirectional and other format characters and lone surrogates
+    written as escapes (`\\u202e`), so that a 422 quoting the caller's input (FastAPI's `input` and `loc`) cannot
+    reorder or recolour what a client shows. Other answers pass as they are.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] | None = None
+        parts: list[bytes] = []
+
+        async def send_printable(message: dict[str, Any]) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start" and message["status"] >= 400 and any(
+                    name.lower() == b"content-type" and b"json" in value.lower()
+                    for name, value in message.get("headers", ())):
+                start = message  # held until the body is complete
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            parts.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = b"".join(parts)
+            try:
+                body = json.dumps(_shown_data(json.loads(body)), ensure_ascii=False).encode()
+            except (ValueError, RecursionError):  # not JSON after all: as it was
+                pass
+            headers = [(name, value) for name, value in start.get("headers", ()) if name.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, send_printable)
+
+
+def _shown_data(value: Any) -> Any:
+    """`shown` applied to every string of a parsed JSON value, keys included."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {shown(key): _shown_data(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shown_data(item) for item in value]
+    return value
+
+
 class _NonFinite:
-    """Stands for a number a JSON body cannot hold while `non_finite_number` looks for where it was."""
+    """Stands for a number a JSON body cannot hold while `json_body_problem` looks for where it was."""
 
     def __init__(self, text: str) -> None:
         self.text = text
 
 
-def _where(value: Any, path: str) -> tuple[str, str] | None:
-    if isinstance(value, _NonFinite):
-        return path or "the body", value.text
+#: A JSON escape of a UTF-16 surrogate (`\\ud800`), or one encoded as UTF-8 bytes (which the JSON reader passes on).
+_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def shown(text: str) -> str:
+    """
+    Text of a request quoted in an error answer: characters that are not printable (controls, bidirectional and
+    other format characters, lone surrogates) written as Python escapes (`\\x1b`, `\\u202e`, `\\ud800`).
+
+    :param text: e.g. a field name from the request.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
+def _where(value: Any, path: str, found: Any) -> tuple[str, str] | None:
+    """The path (`messages[0].content`) of the first value `found` returns a text for, and that text."""
+    text = found(value)
+    if text is not None:
+        return path or "the body", text
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        found = _where(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
+        if isinstance(key, str) and (text := found(key)) is not None:
+            return f"{path}.{shown(key)}" if path else shown(key), text
+        where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{shown(key)}" if path else shown(key)
+        located = _where(item, where, found)
+        if located is not None:
+            return located
     return None
 
 
-def non_finite_number(body: bytes) -> str | None:
+def json_body_problem(body: bytes) -> str | None:
     """
-    What is wrong with a JSON body holding a number that is not finite: `NaN`, `Infinity`, `-Infinity` (which Python's
-    JSON reader accepts) or a number beyond the range of a float (`1e400`).
+    What is wrong with a body that Python's JSON reader takes but that no route can use: a number that is not finite
+    (`NaN`, `Infinity`, `-Infinity`, or beyond the range of a float: `1e400`), or a string (a value or a key) holding
+    a lone UTF-16 surrogate (`"\\ud800"`, or its UTF-8 bytes), which is no character and cannot be encoded.
 
-    :param body: The request body.
-    :returns: A message naming the field and the number, or None (also for a body that is not JSON at all: whoever
+    :param body: The request body, whatever its `Content-Type` says (a client may send two).
+    :returns: A message naming the field and the problem, or None (also for a body that is not JSON at all: whoever
         reads it refuses that).
     """
-    found = False
+    non_finite = False
 
     def constant(text: str) -> _NonFinite:
-        nonlocal found
-        found = True
+        nonlocal non_finite
+        non_finite = True
         return _NonFinite(text)
 
     def number(text: str) -> float | _NonFinite:
@@ -207,11 +288,20 @@ def non_finite_number(body: bytes) -> str | None:
         parsed = json.loads(body, parse_constant=constant, parse_float=number)
     except (ValueError, RecursionError):
         return None
-    if not found:
-        return None
     try:
-        field, text = _where(parsed, "") or ("the body", "?")
+        if non_finite:
+            field, text = _where(parsed, "", lambda v: v.text if isinstance(v, _NonFinite) else None) or (
+                "the body", "?")
+            return (f"{field}: {text} is not a finite number; JSON numbers must be finite (NaN, Infinity and numbers "
+                    "beyond 1.8e308 are refused)")
+        if _SURROGATE_BYTES.search(body):
+            located = _where(parsed, "", lambda v: (match := _SURROGATE.search(v)) and shown(match.group())
+                             if isinstance(v, str) else None)
+            if located is not None:
+                field, text = located
+                return (f"{field}: a lone UTF-16 surrogate ({text}) is not a character; send text as UTF-8, and a "
+                        "character beyond U+FFFF as a surrogate pair")
     except RecursionError:  # nested about as deep as the JSON reader allows: the field is not named
-        field, text = "the body", "a number"
-    return (f"{field}: {text} is not a finite number; JSON numbers must be finite (NaN, Infinity and numbers beyond "
-            "1.8e308 are refused)")
+        return ("the body: holds a number that is not finite or a lone UTF-16 surrogate; JSON numbers must be "
+                "finite and text must be characters")
+    return None

@@ -6,11 +6,12 @@ Background ingest jobs: `POST /index/run` queues an upload and answers 202; `GET
 one file per pipeline run, so a job's progress advances file by file and a file whose conversion, splitting or
 embedding raises fails alone. At most `limits.max_queued_jobs` jobs wait for a worker, at most
 `limits.max_queued_jobs_per_tenant` of them of one tenant; one more is refused (`QueueFull`, a 429 with
-`Retry-After`). The workers take the waiting tenants in turn, so one tenant's backlog does not hold up another's
-upload. A cancelled job that waits never runs; a running one stops before its next file (the files done stay
-written). Jobs live in memory: the last `limits.ingest_job_history` finished jobs are
-kept, and a restart forgets them all. The documents written stay written; the workers are daemon threads, so a stop
-does not wait for a running job: upload its files again (unchanged files are skipped). A caller sees only the jobs
+`Retry-After`). A worker takes one file at a time, from the tenants with work in turn (each tenant's jobs in the order
+they came), so one tenant's many files or jobs never make another's upload wait for more than the file in progress.
+A cancelled job that waits never runs; a running one stops before its next file (the files done stay written). Jobs
+live in memory: the last `limits.ingest_job_history` finished jobs are kept, and a restart forgets them all. The
+documents written stay written; the workers are daemon threads, so a stop does not wait for a running job: upload its
+files again (unchanged files are skipped). A caller sees only the jobs
 of the tenants its API key holds; any other job id is unknown to it (404).
 
 Usage:
@@ -140,13 +141,16 @@ class _Job:
     streams: list[ByteStream]
     names: list[str]
     status: JobStatus = "queued"
+    taken: int = 0  # files a worker has taken
+    busy: bool = False  # a worker is on one of its files
     results: dict[str, list[FileResult]] = field(default_factory=lambda: {"written": [], "skipped": [], "failed": []})
     chunks_written: int = 0
     error: str | None = None
     submitted_at: str = field(default_factory=_now)
     started_at: str | None = None
     finished_at: str | None = None
-    run_seconds: float | None = None
+    run_seconds: float | None = None  # the time its files took, once finished
+    worked: float = 0.0  # the time its files took so far
     finished: threading.Event = field(default_factory=threading.Event)
 
     def add(self, outcome: FileOutcome) -> None:
@@ -189,7 +193,7 @@ class IngestJobs:
     The PostgreSQL store keeps its jobs in its database instead (`gatehouse.serving.db_jobs`), with this interface.
 
     The document stores let searches run beside a job's writes and serialise writes per store, so nothing here locks
-    the stores; the pool only bounds how many uploads index at once (the pipelines are CPU-bound).
+    the stores; the pool only bounds how many files index at once (the pipelines are CPU-bound).
     """
 
     def __init__(self, *, pipeline: Pipeline, workers: int, max_queued: int, max_queued_per_tenant: int,
@@ -213,7 +217,7 @@ class IngestJobs:
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._jobs: dict[str, _Job] = {}  # in submission order
-        self._waiting: dict[str, deque[_Job]] = {}  # per tenant, in submission order; tenants in the order served
+        self._turns: dict[str, deque[_Job]] = {}  # per tenant, its unfinished jobs in order; tenants in turn order
         for index in range(workers):
             threading.Thread(target=self._work, name=f"gatehouse-ingest-{index}", daemon=True).start()
 
@@ -238,14 +242,14 @@ class IngestJobs:
                 raise QueueFull(f"the ingest queue is full: {self.workers} job(s) running and {self.max_queued} "
                                 "waiting (limits.ingest_workers, limits.max_queued_jobs); try again later",
                                 self._retry_after())
-            own = len(self._waiting.get(tenant, ()))
+            own = sum(1 for other in self._turns.get(tenant, ()) if other.status == "queued")
             if self.max_queued_per_tenant and own >= self.max_queued_per_tenant:
                 raise QueueFull(f"tenant {tenant!r} already has {own} upload(s) waiting, its share of the ingest "
                                 "queue (limits.max_queued_jobs_per_tenant); try again when one has started",
                                 self._retry_after())
             self._jobs[job_id] = job
             self._forget_old_jobs()
-            self._waiting.setdefault(tenant, deque()).append(job)
+            self._turns.setdefault(tenant, deque()).append(job)
             self._ready.notify()
             return job.accepted()
 
@@ -275,12 +279,11 @@ class IngestJobs:
             if job is None:
                 return None
             if job.status == "queued":
-                self._waiting[job.tenant].remove(job)
-                if not self._waiting[job.tenant]:
-                    del self._waiting[job.tenant]
                 self._finish(job, "cancelled", "cancelled before it started")
+            elif job.status == "running" and job.busy:
+                job.status = "cancelling"  # its worker finishes it after the file in progress
             elif job.status == "running":
-                job.status = "cancelling"
+                self._finish(job, "cancelled", f"cancelled after {job.taken} of {len(job.names)} file(s)")
             return job.view()
 
     def _visible(self, job_id: str, tenants: Collection[str] | None) -> "_Job | None":
@@ -299,6 +302,14 @@ class IngestJobs:
             jobs = [job for job in reversed(self._jobs.values()) if tenants is None or job.tenant in tenants]
             return [job.view() for job in jobs[:limit]]
 
+    def queue(self) -> dict[str, int]:
+        """How many jobs wait and run, and how many tenants have one waiting (no names: for `/metrics`)."""
+        with self._lock:
+            unfinished = [job.status for job in self._jobs.values() if job.status in UNFINISHED]
+            waiting = sum(any(job.status == "queued" for job in jobs) for jobs in self._turns.values())
+            return {"queued": unfinished.count("queued"), "running": len(unfinished) - unfinished.count("queued"),
+                    "tenants_waiting": waiting}
+
     def wait(self, job_id: str) -> IngestJob:
         """
         Block until a job is finished (done, failed or cancelled).
@@ -313,52 +324,61 @@ class IngestJobs:
         with self._lock:
             return job.view()
 
-    def _next(self) -> _Job:
-        """The first waiting job of the tenant whose turn it is; that tenant goes to the back of the turns."""
+    def _next_file(self) -> tuple[_Job, ByteStream]:
+        """
+        The next file to index: of the first tenant in turn with a job that no worker is on, its first such job's next
+        file. The job is then busy and the tenant goes to the back of the turns.
+        """
         with self._ready:
-            while not self._waiting:
+            while True:
+                for tenant, jobs in self._turns.items():
+                    job = next((job for job in jobs if not job.busy), None)
+                    if job is not None:
+                        del self._turns[tenant]
+                        self._turns[tenant] = jobs  # re-inserted: last in turn
+                        if job.status == "queued":
+                            job.status, job.started_at = "running", _now()
+                        job.busy, job.taken = True, job.taken + 1
+                        return job, job.streams[job.taken - 1]
                 self._ready.wait()
-            tenant = next(iter(self._waiting))
-            waiting = self._waiting.pop(tenant)
-            job = waiting.popleft()
-            if waiting:
-                self._waiting[tenant] = waiting  # re-inserted: last in turn
-            job.status, job.started_at = "running", _now()
-            return job
 
     def _work(self) -> None:
         while True:
-            self._run(self._next())
+            self._run_file(*self._next_file())
 
-    def _run(self, job: _Job) -> None:
+    def _run_file(self, job: _Job, stream: ByteStream) -> None:
+        """Index one file of a job, record its outcome, and finish the job after its last file or when cancelled."""
         started = time.perf_counter()
-        status: JobStatus = "done"
-        error_message = None
-        done = 0
         try:
-            for stream in job.streams:
-                with self._lock:
-                    if job.status == "cancelling":
-                        break
-                report = ingest_file(self.pipeline, stream, kb=job.kb, tenant=job.tenant, force=job.force)
-                record_ingest(report)
-                with self._lock:
-                    job.add(FileOutcome.of(report))
-                done += 1
+            report = ingest_file(self.pipeline, stream, kb=job.kb, tenant=job.tenant, force=job.force)
+            record_ingest(report)
         except Exception as error:  # a job's failure is reported in the job; the traceback goes to the log
             logger.exception("ingest job %s (%s/%s) failed", job.job_id, job.tenant, job.kb)
             cause = find_data_dir_error(error, data_dir())
-            status, error_message = "failed", (str(cause) if cause else "indexing stopped on an unexpected "
-                                               f"{type(error.__cause__ or error).__name__}; see the server log")
+            with self._lock:
+                job.busy, job.worked = False, job.worked + time.perf_counter() - started
+                self._finish(job, "failed", str(cause) if cause else "indexing stopped on an unexpected "
+                             f"{type(error.__cause__ or error).__name__}; see the server log")
+            return
         with self._lock:
-            if status == "done" and job.status == "cancelling":  # also when cancelled during its last file
-                status, error_message = "cancelled", f"cancelled after {done} of {len(job.names)} file(s)"
-            job.run_seconds = time.perf_counter() - started
-            self._finish(job, status, error_message)
+            job.add(FileOutcome.of(report))
+            job.busy, job.worked = False, job.worked + time.perf_counter() - started
+            if job.status == "cancelling":  # also when cancelled during its last file
+                self._finish(job, "cancelled", f"cancelled after {job.taken} of {len(job.names)} file(s)")
+            elif job.taken == len(job.streams):
+                self._finish(job, "done", None)
+            else:
+                self._ready.notify()
 
     def _finish(self, job: _Job, status: JobStatus, error: str | None) -> None:
-        """Mark a job finished and drop its uploaded bytes (call with the lock held)."""
+        """Mark a job finished, out of its tenant's turn, and drop its uploaded bytes (call with the lock held)."""
         job.status, job.error, job.finished_at = status, error, _now()
+        job.run_seconds = job.worked
+        jobs = self._turns.get(job.tenant)
+        if jobs is not None and job in jobs:
+            jobs.remove(job)
+            if not jobs:
+                del self._turns[job.tenant]
         job.streams = []
         job.finished.set()
         self._forget_old_jobs()

@@ -82,11 +82,13 @@ class Manifest:
     max_header_bytes: int = 65536  # the request line and headers of one request
     max_headers: int = 100  # header lines in one request
     header_timeout_s: float = 10.0  # a connection's next request headers must be complete this soon
+    body_timeout_s: float = 60.0  # a request's body must be complete this soon after its headers
+    max_connections: int | None = None  # connections open at once; None: from the descriptor limit (http_limits)
     max_query_chars: int = 2000  # the ask pipeline's input guardrail's max_query_chars (see `question_limit`)
     request_timeout_s: float = 300.0  # an ask's whole time budget, LLM calls and retries included
     requests_per_minute: int = 600  # per caller (API key, or client address without keys); 0 = no limit
     max_concurrent_requests: int = 2  # per caller, requests running at once; 0 = no cap
-    ingest_workers: int = 1  # upload jobs indexing at once
+    ingest_workers: int = 1  # files of upload jobs indexing at once
     max_queued_jobs: int = 10  # upload jobs waiting for a worker; one more is refused with 429
     max_queued_jobs_per_tenant: int = 5  # of those, how many one tenant may hold
     ingest_job_history: int = 1000  # finished upload jobs kept in memory (and reported); older ones are forgotten
@@ -119,6 +121,34 @@ def _pipelines(raw: Any, path: Path) -> dict[str, DeployedPipeline]:
     return pipelines
 
 
+def input_guardrails_specs(pipelines: dict[str, DeployedPipeline], path: Path) -> list[dict[str, Any]]:
+    """
+    The input guardrails of the deployed ask pipelines, as their YAML declares them (`type`, `init_parameters`): the
+    server applies their rules where a request does not reach them (the longest question, a search's query, an Open
+    WebUI task's instructions).
+
+    :param pipelines: The manifest's pipelines.
+    :param path: The manifest, named in an error.
+    :raises ManifestError: When an ask pipeline's YAML cannot be read.
+    """
+    from gatehouse.components.guardrails.input_guardrails import InputGuardrails
+
+    guardrails = f"{InputGuardrails.__module__}.{InputGuardrails.__name__}"
+    specs = []
+    for name, deployed in pipelines.items():
+        if deployed.kind != "ask":
+            continue
+        try:
+            spec = yaml.safe_load(deployed.pipeline.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise ManifestError(f"{path}: pipelines.{name}.pipeline cannot be read: {error}") from error
+        components = (spec.get("components") if isinstance(spec, dict) else None) or {}
+        specs += [{"type": guardrails, "init_parameters": component.get("init_parameters") or {}}
+                  for component in components.values()
+                  if isinstance(component, dict) and component.get("type") == guardrails]
+    return specs
+
+
 def question_limit(pipelines: dict[str, DeployedPipeline], path: Path) -> int:
     """
     The longest question the server accepts: `max_query_chars` of the input guardrail of the deployed ask pipeline (the
@@ -132,22 +162,8 @@ def question_limit(pipelines: dict[str, DeployedPipeline], path: Path) -> int:
     from gatehouse.components.guardrails.input_guardrails import InputGuardrails
 
     default = inspect.signature(InputGuardrails.__init__).parameters["max_query_chars"].default
-    guardrails = f"{InputGuardrails.__module__}.{InputGuardrails.__name__}"
-    limits = []
-    for name, deployed in pipelines.items():
-        if deployed.kind != "ask":
-            continue
-        try:
-            spec = yaml.safe_load(deployed.pipeline.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as error:
-            raise ManifestError(f"{path}: pipelines.{name}.pipeline cannot be read: {error}") from error
-        components = (spec.get("components") if isinstance(spec, dict) else None) or {}
-        for component in components.values():
-            if not isinstance(component, dict) or component.get("type") != guardrails:
-                continue
-            params = component.get("init_parameters") or {}
-            limits.append(int(params.get("max_query_chars", default)))
-    return min(limits, default=default)
+    return min((int(spec["init_parameters"].get("max_query_chars", default))
+                for spec in input_guardrails_specs(pipelines, path)), default=default)
 
 
 def _keys(raw: Any, path: Path) -> tuple[KeySpec, ...]:
@@ -201,6 +217,13 @@ def _trusted_proxies(raw: Any, path: Path) -> tuple[str, ...]:
     return tuple(str(entry) for entry in raw)
 
 
+def _port(value: Any, path: Path) -> int:
+    """A TCP port, 1 to 65535."""
+    _require(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535, path,
+             f"port must be a whole number from 1 to 65535, not {value!r}.")
+    return value
+
+
 def _at_least(value: Any, minimum: float, path: Path, where: str, *, whole: bool = True) -> Any:
     """A limit that cannot be switched off: a number (whole, unless `whole` is false), at least `minimum`."""
     kinds = int if whole else (int, float)
@@ -250,7 +273,7 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
     manifest = Manifest(
         path=path,
         host=str(raw.get("host", "127.0.0.1")),
-        port=int(raw.get("port", 1416)),
+        port=_port(raw.get("port", 1416), path),
         log_level=log_level,
         logging=_log_settings(raw.get("logging") or {}, path),
         pipelines=pipelines,
@@ -266,6 +289,10 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
         max_headers=_at_least(limits.get("max_headers", 100), 8, path, "limits.max_headers"),
         header_timeout_s=float(_at_least(limits.get("header_timeout_s", 10.0), 0.1, path, "limits.header_timeout_s",
                                          whole=False)),
+        body_timeout_s=float(_at_least(limits.get("body_timeout_s", 60.0), 0.1, path, "limits.body_timeout_s",
+                                       whole=False)),
+        max_connections=None if limits.get("max_connections") is None else _at_least(
+            limits["max_connections"], 1, path, "limits.max_connections"),
         max_query_chars=question_limit(pipelines, path),
         request_timeout_s=float(limits.get("request_timeout_s", 300.0)),
         requests_per_minute=_count(limits.get("requests_per_minute", 600), path, "limits.requests_per_minute"),

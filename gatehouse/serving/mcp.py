@@ -8,6 +8,7 @@ MCP over streamable HTTP at `/mcp`: the deployed pipelines that allow it (ask, r
   error naming the argument; the wrapper's own refusals are tool errors with its HTTP status and detail; an
   unexpected failure is a tool error with the request id (the traceback goes to the log). No error text names a
   Python class or function.
+- `GET /mcp` (a stream of the server's own messages, which a stateless server never sends) is 405.
 - A POST body that is not one JSON-RPC message (not JSON, nested deeper than `MAX_DEPTH`, an integer too long, not
   JSON-RPC 2.0) is answered 400 with a JSON-RPC error before the MCP transport reads it.
 
@@ -53,14 +54,16 @@ class ToolError(Exception):
 
 def mount_mcp(app: Any) -> None:
     """
-    Serve the listed tools over streamable HTTP at `/mcp` (GET, POST, DELETE), stateless, and run the MCP session
-    manager with the app's lifespan.
+    Serve the listed tools over streamable HTTP at `/mcp` (POST, DELETE), stateless, and run the MCP session
+    manager with the app's lifespan. `GET /mcp` is 405, as the MCP specification allows a server that offers no stream
+    of its own messages: stateless, the server has none to send, and an idle stream would hold one of its caller's
+    concurrent requests (`limits.max_concurrent_requests`) for as long as it stayed open.
 
     :param app: The Hayhooks FastAPI app.
     """
     sessions = StreamableHTTPSessionManager(app=tool_server(), event_store=None, json_response=False, stateless=True)
     app.router.routes.append(Route("/mcp", endpoint=_CheckedBody(sessions.handle_request),
-                                   methods=["GET", "POST", "DELETE"]))
+                                   methods=["POST", "DELETE"]))
     hayhooks_lifespan = app.router.lifespan_context
 
     @contextlib.asynccontextmanager

@@ -3,8 +3,12 @@ Metrics, structured logs and tracing for `gatehouse serve`.
 
 - Metrics: Prometheus text at `GET /metrics` (`metrics_router`): HTTP requests by route template and status
   (`ObservabilityMiddleware`), ask outcomes from the response contract (`record_ask`: answers by status, gate
-  decisions from `path`, retrieval attempts, stage and LLM latency, LLM failures and tokens) and ingest counts
-  (`record_ingest`).
+  decisions from `path`, retrieval attempts, stage and LLM latency, LLM failures and tokens), ingest counts
+  (`record_ingest`), the upload queue (read at each scrape) and, with PostgreSQL, the store's pools and standby
+  (`gatehouse.document_stores.postgres_metrics`). Under `gatehouse serve --processes N` every process keeps its
+  series in the folder `PROMETHEUS_MULTIPROC_DIR` names (Prometheus' multiprocess mode, set up by the parent) and a
+  scrape of any of them reports the whole server: counters and histograms summed over the processes (a process
+  that died and was started again included), gauges as their `multiprocess_mode` says.
 - Logs: one JSON object (or text line) per record with the request's id (`X-Request-ID`, accepted when it is a short
   token, else generated, and echoed), carried by a context variable into the pipeline's worker threads; Hayhooks'
   Loguru records and uvicorn's are routed to the same handler (`configure_logging`). Questions are never logged
@@ -31,7 +35,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -39,7 +43,18 @@ from typing import Any
 from fastapi import APIRouter, Response
 from haystack import Pipeline
 from haystack import tracing as haystack_tracing
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.routing import Match, compile_path
 
 from gatehouse.components.guardrails.input_guardrails import InputGuardrails
@@ -83,6 +98,11 @@ LLM_TOKENS = Counter("gatehouse_llm_tokens", "Language-model tokens reported by 
 CLIENT_TASKS = Counter("gatehouse_chat_client_tasks",
                        "Open WebUI background tasks (title, tags, follow-ups, queries) answered without the pipeline.",
                        ["task"])
+SERVER_PROCESSES = Gauge("gatehouse_server_processes", "Server processes answering on the port (--processes N).",
+                         multiprocess_mode="livesum")
+SEARCH_REFUSALS = Counter("gatehouse_search_refusals",
+                          "Searches (retrieve) the input guardrails refused, by violation (prompt_injection, ...).",
+                          ["violation"])
 INGEST_FILES = Counter("gatehouse_ingest_files", "Uploaded files by outcome.", ["outcome"])
 INGEST_CHUNKS = Counter("gatehouse_ingest_chunks_written", "Chunks written by uploads.")
 for _status in STATUSES:
@@ -100,20 +120,77 @@ class ObservabilityError(ValueError):
 # -- metrics -----------------------------------------------------------------------------------------------------
 
 
-def render_metrics() -> bytes:
-    """The process's metrics in the Prometheus text format."""
-    return generate_latest()
+def render_metrics(queues: Iterable[Mapping[str, int]] = ()) -> bytes:
+    """
+    The server's metrics in the Prometheus text format: this process's, or with `PROMETHEUS_MULTIPROC_DIR` set (the
+    processes of `--processes N`) every process's, summed.
+
+    :param queues: The upload queues' counts (`queued`, `running`, `tenants_waiting`), read at the scrape.
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    text = generate_latest(registry)
+    queues = list(queues)
+    if queues:
+        jobs = GaugeMetricFamily("gatehouse_ingest_jobs", "Upload jobs waiting and running (with PostgreSQL, every "
+                                 "server's).", labels=["status"])
+        for status in ("queued", "running"):
+            jobs.add_metric([status], sum(queue[status] for queue in queues))
+        tenants = GaugeMetricFamily("gatehouse_ingest_tenants_waiting", "Tenants with an upload job waiting.",
+                                    value=sum(queue["tenants_waiting"] for queue in queues))
+        extra = CollectorRegistry()
+        extra.register(_Families([jobs, tenants]))
+        text += generate_latest(extra)
+    return text
 
 
-def metrics_router() -> APIRouter:
-    """`GET /metrics`: the Prometheus text format (behind the same auth as every route but `/status`)."""
+class _Families:
+    """A collector of metric families read at the scrape."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Any]:
+        """The families."""
+        yield from self.families
+
+
+def metrics_router(queues: Callable[[], Iterable[Mapping[str, int]]] = tuple) -> APIRouter:
+    """
+    `GET /metrics`: the Prometheus text format (behind the same auth as every route but `/status` and `/ready`).
+
+    :param queues: Reads the upload queues' counts at each scrape (`IngestJobs.queue`); a store that cannot be read
+        then leaves them out of that scrape.
+    """
+    from gatehouse.document_stores.errors import StoreUnavailableError
+
     router = APIRouter()
+    SERVER_PROCESSES.set(1)
 
     @router.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
-        return Response(content=render_metrics(), media_type=CONTENT_TYPE_LATEST)
+        try:
+            counts = list(queues())
+        except StoreUnavailableError:
+            counts = []
+        return Response(content=render_metrics(counts), media_type=CONTENT_TYPE_LATEST)
 
     return router
+
+
+def job_queues(index_pipelines: list[str]) -> Callable[[], list[dict[str, int]]]:
+    """Reads the upload queues of the deployed index pipelines (their wrappers' `jobs.queue()`) for `/metrics`."""
+
+    def read() -> list[dict[str, int]]:
+        from hayhooks.server.pipelines.registry import registry
+
+        wrappers = [registry.get(name) for name in index_pipelines]
+        return [wrapper.jobs.queue() for wrapper in wrappers if wrapper is not None]
+
+    return read
 
 
 def gate_decisions(path: list[str], *, requested_kb: bool = False) -> list[str]:
@@ -188,6 +265,12 @@ def record_client_task(task: str) -> None:
     """Count one Open WebUI background task answered without the ask pipeline, and log it (its kind only)."""
     CLIENT_TASKS.labels(task=task).inc()
     ask_logger.info("client task answered: %s", task, extra={"fields": {"task": task}})
+
+
+def record_search_refusal(violation: str) -> None:
+    """Count one search the input guardrails refused, and log it (the violation only, never the query)."""
+    SEARCH_REFUSALS.labels(violation=violation).inc()
+    ask_logger.info("search refused: %s", violation, extra={"fields": {"violation": violation}})
 
 
 def record_ingest(report: Mapping[str, Any]) -> None:
@@ -307,7 +390,8 @@ def _message(record: logging.LogRecord) -> str:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: timestamp, level, logger, message, request_id, the record's fields, trace ids."""
+    """One JSON object per record: timestamp, level, logger, message, request_id, pid, the record's fields, trace
+    ids."""
 
     def format(self, record: logging.LogRecord) -> str:
         """Render `record` as one line of JSON."""
@@ -317,6 +401,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": _message(record),
             "request_id": getattr(record, "request_id", None),
+            "pid": record.process,  # which process of `gatehouse serve --processes N`
         }
         entry.update(getattr(record, "fields", None) or {})
         span = haystack_tracing.tracer.current_span()

@@ -76,7 +76,8 @@ def measure(*, requests: int, rounds: int) -> dict[str, list[float]]:
     :param rounds: Rounds.
     """
     protocols = {"httptools": "httptools",
-                 "bounded": bounded_http_protocol(max_header_bytes=65536, max_headers=100, header_timeout_s=10.0),
+                 "bounded": bounded_http_protocol(max_header_bytes=65536, max_headers=100, header_timeout_s=10.0,
+                                                  body_timeout_s=60.0, max_connections=4096),
                  "h11": "h11"}
     times: dict[str, list[float]] = {name: [] for name in protocols}
     for _ in range(rounds):

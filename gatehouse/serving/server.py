@@ -2,13 +2,14 @@
 `gatehouse serve`: Hayhooks with Gatehouse's pipelines, configured by the serving manifest (`hayhooks.yml`).
 
 It writes a Hayhooks pipelines folder (one directory per deployed pipeline: the generic `pipeline_wrapper.py`
-and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `EdgeMiddleware` (duplicate headers, `Host`,
-cross-origin writes), `GuardMiddleware` (auth, tenants, body limit) and `StreamEnd` (`data: [DONE]` after a chat
-stream) in front, narrows Hayhooks' generic routes (only chat pipelines in `/v1/models`, no drawing, deployment and
-traces for admin keys only), serves the docs pages from local files, adds the knowledge-base routes (`/kbs`) over
-the index pipeline's stores and the ingest-job routes (`/index/jobs`), mounts MCP at `/mcp` when enabled and runs it
-with uvicorn, with bounds on request headers (`gatehouse.serving.http_limits`) and forwarded headers believed only
-from `trusted_proxies`.
+and a `gatehouse.yml`), builds Hayhooks' FastAPI app over it, puts `PrintableErrors` (what error answers quote of
+the request escaped), `EdgeMiddleware` (duplicate headers, `Host`, cross-origin writes), `GuardMiddleware` (auth,
+tenants, body limit) and `StreamEnd` (`data: [DONE]` after a chat stream) in front, narrows Hayhooks' generic routes
+(only chat pipelines in `/v1/models`, no drawing, deployment and traces for admin keys only), serves the docs pages
+from local files, adds the knowledge-base routes (`/kbs`) over the index pipeline's stores, the ingest-job routes
+(`/index/jobs`), `/metrics` and `/ready` (readiness; `/status` is Hayhooks' liveness), mounts MCP at `/mcp` when
+enabled and runs it with uvicorn, with bounds on request headers, bodies and connections
+(`gatehouse.serving.http_limits`) and forwarded headers believed only from `trusted_proxies`.
 
 Usage:
 ```python
@@ -22,12 +23,14 @@ app = build_app(manifest, prepare_deployments(manifest))   # an ASGI app; `serve
 
 import contextlib
 import ipaddress
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,7 +40,7 @@ import yaml
 
 from gatehouse.settings import data_dir
 from gatehouse.serving.auth import ADMIN_PATHS, OPEN_PATHS, GuardMiddleware, KeyRing, rate_limiter
-from gatehouse.serving.edge import SAFE_METHODS, EdgeMiddleware
+from gatehouse.serving.edge import SAFE_METHODS, EdgeMiddleware, PrintableErrors
 from gatehouse.serving.manifest import LOOPBACK_HOSTS, Manifest
 
 GENERIC_WRAPPER = Path(__file__).with_name("pipeline_wrapper.py")
@@ -374,8 +377,10 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
         ObservabilityError,
         ObservabilityMiddleware,
         configure_tracing,
+        job_queues,
         metrics_router,
     )
+    from gatehouse.serving.readiness import readiness_router
     from gatehouse.serving.streaming import StreamEnd
 
     keyring = KeyRing.from_manifest(manifest)
@@ -398,12 +403,14 @@ def build_app(manifest: Manifest, deploy_dir: Path, *, host: str | None = None, 
     _document_error_answers(app, manifest, keyring)
     if manifest.mcp:
         mount_mcp(app)
-    app.include_router(metrics_router())
+    app.include_router(metrics_router(job_queues(index_pipelines)))
+    app.include_router(readiness_router(manifest))
     app.add_middleware(StreamEnd, paths=CHAT_PATHS)
     app.add_middleware(GuardMiddleware, keyring=keyring, max_body_bytes=manifest.max_body_bytes,
                        limiter=rate_limiter(manifest, database_url=shared_database_url(manifest)))
     app.add_middleware(EdgeMiddleware, keyed=keyring.enabled, allowed_hosts=manifest.allowed_hosts,
                        remote=not is_loopback(host), allowed_origins=manifest.cors_allow_origins)
+    app.add_middleware(PrintableErrors)
     app.add_middleware(ObservabilityMiddleware)  # outermost: request ids and metrics for refused requests too
     return app
 
@@ -417,8 +424,9 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
           allow_remote_without_keys: bool = False, processes: int | None = None, fd: int | None = None) -> None:
     """
     Check the bind address, write the deployments and run the server until interrupted: uvicorn with the manifest's
-    header bounds, believing `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default
-    believes them from any local process, which could then choose its rate-limit bucket).
+    header, body and connection bounds (`http_limits`; the descriptor limit raised to the hard one), believing
+    `X-Forwarded-For` and `X-Forwarded-Proto` only from `trusted_proxies` (uvicorn's default believes them from any
+    local process, which could then choose its rate-limit bucket).
 
     :param processes: Server processes on the port (default the manifest's `processes`); more than one runs
         `serve_processes`.
@@ -426,7 +434,7 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
     """
     import uvicorn
 
-    from gatehouse.serving.http_limits import bounded_http_protocol
+    from gatehouse.serving.http_limits import bounded_http_protocol, connection_limit, raise_descriptor_limit
     from gatehouse.serving.observability import configure_logging
 
     host = host or manifest.host
@@ -439,12 +447,21 @@ def serve(manifest: Manifest, *, host: str | None = None, port: int | None = Non
         serve_processes(manifest, host=host, port=port, processes=processes,
                         allow_remote_without_keys=allow_remote_without_keys)
         return
+    try:  # before the pipelines open their files
+        descriptors = raise_descriptor_limit()
+        max_connections = connection_limit(descriptors, manifest.max_connections)
+    except ValueError as error:
+        raise ServeError(f"{manifest.path}: {error}") from error
     configure_logging(log_format=manifest.logging.format, level=manifest.log_level)
+    logging.getLogger("gatehouse.serving").info(
+        "at most %d connections at once (limits.max_connections; this process may open %d files)", max_connections,
+        descriptors)
     deploy_dir = prepare_deployments(manifest) if fd is None else default_deploy_dir().resolve()
     app = build_app(manifest, deploy_dir, host=host, port=port)
     # uvicorn's own records go to that handler unformatted by it; ObservabilityMiddleware writes the access records
     protocol = bounded_http_protocol(max_header_bytes=manifest.max_header_bytes, max_headers=manifest.max_headers,
-                                     header_timeout_s=manifest.header_timeout_s)
+                                     header_timeout_s=manifest.header_timeout_s,
+                                     body_timeout_s=manifest.body_timeout_s, max_connections=max_connections)
     config = uvicorn.Config(app, host=host, port=port, log_level=manifest.log_level, log_config=None,
                             access_log=False, http=protocol, proxy_headers=bool(manifest.trusted_proxies),
                             forwarded_allow_ips=list(manifest.trusted_proxies))
@@ -497,11 +514,14 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
     """
     Run `processes` server processes on one listening socket (the kernel hands each connection to one of them) until
     interrupted; a process that dies (a crash, `kill -9`) is started again, one that exits with status 2 (it cannot
-    start as configured) stops them all.
+    start as configured) stops them all. Their metrics go to one temporary folder (`PROMETHEUS_MULTIPROC_DIR`), so a
+    scrape of any process reports them all.
 
     :raises ServeError: When the store is the embedded one (only one process may open it), or the address cannot be
         bound.
     """
+    from prometheus_client import multiprocess
+
     if shared_database_url(manifest) is None:
         raise ServeError(f"processes is {processes}, but the store is the embedded one, which only one process may "
                          "open: set GATEHOUSE_POSTGRES_URL (or postgres: {url} in the pipelines), or run one process")
@@ -515,6 +535,8 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
     prepare_deployments(manifest)
+    metrics_dir = tempfile.mkdtemp(prefix="gatehouse-metrics-")  # new each start: no stale process's series
+    environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}  # one /metrics view of every process
     command = [sys.executable, "-m", "gatehouse.cli", "serve", "--manifest", str(manifest.path), "--host", host,
                "--port", str(port), "--processes", "1", "--fd", str(listener.fileno()),
                *(["--allow-remote-without-keys"] if allow_remote_without_keys else [])]
@@ -525,7 +547,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     def start() -> subprocess.Popen:
-        return subprocess.Popen(command, pass_fds=[listener.fileno()], preexec_fn=_die_with_parent)
+        return subprocess.Popen(command, pass_fds=[listener.fileno()], preexec_fn=_die_with_parent, env=environment)
 
     children = [start() for _ in range(processes)]
     print(f"gatehouse serve: {processes} processes on http://{host}:{port} (pids "
@@ -541,6 +563,7 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
                     failed = f"process {index + 1} of {processes} could not start (see its message above)"
                     stopping.set()
                     break
+                multiprocess.mark_process_dead(child.pid, metrics_dir)  # its gauges go; its counters stay summed
                 children[index] = start()
                 print(f"gatehouse serve: process {index + 1} of {processes} (pid {child.pid}) exited with status "
                       f"{status}; started pid {children[index].pid}", file=sys.stderr, flush=True)
@@ -556,5 +579,6 @@ def serve_processes(manifest: Manifest, *, host: str, port: int, processes: int,
         listener.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     if failed:
         raise ServeError(failed)

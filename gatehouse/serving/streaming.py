@@ -5,8 +5,9 @@ With an LLM generator, a streamed chat answer is sent sentence by sentence while
 pipeline's own citation verifier releases each sentence once the model has finished it and only if it passes the
 decision the verifier makes for the whole answer, and its output guardrails screen it and hand it to the request's
 `streaming_callback` (see `components/validators/verified_reply.py`); a sentence that fails is never sent. The final
-chunk carries the citations and the `gatehouse` extras of the pipeline's response. When the final answer is not what
-was sent (the model failed and the extractive answerer answered, every claim fell later, the time budget ran out), the
+chunk carries the citations and the `gatehouse` extras of the pipeline's response. A `partial` answer's notice (the
+last paragraph the response builder gives it) follows the sentences sent, so the stream says so too. When the
+final answer is not what was sent (the model failed and the extractive answerer answered, every claim fell later, the time budget ran out), the
 final chunk says so in `gatehouse.validation.confidence_warnings` and `gatehouse.stream` and carries the final answer
 after a blank line. Every stream ends with `data: [DONE]` (`StreamEnd`).
 
@@ -280,10 +281,14 @@ def _chunks(event: Any, events: queue.SimpleQueue, sentences: StreamedSentences,
     answered_ms = (time.perf_counter() - started) * 1000
     response = event.response if isinstance(event, Answered) else _failed(event.error)
     answer, streamed = response["answer"], "".join(sent)
-    differs = bool(streamed) and streamed.split() != answer.split()
+    said, _, notice = answer.rpartition("\n\n")
+    noted = bool(streamed) and said.split() == streamed.split()  # what was sent, then a partial answer's notice
+    differs = bool(streamed) and not noted and streamed.split() != answer.split()
     validation = dict(response["validation"])
     if not streamed:
         yield from send(answer, response["citations"], in_pieces=True)
+    elif noted:
+        yield from send("\n\n" + notice, response["citations"])
     elif differs and answer:
         validation["confidence_warnings"] = [
             *validation.get("confidence_warnings", []),

@@ -9,7 +9,7 @@ per-component outputs. These wrappers give each kind of pipeline a typed request
   streams sentence by sentence, each sent once verified (see `streaming.py`).
 - retrieve: `POST /{name}/run` returns the hybrid search's documents with scores and metadata, screened as an ask
   screens its passages (`PassageScreen`'s rules): hostile blocks removed, documents left empty withheld, unsafe URLs
-  dropped.
+  dropped. Its query passes the deployed ask pipeline's input guardrails first (refused: 422; redacted).
 - index: `POST /{name}/run` takes a multipart upload of files into a knowledge base and queues it as an ingest
   job (202; `wait=true` answers with the report when it is done).
 
@@ -60,6 +60,7 @@ from gatehouse.components.writers.ingest_planner import NAME_PATTERN as KB_NAME_
 from gatehouse.components.writers.ingest_planner import upload_name
 from gatehouse.components.builders.response_builder import ResponseBuilder
 from gatehouse.components.guardrails.document_screen import DocumentScreen
+from gatehouse.components.guardrails.input_guardrails import InputGuardrails
 from gatehouse.components.guardrails.passage_screen import screen_passage
 from gatehouse.components.guardrails.sanitising import citation_url
 from gatehouse.components.printable import printable_data
@@ -68,13 +69,18 @@ from gatehouse.components.routers.request_intake import RequestIntake
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
-from gatehouse.document_stores.errors import DataDirError, find_data_dir_error, require_writable_tree
+from gatehouse.document_stores.errors import (
+    DataDirError,
+    StoreUnavailableError,
+    find_data_dir_error,
+    require_writable_tree,
+)
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_principal
 from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
-from gatehouse.serving.manifest import Manifest, load_manifest
-from gatehouse.serving.client_tasks import client_task
-from gatehouse.serving.observability import record_ask, record_client_task
+from gatehouse.serving.manifest import Manifest, input_guardrails_specs, load_manifest
+from gatehouse.serving.client_tasks import ClientTask, client_task
+from gatehouse.serving.observability import record_ask, record_client_task, record_search_refusal
 from gatehouse.serving.streaming import chat_completion, stream_answer
 from gatehouse.settings import data_dir
 
@@ -152,12 +158,13 @@ class WithheldDocument(TypedDict):
 
 
 class RetrieveResponse(TypedDict):
-    """Hybrid search results."""
+    """Hybrid search results, and what the input guardrails did to the query (`redacted_pii:<kind>`, ...)."""
 
     documents: list[RetrievedDocument]
     tenant: str
     kbs: list[str] | None
     withheld: list[WithheldDocument]
+    guardrail_actions: list[str]
 
 
 def check_name(value: Any, *, field: str, kind: str) -> None:
@@ -183,7 +190,9 @@ def check_name(value: Any, *, field: str, kind: str) -> None:
 def data_dir_unavailable() -> Iterator[None]:
     """
     Answer a request the data directory cannot serve (read-only, full) with a 503 and the one-line reason, instead of
-    the error of the component or store that met it; other errors pass unchanged.
+    the error of the component or store that met it; other errors pass unchanged. A store's database that cannot be
+    used is a 503 with `Retry-After` and the caller's line (`StoreUnavailableError.public`: no database user, host,
+    port or name); the full line goes to the log, once per outage.
 
     :raises HTTPException: 503 naming the data directory's problem and what to do.
     """
@@ -195,6 +204,12 @@ def data_dir_unavailable() -> Iterator[None]:
         cause = find_data_dir_error(error, data_dir())
         if cause is None:
             raise
+        if isinstance(cause, StoreUnavailableError):
+            from gatehouse.document_stores.postgres_errors import report_outage
+
+            report_outage(cause)
+            raise HTTPException(status_code=503, detail=cause.public,
+                                headers={"Retry-After": str(cause.retry_after_s)}) from None
         raise HTTPException(status_code=503, detail=str(cause)) from error
 
 
@@ -253,9 +268,24 @@ class AskWrapper(GatehouseWrapper):
     """Serves `ask.yml`: REST, OpenAI-compatible chat (streaming or not) and an MCP tool."""
 
     def setup(self) -> None:
-        """Load the pipeline; its request intake's bounds (history, context) are the server's too."""
+        """Load the pipeline; its request intake's bounds (history, context) are the server's too, and its input
+        guardrails screen what an Open WebUI task's reply echoes."""
         super().setup()
         self.intake = next((c for _, c in self.pipeline.walk() if isinstance(c, RequestIntake)), None)
+        self.input_guard = next((c for _, c in self.pipeline.walk() if isinstance(c, InputGuardrails)), None
+                                ) or InputGuardrails()
+
+    def _screened_task(self, task: ClientTask) -> ClientTask | None:
+        """
+        The task, if its instructions pass the input guardrails; None for an injection written as a task (or
+        instructions over the question limit), which is then asked like any question: refused, and counted so.
+        """
+        return task if "passed" in self.input_guard.run(state=new_state(task.instructions)) else None
+
+    def _redacted(self, text: str) -> str:
+        """Text cleaned and its personal data redacted as the input guardrails do a question (what a task echoes)."""
+        verdict = self.input_guard.run(state=new_state(text))
+        return next(iter(verdict.values()))["query"]
 
     def _bounded(self, history: list[dict[str, Any]], context: str | None) -> None:
         """
@@ -328,7 +358,8 @@ class AskWrapper(GatehouseWrapper):
         the output guardrails passed it (an answer made at once, in pieces when it is complete), a final chunk
         carries `citations` and `gatehouse` (status, metadata, validation, path, stream, source_numbers), and
         `data: [DONE]` ends the stream. Open WebUI's background task prompts (title, tags, follow-ups) are answered
-        without the pipeline (`client_tasks.py`).
+        without the pipeline (`client_tasks.py`), the title echoed cleaned and redacted by the input guardrails; a
+        task prompt whose instructions the guardrails refuse is asked, and refused, like any question.
         """
         limit = None if self.intake is None else self.intake.max_request_history_turns
         if limit is not None and len(messages) - 1 > limit:
@@ -347,12 +378,14 @@ class AskWrapper(GatehouseWrapper):
         check_name(body.get("kb"), field="kb", kind="knowledge base")
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         task = client_task(turns)
+        if task is not None:
+            task = self._screened_task(task)
         if task is not None:  # Open WebUI's title, tags, follow-ups: answered here, not asked
             record_client_task(task.kind)
+            reply = task.response(screen=self._redacted)
             if body.get("stream"):
-                return stream_answer(lambda streaming_callback: task.response(), completion_id=completion_id,
-                                     model=model)
-            return chat_completion(task.response(), completion_id=completion_id, model=model)
+                return stream_answer(lambda streaming_callback: reply, completion_id=completion_id, model=model)
+            return chat_completion(reply, completion_id=completion_id, model=model)
         query = self._query(turns[-1]["content"], "the last user message")
         self._bounded(turns[:-1], None)
 
@@ -426,11 +459,31 @@ class RetrieveWrapper(GatehouseWrapper):
     """Serves `retrieve.yml`: hybrid search only, as REST and as an MCP tool."""
 
     def load(self) -> Pipeline:
-        """The retrieval pipeline, also wrapped as one component (query, tenant, kbs, top_k in; documents out), and
-        the passage screen's rules (its defaults) for what it returns."""
+        """The retrieval pipeline, also wrapped as one component (query, tenant, kbs, top_k in; documents out), the
+        input guardrails of the deployed ask pipeline for its queries (`input_guardrails`) and the passage screen's
+        rules (its defaults) for what it returns."""
         self.retrieval = RetrievalPipeline(pipeline_file=str(self.pipeline_file))
+        self.input_guard = input_guardrails(self.manifest)
+        self.input_guard.warm_up()
         self.screen = DocumentScreen()
         return self.retrieval.pipeline
+
+    def _screened_query(self, query: str) -> tuple[str, list[str]]:
+        """
+        The query as the input guardrails pass it to a search (cleaned, personal data and secrets redacted) and what
+        they did.
+
+        :raises HTTPException: 422 when they refuse it (a prompt injection, a refused capability or topic), naming the
+            violation and with the answer an ask would give.
+        """
+        verdict = self.input_guard.run(state=new_state(query))
+        if "passed" in verdict:
+            return verdict["passed"]["query"], list(verdict["passed"]["validation"]["guardrail_actions"])
+        blocked = verdict["blocked"]
+        violation = blocked["path"][-1].partition(":")[2]
+        record_search_refusal(violation)
+        raise HTTPException(status_code=422, detail=f"query refused by the input guardrails ({violation}): "
+                                                    f"{blocked['answer']}")
 
     def run_api(
         self,
@@ -448,7 +501,8 @@ class RetrieveWrapper(GatehouseWrapper):
         :param tenant: Act for this tenant (only one the API key holds); default the key's first tenant.
         :param top_k: How many passages to return (1-100).
         :returns: The documents, best first, screened as an ask screens its passages (`screened` names what was
-            removed from each; a document left empty is `withheld`), and the tenant and KBs searched.
+            removed from each; a document left empty is `withheld`), the tenant and KBs searched, and what the ask
+            pipeline's input guardrails did to the query before the search (`redacted_pii:email`, ...).
         """
         text = self._query(query)
         if not 1 <= top_k <= 100:
@@ -456,10 +510,22 @@ class RetrieveWrapper(GatehouseWrapper):
         for kb in kbs or []:
             check_name(kb, field="kb", kind="knowledge base")
         tenant_name = self._tenant(tenant, headers)
+        text, actions = self._screened_query(text)
         with data_dir_unavailable():
             documents = self.retrieval.run(query=text, tenant=tenant_name, kbs=kbs or None, top_k=top_k)["documents"]
         screened, withheld = _screened(documents, self.screen)
-        return printable_data({"documents": screened, "tenant": tenant_name, "kbs": kbs or None, "withheld": withheld})
+        return printable_data({"documents": screened, "tenant": tenant_name, "kbs": kbs or None, "withheld": withheld,
+                               "guardrail_actions": actions})
+
+
+def input_guardrails(manifest: Manifest) -> InputGuardrails:
+    """
+    The input guardrails the manifest's ask pipeline applies (the first one's, as its YAML declares them), which
+    screen what reaches a search without an ask (`/retrieve/run`, the retrieve tool); their defaults when no ask
+    pipeline is deployed.
+    """
+    specs = input_guardrails_specs(manifest.pipelines, manifest.path)
+    return InputGuardrails.from_dict(specs[0]) if specs else InputGuardrails()
 
 
 def _screened(documents: list[Document], screen: DocumentScreen

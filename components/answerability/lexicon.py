@@ -1,12 +1,12 @@
 """
 What the answerability gate reads in a question and in a candidate answer: the answer type the question expects, its
-content terms, the names and numbers it states, negation and opposite words, and the shortest answer span of a unit.
+content terms, the names and numbers it states, and the shortest answer span of a unit.
 
 The built-in lists are English; each can be replaced from YAML (the gate's `signals` setting).
 
 Usage:
 ```python
-from gatehouse.components.routers.answerability_lexicon import Lexicon
+from gatehouse.components.answerability.lexicon import Lexicon
 
 lexicon = Lexicon()
 lexicon.expected_type("How many users can a workspace have?")        # "number"
@@ -70,24 +70,6 @@ DEFAULT_UNITS: list[str] = ["per", "percent", "%", "days", "day", "hours", "hour
                             "tb", "kb", "users", "user", "seats", "requests", "tokens", "dollars", "euros", "people",
                             "km", "miles", "metres", "meters", "feet", "kg", "tons", "tonnes"]  # fmt: skip
 
-#: Words that negate a statement.
-DEFAULT_NEGATIONS: list[str] = ["not", "no", "never", "none", "nor", "neither", "without", "cannot", "nothing", "nobody",
-                                "n't", "unable", "lack", "lacks", "lacked", "fail", "fails", "failed"]  # fmt: skip
-
-#: Pairs of opposites; either word of a pair in the question, with the other in the sentence instead, is an antonym.
-DEFAULT_ANTONYMS: list[list[str]] = [
-    ["born", "died"], ["birth", "death"], ["first", "last"], ["start", "end"], ["begin", "end"], ["began", "ended"],
-    ["start", "finish"], ["largest", "smallest"], ["biggest", "smallest"], ["most", "least"], ["more", "less"],
-    ["higher", "lower"], ["highest", "lowest"], ["increase", "decrease"], ["increased", "decreased"],
-    ["before", "after"], ["earliest", "latest"], ["early", "late"], ["oldest", "newest"], ["older", "newer"],
-    ["always", "never"], ["included", "excluded"], ["include", "exclude"], ["allow", "forbid"], ["allowed", "banned"],
-    ["enable", "disable"], ["enabled", "disabled"], ["required", "optional"], ["minimum", "maximum"],
-    ["min", "max"], ["win", "lose"], ["won", "lost"], ["victory", "defeat"], ["success", "failure"],
-    ["accept", "reject"], ["accepted", "rejected"], ["north", "south"], ["east", "west"], ["import", "export"],
-    ["public", "private"], ["free", "paid"], ["upper", "lower"], ["inside", "outside"], ["major", "minor"],
-    ["strongest", "weakest"], ["fastest", "slowest"], ["longest", "shortest"], ["best", "worst"],
-]  # fmt: skip
-
 #: Question words that say what kind of answer is wanted, not what it is about; they are not content terms.
 DEFAULT_QUESTION_WORDS: list[str] = [
     "year", "years", "many", "much", "long", "often", "name", "named", "called", "kind", "type", "sort", "number",
@@ -99,18 +81,6 @@ DEFAULT_QUESTION_WORDS: list[str] = [
 _CAPITALISED = re.compile(r"(?<![.!?:]\s)(?<!^)\b([A-Z][\w'’-]*)")
 
 
-def _opposites(antonyms: list[list[str]]) -> dict[str, set[str]]:
-    """Each word of the pairs with its opposites, lower-cased."""
-    opposites: dict[str, set[str]] = {}
-    for pair in antonyms:
-        if len(pair) != 2:
-            raise ValueError(f"Each antonym entry must be a pair of words, got {pair!r}.")
-        a, b = (w.lower() for w in pair)
-        opposites.setdefault(a, set()).add(b)
-        opposites.setdefault(b, set()).add(a)
-    return opposites
-
-
 def _lowered(words: Iterable[str]) -> frozenset[str]:
     return frozenset(w.lower() for w in words)
 
@@ -120,11 +90,9 @@ class Lexicon:
     The answerability gate's word lists and patterns, compiled, and what they tell about a question or a unit.
 
     Every list is None for the built-in one (`DEFAULT_*` of this module): `answer_types` (`[pattern, type]` pairs, an
-    empty list too), `type_patterns` (a regex per type), `negations`, `antonyms` (pairs of words), `question_words`
-    (not content terms), `units` (words that may follow a number in an answer span), `stopwords`, `abbreviations`
-    (words whose trailing period does not end a sentence).
-
-    :raises ValueError: If an antonym entry is not a pair.
+    empty list too), `type_patterns` (a regex per type), `question_words` (not content terms), `units` (words that may
+    follow a number in an answer span), `stopwords`, `abbreviations` (words whose trailing period does not end a
+    sentence).
     """
 
     def __init__(  # noqa: PLR0913
@@ -132,8 +100,6 @@ class Lexicon:
         *,
         answer_types: list[list[str]] | None = None,
         type_patterns: dict[str, str] | None = None,
-        negations: list[str] | None = None,
-        antonyms: list[list[str]] | None = None,
         question_words: list[str] | None = None,
         units: list[str] | None = None,
         stopwords: list[str] | None = None,
@@ -142,8 +108,6 @@ class Lexicon:
         self.answer_types = [(re.compile(p, re.IGNORECASE), t) for p, t in (answer_types or DEFAULT_ANSWER_TYPES)]
         patterns = DEFAULT_TYPE_PATTERNS if type_patterns is None else type_patterns
         self.type_patterns = {t: re.compile(p, re.IGNORECASE) for t, p in patterns.items()}
-        self.negations = _lowered(DEFAULT_NEGATIONS if negations is None else negations)
-        self.opposites = _opposites(DEFAULT_ANTONYMS if antonyms is None else antonyms)
         self.stop = _lowered(DEFAULT_STOPWORDS if stopwords is None else stopwords)
         self.question_words = _lowered(DEFAULT_QUESTION_WORDS if question_words is None else question_words)
         self.units = _lowered(DEFAULT_UNITS if units is None else units)
@@ -277,7 +241,3 @@ class Lexicon:
                 start -= 1
             return bare(" ".join(words[start:end])) or None
         return None
-
-    def negated(self, words: list[str]) -> bool:
-        """Whether lower-cased words hold a negation."""
-        return any(w in self.negations or w.endswith("n't") for w in words)
