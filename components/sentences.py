@@ -22,12 +22,27 @@ import numpy as np
 from haystack import Document
 
 SENTENCE_PATTERN = r"(?<=[.!?])\s+(?=[A-Z0-9(\[])"
-#: A table row or a record: a list item of two `name: value` pairs or more (`- Name: Ada; Team: Data`, `tables.py`).
 _LETTER = re.compile(r"[^\W\d_]")
 ROW_WORDS = 24
 ROWS_EMBEDDED_WORDS = 64
-TABLE_ROW = re.compile(r"\s*[-*+]\s[^;\n]{1,80}?:\s[^\n]*?;\s[^;\n]{1,80}?:\s", re.MULTILINE)
+_ROW_START = re.compile(r"\s*[-*+]\s[^;\n]{1,80}?:\s")  # a list item's first `name: ` (its earliest)
+_ROW_NEXT_CELL = re.compile(r";\s[^;\n]{1,80}?:\s")  # a later `; name: `
 DEFAULTS: dict[str, Any] = {"pattern": SENTENCE_PATTERN, "context_fields": ["title"], "min_words": 1}
+
+
+def is_table_row(line: str) -> bool:
+    """
+    Whether a line is a table row or a record: a list item of two `name: value` pairs or more
+    (`- Name: Ada; Team: Data`, `tables.py`). Two anchored or literal-led patterns, so the time is linear in the
+    line's length (one pattern searched from every position of a run of spaces was quadratic).
+    """
+    start = _ROW_START.match(line)
+    return start is not None and _ROW_NEXT_CELL.search(line, start.end()) is not None
+
+
+def has_table_row(text: str) -> bool:
+    """Whether any line of a text is a table row (`is_table_row`)."""
+    return any(is_table_row(line) for line in text.split("\n"))
 
 
 def sentence_settings(sentences: dict[str, Any] | None) -> dict[str, Any]:
@@ -58,7 +73,7 @@ def sentence_settings(sentences: dict[str, Any] | None) -> dict[str, Any]:
 def sentence_parts(document: Document, settings: dict[str, Any]) -> list[str]:
     """
     A chunk's sentences, as `sentence_texts` embeds them but without their context fields: a table row
-    (`TABLE_ROW`) is a sentence of its own, as its `row_words`.
+    (`is_table_row`) is a sentence of its own, as its `row_words`.
 
     :param document: A chunk.
     :param settings: The output of `sentence_settings`.
@@ -71,7 +86,7 @@ def sentence_parts(document: Document, settings: dict[str, Any]) -> list[str]:
 
 def sentence_texts(document: Document, settings: dict[str, Any]) -> list[str]:
     """
-    The texts a chunk's sentences are embedded as: its context fields and one sentence. A table row (`TABLE_ROW`) is
+    The texts a chunk's sentences are embedded as: its context fields and one sentence. A table row (`is_table_row`) is
     a sentence of its own, so that a row is found by what is in it however many rows its chunk holds: its cells that
     hold words (a name, a place, a code), figures left to the chunk's vector and BM25 (`row_words`).
 
@@ -100,11 +115,11 @@ def rows_as_words(text: str) -> str:
     figures are BM25's to match), the rows' words at most `ROWS_EMBEDDED_WORDS` (each row has a vector of its own),
     the other lines whole.
     """
-    if not TABLE_ROW.search(text):
+    if not has_table_row(text):
         return text
     lines, budget = [], ROWS_EMBEDDED_WORDS
     for line in text.split("\n"):
-        if TABLE_ROW.match(line):
+        if is_table_row(line):
             words = row_words(line).split()[:budget] if budget > 0 else []
             budget -= len(words)
             line = " ".join(words)
@@ -115,11 +130,11 @@ def rows_as_words(text: str) -> str:
 
 def _rows_apart(text: str) -> list[str]:
     """A text cut before and after each table row line, a row as its `row_words` (other lines stay together)."""
-    if not TABLE_ROW.match(text) and "\n" not in text:
+    if "\n" not in text and not is_table_row(text):
         return [text]
     pieces: list[list[str]] = [[]]
     for line in text.split("\n"):
-        if TABLE_ROW.match(line):
+        if is_table_row(line):
             pieces += [[row_words(line)], []]
         else:
             pieces[-1].append(line)

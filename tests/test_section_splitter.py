@@ -268,6 +268,29 @@ def test_run_a_windows_words_leave_out_the_column_names_each_row_repeats():
     assert [chunk.content.count("\n") + 1 for chunk in chunks] == [6, 6]  # two values a row: six rows a window
 
 
+ROW_WORST_CASES = """
+from haystack import Document
+from gatehouse.components.preprocessors.section_splitter import SectionSplitter
+from gatehouse.components.sentences import rows_as_words, sentence_settings, sentence_texts
+
+texts = ["x" + " " * 420_000 + "y", "- a: b " * 60_000, "- a: " + "; " * 210_000, "- Name: Ada; Desk: 4B\\n" * 20_000]
+for text in texts:
+    chunks = SectionSplitter(min_words=1, max_chunks=10**6).run(
+        documents=[Document(content=text, meta={"source": "a.txt", "doc_id": "x"})])["documents"]
+    sentences = sum(len(sentence_texts(chunk, sentence_settings(None))) for chunk in chunks)
+    print(len(chunks), sentences, rows_as_words(chunks[-1].content).count("Ada"))
+"""
+
+
+def test_run_table_rows_are_told_apart_in_linear_time():
+    """Telling a table row from text searched one pattern from every position of a run of spaces or of list marks:
+    40,000 characters took 24 s to split; these 420,000 would take most of an hour."""
+    done = subprocess.run([sys.executable, "-c", ROW_WORST_CASES], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["2 2 0", "948 948 0", "1106 1106 0", "182 20000 16"]  # each row a sentence
+
+
 def test_run_a_heading_or_front_matter_value_over_max_heading_chars_is_not_metadata():
     """Each chunk carries its heading path, and each sentence is embedded with the title: a huge one costs per chunk."""
     long = "word " * 30

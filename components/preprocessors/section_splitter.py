@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import yaml
 from haystack import Document, component
 
-from gatehouse.components.sentences import TABLE_ROW
+from gatehouse.components.sentences import has_table_row, is_table_row
 from gatehouse.components.tables import is_number
 
 EXPLICIT_ID = re.compile(r"(?<!\s)\s*\{#([A-Za-z0-9_-]+)\}\s*$")  # tried once per run of spaces, not per space
@@ -45,9 +45,9 @@ def _may_cut(line: str, following: str) -> bool:
 
 def _words(text: str) -> int:
     """The words of a text as a window counts them: a table row's column names, repeated on every row, are not."""
-    if not TABLE_ROW.search(text):
+    if not has_table_row(text):
         return len(text.split())
-    return sum(sum(len(cell.split(": ", 1)[-1].split()) for cell in line.split("; ")) if TABLE_ROW.match(line)
+    return sum(sum(len(cell.split(": ", 1)[-1].split()) for cell in line.split("; ")) if is_table_row(line)
                else len(line.split()) for line in text.split("\n"))
 
 
