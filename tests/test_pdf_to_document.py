@@ -115,6 +115,21 @@ def test_run_a_form_keeps_each_value_with_its_label_and_its_title_line_titles_it
         assert all(line == "GRAND TOTAL 5,738" for line in lines if "GRAND TOTAL" in line)  # the value on its line
 
 
+def test_page_texts_read_the_first_page_once_for_its_text_and_its_title(monkeypatch):
+    """The title's type sizes were read in a pass of their own: the first page's text laid out twice, so a one-page
+    bomb took twice the time (and a busy machine's extraction budget) before its characters were counted."""
+    from pypdf import PageObject
+
+    laid_out = []
+    extract_text = PageObject.extract_text
+    monkeypatch.setattr(PageObject, "extract_text",
+                        lambda page, *args, **kwargs: laid_out.append(1) or extract_text(page, *args, **kwargs))
+    data = form_pdf("Estimate E-2041", [("Customer", "Harbour Bakery Ltd"), ("GRAND TOTAL", "5,738")])
+    meta: dict = {}
+    pages = page_texts(data, max_chars=10_000, meta=meta)
+    assert (len(laid_out), len(pages), meta["title"]) == (1, 1, "Estimate E-2041")
+
+
 def test_run_a_first_line_in_body_type_is_not_a_title():
     upload = ByteStream(data=pdf(b"(Lockers are on level one) Tj"), meta={"file_name": "lockers-note.pdf"})
     assert PDFToDocument().run(sources=[upload])["documents"][0].meta["title"] == "lockers note"

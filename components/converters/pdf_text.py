@@ -98,19 +98,24 @@ def _grid(rows: list[list[str | None]]) -> list[list[str]]:
     return grid
 
 
-def first_page_title(page) -> str:
-    """
-    The first line of a page when it reads as a title and its type is `TITLE_SCALE` times the page's usual size
-    (the size most of its characters are set in); following lines in that type are part of it.
-    """
-    runs: list[tuple[str, float]] = []
+class _Runs:
+    """A `visitor_text` for pypdf's `extract_text` that keeps each run of text with its type size on the page."""
 
-    def visit(text, matrix, text_matrix, font, size):
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, float]] = []
+
+    def __call__(self, text, matrix, text_matrix, font, size) -> None:
         scale = abs(text_matrix[3] * matrix[3]) or abs(text_matrix[0] * matrix[0]) or 1.0
         if text.strip():
-            runs.append((text, float(size or 0) * scale))
+            self.runs.append((text, float(size or 0) * scale))
 
-    page.extract_text(visitor_text=visit)
+
+def first_page_title(runs: list[tuple[str, float]]) -> str:
+    """
+    The first line of a page (its runs of text with their type sizes, `_Runs`) when it reads as a title and its type
+    is `TITLE_SCALE` times the page's usual size (the size most of its characters are set in); following lines in
+    that type are part of it.
+    """
     if not runs:
         return ""
     usual = statistics.median_high([size for text, size in runs for _ in range(len(text.strip()))])
@@ -175,22 +180,31 @@ def page_texts(data: bytes, max_chars: int, deadline: float | None = None, meta:
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data))
-    if meta is not None and reader.pages:
+    title, first_runs = "", None
+    if meta is not None:
         try:
-            title = property_title(reader.metadata.title if reader.metadata else "") or \
-                first_page_title(reader.pages[0])
+            title = property_title(reader.metadata.title if reader.metadata else "")
         except MemoryError:
             raise
         except Exception:  # noqa: BLE001 - the title is a bonus: a file pypdf reads keeps its text
             title = ""
-        if title:
-            meta["title"] = title
+        first_runs = None if title else _Runs()
     pages, total = [], 0
-    for page in reader.pages:
-        pages.append(reflow(page.extract_text() or ""))
+    for number, page in enumerate(reader.pages):  # the first page read once, for its text and its title's type
+        visitor = first_runs if number == 0 else None
+        pages.append(reflow((page.extract_text(visitor_text=visitor) if visitor else page.extract_text()) or ""))
         total += len(pages[-1])
         if total > max_chars:
             raise TooMuchText(total)
+        if visitor:
+            try:
+                title = first_page_title(visitor.runs)
+            except MemoryError:
+                raise
+            except Exception:  # noqa: BLE001 - the title is a bonus: a file pypdf reads keeps its text
+                title = ""
+    if title:
+        meta["title"] = title
     try:
         tables = _table_texts(data, deadline) if pages else {}
     except MemoryError:
