@@ -393,6 +393,13 @@ def cmd_bench_domains(args: argparse.Namespace) -> int:
                   name_kb=args.name_kb, progress=not args.quiet, baseline_python=args.baseline_python)
 
 
+def cmd_bench_documents(args: argparse.Namespace) -> int:
+    """`gatehouse bench documents`: real Office, PDF and data files ingested and asked, judged per format."""
+    generators = [item.strip() for item in (args.generators or "").split(",") if item.strip()]
+    return _bench("documents_bench", args, set_dir=args.set, baseline_python=args.baseline_python,
+                  generators=generators or None, workdir=args.workdir, progress=not args.quiet)
+
+
 def cmd_bench_injection(args: argparse.Namespace) -> int:
     """`gatehouse bench injection`: hostile documents ingested and asked; planted instructions relayed or not."""
     generators = [item.strip() for item in (args.generators or "").split(",") if item.strip()]
@@ -639,6 +646,18 @@ def build_parser() -> argparse.ArgumentParser:
     domains.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
     domains.add_argument("--quiet", action="store_true", help="no line per question")
     domains.set_defaults(handler=cmd_bench_domains)
+    documents = benches.add_parser(
+        "documents", help="real Office, PDF and data files (eval/sets/documents/) ingested into a fresh KB and asked: "
+                          "right and clean / buried / wrong / abstained per format, ingest s/MB beside a baseline")
+    documents.add_argument("--set", help="the set's folder: manifest.yml, questions.yml and the files (default "
+                                         "eval/sets/documents)")
+    documents.add_argument("--baseline-python", help="another checkout's interpreter, measured beside this one in the "
+                                                     "same run (e.g. ../main/.venv/bin/python)")
+    documents.add_argument("--generators", default="extractive", help="comma-separated: extractive, llm")
+    documents.add_argument("--workdir", help="where the data folders go (default <data dir>/bench/documents)")
+    documents.add_argument("--output", help="write the report (every answer and verdict) as JSON to this file")
+    documents.add_argument("--quiet", action="store_true", help="no line per step")
+    documents.set_defaults(handler=cmd_bench_documents)
     injection = benches.add_parser(
         "injection", help="documents carrying instructions, phishing, image beacons and hostile links "
                           "(eval/sets/injection.yml), each ingested as its own KB and asked: relayed or not")

@@ -39,7 +39,13 @@ def test_from_dict():
 def test_run_each_row_keeps_its_column_headers_whatever_the_delimiter_and_encoding(data):
     document = CSVToDocument().run(sources=[upload(data)], meta={"kb": "office"})["documents"][0]
     assert document.content == "- name: Ada; team: Data; desk: 4B\n- name: Lin, Jr.; team: Ops; desk: 2A"
-    assert document.meta == {"file_name": "people.csv", "kb": "office", "mime_type": "text/markdown"}
+    assert document.meta == {"file_name": "people.csv", "kb": "office", "mime_type": "text/markdown", "title": "people"}
+
+
+def test_run_a_title_row_above_the_header_is_the_caption():
+    data = b"Staff list for March\n\nname,team,desk\nAda,Data,4B\n"
+    document = CSVToDocument().run(sources=[upload(data)])["documents"][0]
+    assert document.content == "Staff list for March:\n- name: Ada; team: Data; desk: 4B"
 
 
 def test_run_a_corrupt_file_fails_in_one_line_naming_it():

@@ -54,7 +54,8 @@ def test_run_headings_become_sections_with_their_heading_path_and_tables_rows_wi
     documents = DOCXToDocument().run(sources=[upload(HANDBOOK)], meta={"kb": "hr"})["documents"]
     assert len(documents) == 1
     document = documents[0]
-    assert document.meta == {"file_name": "handbook.docx", "kb": "hr", "mime_type": "text/markdown"}
+    assert document.meta == {"file_name": "handbook.docx", "kb": "hr", "mime_type": "text/markdown",
+                             "title": "Staff handbook", "file_title": "handbook"}  # the Title style, the file's name
     assert document.content.splitlines()[:4] == ["# Staff handbook", "", "# Travel", ""]
     assert "- The nightly cap is 140 euros.\n- Breakfast is included.\n\n- City: Lyon; Nightly cap: 140 euros\n" \
            "- City: Oslo; Nightly cap: 210 euros" in document.content
@@ -65,6 +66,42 @@ def test_run_headings_become_sections_with_their_heading_path_and_tables_rows_wi
     assert by_section["Hotels"].meta["heading_path"] == ["Travel", "Hotels"]
     assert by_section["Hotels"].meta["title"] == "Staff handbook"
     assert "City: Oslo; Nightly cap: 210 euros" in by_section["Hotels"].content
+
+
+@pytest.mark.parametrize(("blocks", "title", "expected"), [
+    ([("bold", "Annual Report 2025"), ("h1", "Introduction"), ("p", "The report covers the year.")], None,
+     "Annual Report 2025"),
+    ([("p", "The report covers the year."), ("h1", "Introduction")], None, "annual report"),
+    ([("title", "Draft"), ("p", "The report covers the year.")], "Annual Report 2025", "Annual Report 2025"),
+], ids=["bold-first-line", "first-line-a-sentence", "properties-first"])
+def test_run_the_title_is_the_documents_own_else_the_file_name(blocks, title, expected):
+    document = DOCXToDocument().run(sources=[upload(docx_file(blocks, title=title), "annual-report.docx")])
+    assert document["documents"][0].meta["title"] == expected
+
+
+def test_run_a_first_heading_1_is_a_section_not_the_title():
+    blocks = [("h1", "CHAPTER 1 – INTRODUCTION"), ("p", "The report covers the year."),
+              ("h1", "CHAPTER 4 – RESULTS"),
+              ("h2", "3. ACCOUNTING REPORTS"), ("p", "Accounts were closed in March.")]
+    document = DOCXToDocument().run(sources=[upload(docx_file(blocks), "annual-report.docx")])["documents"][0]
+    assert document.meta["title"] == "annual report"
+    chunks = SectionSplitter(min_words=1).run(documents=[Document(content=document.content, meta={
+        **document.meta, "doc_id": "public/annual-report.docx", "source": "annual-report.docx"})])["documents"]
+    assert [(chunk.meta["title"], chunk.meta["heading_path"]) for chunk in chunks] == [
+        ("annual report", ["CHAPTER 1 – INTRODUCTION"]),
+        ("annual report", ["CHAPTER 4 – RESULTS", "3. ACCOUNTING REPORTS"])]
+
+
+def test_run_merged_header_cells_name_each_column_and_a_nested_table_is_kept():
+    rows = [["Budget 2025", "", ""], ["", "Spent", ""], ["Team", "Q1", "Q2"], ["Data", "10", "12"], ["Ops", "7", "9"]]
+    merges = [((0, 0), (0, 2)), ((1, 1), (1, 2))]  # a title across the table, "Spent" over two columns
+    document = DOCXToDocument().run(sources=[upload(docx_file([("merged", (rows, merges))]))])["documents"][0]
+    assert document.content.strip().split("\n") == [
+        "Budget 2025:", "- Team: Data; Spent Q1: 10; Spent Q2: 12", "- Team: Ops; Spent Q1: 7; Spent Q2: 9"]
+    nested = docx_file([("nested", ([["Site", "Contacts"], ["Lyon", "see below"]],
+                                     [["Name", "Phone"], ["Ada", "555 0101"]]))])
+    content = DOCXToDocument().run(sources=[upload(nested)])["documents"][0].content
+    assert "- Site: Lyon; Contacts: see below" in content and "- Name: Ada; Phone: 555 0101" in content
 
 
 def test_run_a_corrupt_file_fails_in_one_line_naming_it():

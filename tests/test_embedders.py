@@ -5,7 +5,7 @@ import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from gatehouse.components.embedders.document_embedder import DocumentEmbedder
+from gatehouse.components.embedders.document_embedder import DocumentEmbedder, embedded_text
 from gatehouse.components.embedders.embedding import EmbeddingBackend
 from gatehouse.components.embedders.text_embedder import TextEmbedder
 from gatehouse.components.embedders.vector import Vector
@@ -154,3 +154,17 @@ def test_run_document_embedder_empty_and_type_errors():
         embedder.run(documents="a query")
     with pytest.raises(TypeError):
         embedder.run(documents=[Document(content="ok"), "not a doc"])
+
+
+def test_run_a_table_row_is_embedded_by_its_cells_with_words():
+    rows = Document(content="Players:\n- Name: Avery Johnson; GP: 43; PTS: 1.6\n- GP: 12; PTS: 3")
+    vector = DocumentEmbedder(cache_dir="off").run(documents=[rows])["documents"][0].embedding
+    assert embedded_text(rows, []) == "Players:\nName: Avery Johnson"  # figures are BM25's to match
+    assert np.allclose(vector, TextEmbedder().run(text="Players:\nName: Avery Johnson")["embedding"], atol=1e-5)
+
+
+def test_embedded_text_a_chunk_of_many_rows_embeds_its_first_rows_words_and_every_other_line():
+    rows = "\n".join(f"- Name: Person {n} Smith; Team: Data" for n in range(40))
+    text = embedded_text(Document(content=f"Staff list:\n{rows}\nUpdated in May."), [])
+    assert text.startswith("Staff list:\nName: Person 0 Smith; Team: Data") and text.endswith("Updated in May.")
+    assert len(text.split()) == 2 + 64 + 3  # the rows' words stop at 64: each row has a vector of its own

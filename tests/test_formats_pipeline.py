@@ -45,7 +45,7 @@ QUESTIONS = [
     ("How many blue kettles are in the Lille warehouse?", "stock.xlsx",
      "Item: Blue kettle; Warehouse: Lille; Count: 37", "inventory"),
     ("Which desk does Ada sit at?", "desks.csv", "name: Ada; team: Data; desk: 4B", ""),
-    ("What are the payment terms of Bolt Tools?", "vendors.json", "terms: net 60", "vendors1-bolt-tools"),
+    ("What are the payment terms of Bolt Tools?", "vendors.json", "name: Bolt Tools; terms: net 60", "vendors"),
 ]
 
 

@@ -29,6 +29,19 @@ def test_rank_weighted_sum_gives_an_absent_key_the_lists_floor():
     assert ranked["c2"] == pytest.approx(0.5 * 0.7 / 0.8 + 0.5 * 1.0)
 
 
+def test_rank_weighted_sum_a_list_shorter_than_its_depth_gives_an_absent_key_nothing():
+    # the lexical list holds every chunk that has the term (2 of a depth of 200): the others matched nothing
+    ranked = dict(Fusion(method="weighted_sum", weights={"dense": 0.5, "lexical": 0.5}, normalization="max",
+                         depth=200).rank(LISTS, top_k=10))
+    assert ranked["c1"] == pytest.approx(0.5 * 1.0)
+    assert ranked["c2"] == pytest.approx(0.5 * 0.7 / 0.8 + 0.5 * 1.0)
+    cut = dict(Fusion(method="weighted_sum", weights={"dense": 0.5, "lexical": 0.5}, normalization="max",
+                      depth=2).rank(LISTS, top_k=10))
+    assert cut["c1"] == pytest.approx(0.5 * 1.0 + 0.5 * (3.0 / 9.0))  # a list cut at its depth: its floor
+    with pytest.raises(ValueError, match="depth"):
+        Fusion(method="rrf", weights={"dense": 1.0}, depth=0)
+
+
 def test_rank_per_group_keeps_a_groups_best_chunks_with_its_score():
     fusion = Fusion(method="rrf", weights={"dense": 1.0, "lexical": 1.0}, group=True, chunks_per_group=1)
     ranked = fusion.rank(LISTS, top_k=2)

@@ -54,14 +54,27 @@ def test_run_each_record_is_a_section_and_each_value_keeps_its_key_path():
         None: "- version: 2",
         "vendors[0] Acme Paper": "- name: Acme Paper\n- contact.email: orders@acme.test\n- terms: net 30",
         "vendors[1] Bolt Tools": "- id: 7\n- name: Bolt Tools\n- terms: net 60\n- tags: tools, hardware\n"
-                                 "- active: true\n- orders[0].sku: B-1\n- orders[0].qty: 3",
+                                 "- active: true\n\norders:\n- sku: B-1; qty: 3",  # a list of objects: a table
         "settings": "- currency: EUR\n- limits.monthly: 5000",
     }
 
 
-def test_run_a_top_level_list_of_records():
+def test_run_a_top_level_list_of_flat_records_is_a_table():
     document = JSONToDocument().run(sources=[upload([{"city": "Lyon", "cap": 140}, {"city": "Oslo"}])])["documents"][0]
-    assert document.content == "\n## [0] Lyon\n\n- city: Lyon\n- cap: 140\n\n## [1] Oslo\n\n- city: Oslo"
+    assert document.content.strip() == "- city: Lyon; cap: 140\n- city: Oslo"
+
+
+def test_run_a_nested_list_of_objects_is_records_not_key_paths():
+    layout = {"name": "tickets", "tables": [
+        {"table": "ticket", "fields": [{"name": "id", "type": "int", "size": 4},
+                                       {"name": "status_notes", "type": "text", "size": 126}]},
+        {"table": "agent", "fields": [{"name": "email", "type": "text", "size": 80}]},
+    ]}
+    content = JSONToDocument().run(sources=[upload(layout, "layout.json")])["documents"][0].content
+    assert "[2]" not in content and "fields[" not in content
+    assert "## tables[0] ticket\n\n- table: ticket\n\nfields:\n- name: id; type: int; size: 4\n" \
+           "- name: status_notes; type: text; size: 126" in content
+    assert "## tables[1] agent\n\n- table: agent\n\nfields:\n- name: email; type: text; size: 80" in content
 
 
 def test_run_a_corrupt_file_fails_in_one_line_naming_it():

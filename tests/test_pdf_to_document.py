@@ -10,9 +10,10 @@ from haystack.dataclasses import ByteStream
 from pypdf import PdfReader, PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-from gatehouse.components.converters.pdf_text import page_texts
+from gatehouse.components.converters.pdf_text import page_texts, reflow
 from gatehouse.components.converters.pdf_to_document import PDFToDocument
-from office_files import table_pdf
+from gatehouse.components.preprocessors.section_splitter import SectionSplitter
+from office_files import form_pdf, table_pdf
 
 PRICES = table_pdf("Price list", "Prices are per month, billed yearly.",
                    [["Plan", "Monthly price", "Seats"], ["Solo", "$8", "10"], ["Studio", "$15", "50"]])
@@ -68,7 +69,7 @@ def test_run_extracts_each_page_and_keeps_the_upload_meta():
     documents = PDFToDocument().run(sources=[upload], meta={"kb": "office"})["documents"]
     assert len(documents) == 1
     assert documents[0].content.split("\f") == ["Lockers are on level one.", "Bikes go in the yard."]
-    assert documents[0].meta == {"file_name": "office.pdf", "kb": "office"}
+    assert documents[0].meta == {"file_name": "office.pdf", "kb": "office", "title": "office"}  # the file's name
 
 
 def test_run_skips_a_file_pypdf_cannot_read():
@@ -91,11 +92,53 @@ def test_run_an_extraction_over_its_time_budget_is_stopped():
 def test_run_a_ruled_table_keeps_its_rows_with_their_headers_and_the_text_around_it():
     upload = ByteStream(data=PRICES, meta={"file_name": "prices.pdf"})
     text = PDFToDocument().run(sources=[upload])["documents"][0].content
-    assert text == ("Price list\nPrices are per month, billed yearly.\n\n"
+    assert text == ("Price list\n\nPrices are per month, billed yearly.\n\n"
                     "- Plan: Solo; Monthly price: $8; Seats: 10\n- Plan: Studio; Monthly price: $15; Seats: 50")
 
 
 def test_the_table_pass_past_its_deadline_keeps_pypdfs_text():
     late = page_texts(PRICES, max_chars=10_000, deadline=time.monotonic() - 1)
-    assert late == [PdfReader(io.BytesIO(PRICES)).pages[0].extract_text()]
+    assert late == [reflow(PdfReader(io.BytesIO(PRICES)).pages[0].extract_text())]
     assert "Plan: Solo" not in late[0] and "Solo" in late[0]
+
+
+def test_run_a_form_keeps_each_value_with_its_label_and_its_title_line_titles_it():
+    lines = [(f"Line {n}: repaint of wall section {n} with two coats", f"{80 + n},00") for n in range(1, 60)]
+    data = form_pdf("Estimate E-2041", [("Customer", "Harbour Bakery Ltd"), *lines, ("GRAND TOTAL", "5,738")])
+    document = PDFToDocument().run(sources=[ByteStream(data=data, meta={"file_name": "estimate.pdf"})])["documents"][0]
+    assert document.meta["title"] == "Estimate E-2041"  # the first line, in larger type than the page's text
+    chunks = SectionSplitter(max_words=220, overlap_words=30).run(documents=[document])["documents"]
+    assert len(chunks) > 2
+    for chunk in chunks:
+        lines = chunk.content.split("\n")
+        assert not lines[0].replace(",", "").isdigit()  # no chunk starts with a value cut from its label
+        assert all(line == "GRAND TOTAL 5,738" for line in lines if "GRAND TOTAL" in line)  # the value on its line
+
+
+def test_page_texts_read_the_first_page_once_for_its_text_and_its_title(monkeypatch):
+    """The title's type sizes were read in a pass of their own: the first page's text laid out twice, so a one-page
+    bomb took twice the time (and a busy machine's extraction budget) before its characters were counted."""
+    from pypdf import PageObject
+
+    laid_out = []
+    extract_text = PageObject.extract_text
+    monkeypatch.setattr(PageObject, "extract_text",
+                        lambda page, *args, **kwargs: laid_out.append(1) or extract_text(page, *args, **kwargs))
+    data = form_pdf("Estimate E-2041", [("Customer", "Harbour Bakery Ltd"), ("GRAND TOTAL", "5,738")])
+    meta: dict = {}
+    pages = page_texts(data, max_chars=10_000, meta=meta)
+    assert (len(laid_out), len(pages), meta["title"]) == (1, 1, "Estimate E-2041")
+
+
+def test_run_a_first_line_in_body_type_is_not_a_title():
+    upload = ByteStream(data=pdf(b"(Lockers are on level one) Tj"), meta={"file_name": "lockers-note.pdf"})
+    assert PDFToDocument().run(sources=[upload])["documents"][0].meta["title"] == "lockers note"
+
+
+def test_reflow_joins_wrapped_prose_and_keeps_each_value_on_its_labels_line():
+    page = ("Annual report\nThe board met four times this year and agreed the budget for the\nnew depot, which "
+            "opens in May.\nInvoice Date:\n03/20/2023\nTotal\n$\n279.84\nThank you.")
+    assert reflow(page).split("\n\n") == [
+        "Annual report",
+        "The board met four times this year and agreed the budget for the\nnew depot, which opens in May.",
+        "Invoice Date: 03/20/2023", "Total $ 279.84", "Thank you."]

@@ -232,6 +232,65 @@ def test_run_a_heading_full_of_spaces_is_parsed_in_linear_time():
     assert done.stdout == "spaced|     out|1\n"
 
 
+def test_run_a_long_table_is_cut_between_rows_each_window_led_in_by_its_caption():
+    rows = [f"- Index: {n}; Name: Person {n} Smith; Company: Firm {n}; City: Town {n}" for n in range(40)]
+    text = "## Customers\n\nCustomer list, in order:\n" + "\n".join(rows) + "\n\nSource: the CRM export of May."
+    chunks = SectionSplitter(max_words=60, overlap_words=10).run(documents=[md_doc(text)])["documents"]
+    assert len(chunks) > 5
+    seen = []
+    for chunk in chunks:
+        lines = chunk.content.split("\n")
+        if lines[0].startswith("Source"):
+            continue
+        assert lines[0] == "Customer list, in order:"  # the caption above the rows of every window
+        assert all(line in rows for line in lines[1:] if line and not line.startswith("Source"))  # rows whole
+        seen += [line for line in lines[1:] if line in rows]
+    assert seen == rows  # each row once, in order: rows are not repeated as overlap
+
+
+def test_run_a_long_page_is_cut_between_lines_with_prose_overlap_never_before_a_value():
+    lines = [f"Line {n} repaints wall section {n}" for n in range(30)]
+    page = "\n".join(line for pair in zip(lines, (f"{80 + n},00" for n in range(30))) for line in pair)
+    doc = Document(content=page + "\nGRAND TOTAL\n5,738", meta={"source": "estimate.pdf", "doc_id": "x"})
+    chunks = SectionSplitter(max_words=40, overlap_words=8).run(documents=[doc])["documents"]
+    assert len(chunks) > 3
+    for chunk in chunks:
+        first = chunk.content.split("\n")[0]
+        assert first.startswith("Line ") or first == "GRAND TOTAL"  # a window starts with a label, never a value
+    assert all(len(c.content.split()) <= 40 for c in chunks)
+    assert "GRAND TOTAL\n5,738" in chunks[-1].content
+    assert chunks[1].content.startswith(chunks[0].content.split("\n")[-2])  # the last line pair is repeated
+
+
+def test_run_a_windows_words_leave_out_the_column_names_each_row_repeats():
+    rows = "\n".join(f"- Employee number: E{n}; Department of assignment: Finance" for n in range(12))
+    chunks = SectionSplitter(max_words=12, overlap_words=2).run(documents=[md_doc("## Staff\n\n" + rows)])["documents"]
+    assert [chunk.content.count("\n") + 1 for chunk in chunks] == [6, 6]  # two values a row: six rows a window
+
+
+ROW_WORST_CASES = """
+from haystack import Document
+from gatehouse.components.preprocessors.section_splitter import SectionSplitter
+from gatehouse.components.sentences import rows_as_words, sentence_settings, sentence_texts
+
+texts = ["x" + " " * 420_000 + "y", "- a: b " * 60_000, "- a: " + "; " * 210_000, "- Name: Ada; Desk: 4B\\n" * 20_000]
+for text in texts:
+    chunks = SectionSplitter(min_words=1, max_chunks=10**6).run(
+        documents=[Document(content=text, meta={"source": "a.txt", "doc_id": "x"})])["documents"]
+    sentences = sum(len(sentence_texts(chunk, sentence_settings(None))) for chunk in chunks)
+    print(len(chunks), sentences, rows_as_words(chunks[-1].content).count("Ada"))
+"""
+
+
+def test_run_table_rows_are_told_apart_in_linear_time():
+    """Telling a table row from text searched one pattern from every position of a run of spaces or of list marks:
+    40,000 characters took 24 s to split; these 420,000 would take most of an hour."""
+    done = subprocess.run([sys.executable, "-c", ROW_WORST_CASES], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["2 2 0", "948 948 0", "1106 1106 0", "182 20000 16"]  # each row a sentence
+
+
 def test_run_a_heading_or_front_matter_value_over_max_heading_chars_is_not_metadata():
     """Each chunk carries its heading path, and each sentence is embedded with the title: a huge one costs per chunk."""
     long = "word " * 30

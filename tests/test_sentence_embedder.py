@@ -54,3 +54,22 @@ def test_run_fills_the_cache_so_a_reingest_encodes_nothing_again(tmp_path):
     again = SentenceEmbedder(cache_dir=cache).run(documents=[chunk()])
     assert backend.encoded_count == before  # every sentence vector came from the cache
     assert [len(rows) for rows in again["sentence_embeddings"].values()] == [2]
+
+
+def test_sentence_texts_each_table_row_is_a_sentence_of_its_cells_with_words():
+    rows = Document(content="Customers:\n- Index: 1; First Name: Sheryl; Last Name: Baxter; Company: Rasmussen Group\n"
+                            "- Index: 2; First Name: Preston; Last Name: Lozano; Company: Vega-Gentry\n"
+                            "- Index: 3; Score: 7\nSource: the CRM export.", meta={"title": "customers"})
+    assert sentence_texts(rows, sentence_settings(None)) == [
+        "customers\nCustomers:",
+        "customers\nFirst Name: Sheryl; Last Name: Baxter; Company: Rasmussen Group",
+        "customers\nFirst Name: Preston; Last Name: Lozano; Company: Vega-Gentry",
+        "customers\nSource: the CRM export.",  # a row of figures only has no sentence
+    ]
+
+
+def test_sentence_texts_a_long_row_is_named_by_its_first_words():
+    notes = " ".join(f"word{n}" for n in range(60))
+    row = Document(content=f"- Name: Ada Lovelace; Notes: {notes}\n- Name: Lin; Notes: short", meta={"title": "t"})
+    first = sentence_texts(row, sentence_settings(None))[0]
+    assert first.startswith("t\nName: Ada Lovelace; Notes: word0") and len(first.split()) == 1 + 24

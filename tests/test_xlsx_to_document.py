@@ -44,6 +44,7 @@ def test_from_dict():
 def test_run_each_sheet_is_a_section_and_each_row_keeps_its_column_headers():
     document = XLSXToDocument().run(sources=[upload(BOOK)])["documents"][0]
     assert document.meta["mime_type"] == "text/markdown"
+    assert document.meta["title"] == "stock"  # no title in the workbook's properties: the file's name
     assert document.content.split("\n") == [
         "## Inventory", "",
         "- Item: Blue kettle; Warehouse: Lille; Count: 37; Checked: 2026-03-02",
@@ -51,6 +52,28 @@ def test_run_each_sheet_is_a_section_and_each_row_keeps_its_column_headers():
         "",
         "## Contacts", "",
         "Name; Phone",  # a header with no rows under it
+        "",
+    ]
+
+
+def test_run_title_rows_above_the_header_are_the_caption_and_a_sheets_tables_stay_apart():
+    report = xlsx_file({"Segments": [
+        ["3. Analyses by segment"], [], ["in EUR thousands"],
+        [None, "2024", None, "2025", None],
+        ["Segment", "Revenue", "EBIT", "Revenue", "EBIT"],
+        ["Retail", 1200, -30, 1320, 12], ["Wholesale", 870.5, 44, 905, 51],
+        [], ["4. Headcount"], ["Segment", "Staff"], ["Retail", 41],
+    ]}, merged={"Segments": ["B4:C4", "D4:E4"]}, title="Annual report 2025")
+    document = XLSXToDocument().run(sources=[upload(report, "report.xlsx")])["documents"][0]
+    assert (document.meta["title"], document.meta["file_title"]) == ("Annual report 2025", "report")
+    assert document.content.split("\n") == [
+        "## Segments", "",
+        "3\\. Analyses by segment, in EUR thousands:",
+        "- Segment: Retail; 2024 Revenue: 1200; 2024 EBIT: -30; 2025 Revenue: 1320; 2025 EBIT: 12",
+        "- Segment: Wholesale; 2024 Revenue: 870.5; 2024 EBIT: 44; 2025 Revenue: 905; 2025 EBIT: 51",
+        "",
+        "4\\. Headcount:",
+        "- Segment: Retail; Staff: 41",
         "",
     ]
 

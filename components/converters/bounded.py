@@ -27,7 +27,7 @@ import subprocess
 import sys
 from typing import Any, ClassVar
 
-from gatehouse.components.converters.sources import FileConverter
+from gatehouse.components.converters.sources import FileConverter, file_title
 
 logger = logging.getLogger(__name__)
 
@@ -108,11 +108,14 @@ class BoundedConverter(FileConverter):
             raise ValueError(f"{name}: text extraction stopped (exit code {done.returncode})")
         return answer
 
-    def text(self, data: bytes, name: str) -> str | None:
+    def convert(self, data: bytes, name: str) -> tuple[str, dict[str, Any]] | None:
         """
-        The text of one file.
+        The text of one file and its title: the one the file holds (see the format's extractor), else the file's name
+        (`file_title`). A file with a title of its own also keeps its name's words as `file_title` (what a person
+        named the file, a retrieval cue beside a title its template may have left).
 
-        :returns: The text; None for an unreadable file when `skip_unreadable` (logged).
+        :returns: The text and `{"title": ...}` (and `file_title`); None for an unreadable file when
+            `skip_unreadable` (logged).
         :raises ValueError: When the file goes over a bound, or is unreadable (naming the file and the reason).
         """
         answer = self._extract(data, name)
@@ -121,7 +124,8 @@ class BoundedConverter(FileConverter):
                 logger.warning("Could not convert %s, skipping it: %s", name, answer["error"])
                 return None
             raise ValueError(f"{name}: not a readable {self.label} ({answer['error']})")
-        return answer["text"]
+        own, named = str((answer.get("meta") or {}).get("title") or ""), file_title(name)
+        return answer["text"], {"title": own, "file_title": named} if own and own != named else {"title": named}
 
 
 class ZipConverter(BoundedConverter):

@@ -6,7 +6,8 @@ Run as `python -m gatehouse.components.converters.extraction KIND MAX_CHARS MAX_
 with the file on standard input: KIND names the module `gatehouse.components.converters.<KIND>_text`, whose
 `extract(data, text)` adds the file's text to `text` (`text.deadline`, half of TIMEOUT_S from the start, is when
 optional work such as the PDF table pass stops; the parent kills the child at TIMEOUT_S). The child writes JSON on
-standard output: `{"text": ...}`, or `{"over": <chars so far>}` as soon as the text passes MAX_CHARS, `{"expanded":
+standard output: `{"text": ..., "meta": {...}}` (`meta`: what the extractor read of the document, e.g. its
+`title`), or `{"over": <chars so far>}` as soon as the text passes MAX_CHARS, `{"expanded":
 <bytes>}` when a zip file's parts unzip to over MAX_EXPANDED_MB (0: not a zip format), `{"memory": MAX_MEMORY_MB}`
 when its address space (capped at MAX_MEMORY_MB) ran out, or `{"error": "<why>"}` for a file the format's library
 cannot read. Nothing here imports Haystack, so that a child starts in a fraction of a second.
@@ -36,7 +37,8 @@ class Text:
     """
     Lines of extracted text within a character budget: `add` raises `TooMuchText` as soon as the text passes
     `max_chars`, so an extractor stops early on a file that expands without end. `deadline` (a time.monotonic(), or
-    None) is when an extractor stops optional work.
+    None) is when an extractor stops optional work. `meta` holds what the extractor read of the document besides its
+    text (its `title`).
     """
 
     def __init__(self, max_chars: int, deadline: float | None = None) -> None:
@@ -44,6 +46,7 @@ class Text:
         self.deadline = deadline
         self.lines: list[str] = []
         self.size = 0
+        self.meta: dict[str, str] = {}
 
     def add(self, *lines: str) -> None:
         """Append lines; raises `TooMuchText` when the text passes the budget."""
@@ -102,7 +105,7 @@ def run(kind: str, data: bytes, max_chars: int, max_expanded_mb: int, deadline: 
         raise
     except Exception as error:  # any unreadable file is reported, not raised: the parent decides
         return {"error": f"{type(error).__name__}: {one_line(error)[:200]}"}
-    return {"text": text.value()}
+    return {"text": text.value(), "meta": text.meta}
 
 
 def main() -> None:

@@ -49,18 +49,24 @@ def read_sources(
         yield stream.data, name, merged
 
 
+def file_title(name: str) -> str:
+    """A document's title from its file's name: the name without its extension, `-` and `_` as spaces."""
+    return Path(name).stem.replace("-", " ").replace("_", " ").strip() or "Untitled"
+
+
 class FileConverter:
     """
     The base class of a converter of files to documents, which gives it its `run`. The converter sets `unnamed` (the
-    name of a source without `file_name` or `file_path`) and defines `text(data, name)`: the text of one file, None
-    to skip it (logged), a `ValueError` naming the file when the file fails. A converter whose text is markdown sets
+    name of a source without `file_name` or `file_path`) and defines `convert(data, name)`: the text of one file and
+    the metadata it gives its document (a `title`), None to skip it (logged), a `ValueError` naming the file when the
+    file fails. A converter whose text is markdown sets
     `produces` to "text/markdown": its documents' `mime_type` then says so, and the cleaner and splitter treat them
     as markdown (headings make sections).
     """
 
     unnamed: ClassVar[str]
     produces: ClassVar[str | None] = None
-    text: Callable[[bytes, str], str | None]
+    convert: Callable[[bytes, str], tuple[str, dict[str, Any]] | None]
 
     @component.output_types(documents=list[Document])
     def run(
@@ -71,14 +77,16 @@ class FileConverter:
 
         :param sources: File paths or ByteStreams.
         :param meta: Metadata for all documents (a dict) or per source (a list as long as `sources`); a ByteStream's
-            own `meta` comes first.
-        :returns: `{"documents": [...]}`, one per readable file whose `text` is not None.
-        :raises ValueError: When a file fails (see the converter's `text`).
+            own `meta` comes first, then `meta`, then what the converter read of the file (its `title`).
+        :returns: `{"documents": [...]}`, one per readable file whose `convert` is not None.
+        :raises ValueError: When a file fails (see the converter's `convert`).
         """
         documents = []
         for data, name, document_meta in read_sources(sources, meta, unnamed=self.unnamed):
-            text = self.text(data, name)
-            if text is not None:
+            converted = self.convert(data, name)
+            if converted is not None:
+                text, read = converted
+                document_meta = {**read, **document_meta}
                 if self.produces:
                     document_meta["mime_type"] = self.produces
                 documents.append(Document(content=text, meta=document_meta))

@@ -44,17 +44,18 @@ class TextToDocument(FileConverter):
             except LookupError as error:
                 raise ValueError(f"TextToDocument: unknown fallback encoding {encoding!r}") from error
 
-    def text(self, data: bytes, name: str) -> str:
+    def convert(self, data: bytes, name: str) -> tuple[str, dict]:
         """
         The text of a file.
 
         :param data: The file's bytes.
         :param name: The file, named in the error.
-        :returns: The text, without a byte order mark.
+        :returns: The text, without a byte order mark, and no metadata (the splitter titles a markdown file by its
+            front matter or first heading, other text by its file's name).
         :raises ValueError: When no encoding to try decodes it (naming those tried).
         """
         text = decoded(data, self.fallback_encodings)
         if text is None:
             raise ValueError(f"{name}: not text in {', '.join(candidates(data, self.fallback_encodings))} "
                              "(text_converter.fallback_encodings in index.yml)")
-        return text
+        return text, {}

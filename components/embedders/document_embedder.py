@@ -6,12 +6,16 @@ from typing import Any
 from haystack import Document, component
 
 from gatehouse.components.embedders.embedding import EmbeddingModel
+from gatehouse.components.sentences import rows_as_words
 
 
 def embedded_text(document: Document, meta_fields: list[str], separator: str = "\n") -> str:
-    """The text a chunk is embedded as: its non-empty `meta_fields`, then its content, joined by `separator`."""
+    """
+    The text a chunk is embedded as: its non-empty `meta_fields`, then its content (a table row as its cells that hold
+    words: `sentences.rows_as_words`), joined by `separator`.
+    """
     fields = [str(document.meta[key]) for key in meta_fields if document.meta.get(key)]
-    return separator.join([*fields, document.content or ""])
+    return separator.join([*fields, rows_as_words(document.content or "")])
 
 
 @component

@@ -28,7 +28,10 @@ class Fusion:
 
     `weighted_sum` normalises each list's scores (`minmax`: (s - min) / (max - min); `max`: s / max; `zscore`:
     (s - mean) / sd) and adds them with the list weights; a key missing from one list gets that list's lowest
-    normalised score (it ranked below that list's cut-off). With `group` each list ranks a group by its best chunk,
+    normalised score when the list was cut at `depth` hits (it ranked below the cut-off), and nothing (0, or the
+    lowest score if that is below 0) when the list is shorter than `depth`: it holds every key that matched at all (a
+    BM25 list for a rare name or code), so the few that hold the term are not levelled with all the others. With
+    `group` each list ranks a group by its best chunk,
     every chunk of a group gets the group's fused score, and `top_k` counts groups; within a group its chunks come
     best first by their own fused score, at most `chunks_per_group` of them.
     """
@@ -39,6 +42,7 @@ class Fusion:
     normalization: str = "minmax"
     group: bool = False
     chunks_per_group: int | None = None
+    depth: int | None = None
 
     def __post_init__(self) -> None:
         """Check the settings."""
@@ -50,6 +54,8 @@ class Fusion:
             raise ValueError("weights must name at least one list to fuse.")
         if self.chunks_per_group is not None and self.chunks_per_group < 1:
             raise ValueError("chunks_per_group must be at least 1 (or null for all chunks).")
+        if self.depth is not None and self.depth < 1:
+            raise ValueError("depth must be at least 1 (or null when the lists' cut-off is not known).")
 
     def rank(self, lists: dict[str, list[Hit]], top_k: int) -> list[tuple[str, float]]:
         """
@@ -63,9 +69,11 @@ class Fusion:
             for chunk, group, _ in hits:
                 if chunk not in group_of:
                     group_of[chunk] = chunk if group is None or not self.group else str(group)
-        per_chunk = self._fuse({name: [(chunk, score) for chunk, _, score in hits] for name, hits in ranked.items()})
+        complete = {name: self.depth is not None and len(hits) < self.depth for name, hits in ranked.items()}
+        per_chunk = self._fuse({name: [(chunk, score) for chunk, _, score in hits] for name, hits in ranked.items()},
+                               complete)
         fused = per_chunk if not self.group else self._fuse(
-            {name: [(group_of[chunk], score) for chunk, _, score in hits] for name, hits in ranked.items()})
+            {name: [(group_of[chunk], score) for chunk, _, score in hits] for name, hits in ranked.items()}, complete)
         order = {chunk: position for position, chunk in enumerate(group_of)}
         chunks = sorted(group_of, key=lambda chunk: (-fused[group_of[chunk]], -per_chunk[chunk], order[chunk]))
         if not self.group:
@@ -76,18 +84,22 @@ class Fusion:
         return [(chunk, fused[key]) for key, members in list(groups.items())[:top_k]
                 for chunk in members[: self.chunks_per_group]]
 
-    def _fuse(self, lists: dict[str, list[tuple[Any, float]]]) -> dict[Any, float]:
-        """The fused score of every key found in any list (each list's contributions added in list order)."""
+    def _fuse(self, lists: dict[str, list[tuple[Any, float]]], complete: dict[str, bool]) -> dict[Any, float]:
+        """
+        The fused score of every key found in any list (each list's contributions added in list order); a list that
+        is `complete` gives the keys it lacks nothing.
+        """
         fused = {key: 0.0 for hits in lists.values() for key, _ in hits}
         for name, hits in lists.items():
-            values, floor = self._contributions(hits, self.weights[name])
+            values, floor = self._contributions(hits, self.weights[name], complete[name])
             if values:
                 get = values.get
                 for key in fused:
                     fused[key] += get(key, floor)
         return fused
 
-    def _contributions(self, hits: list[tuple[Any, float]], weight: float) -> tuple[dict[Any, float], float]:
+    def _contributions(self, hits: list[tuple[Any, float]], weight: float,
+                       complete: bool) -> tuple[dict[Any, float], float]:
         """Each key's contribution from one list (its best hit), and what a key absent from the list gets."""
         best: dict[Any, float] = {}
         for key, score in hits:
@@ -99,7 +111,9 @@ class Fusion:
         if self.method == "rrf":
             return {k: weight / (self.rrf_k + rank) for rank, k in enumerate(best, start=1)}, 0.0
         normalised = dict(zip(best, self._normalise(list(best.values())), strict=True))
-        return {k: weight * value for k, value in normalised.items()}, weight * min(normalised.values())
+        lowest = min(normalised.values())
+        floor = min(0.0, lowest) if complete else lowest
+        return {k: weight * value for k, value in normalised.items()}, weight * floor
 
     def _normalise(self, scores: list[float]) -> list[float]:
         if self.normalization == "max":

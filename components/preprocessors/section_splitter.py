@@ -4,15 +4,80 @@ import hashlib
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from haystack import Document, component
 
+from gatehouse.components.sentences import has_table_row, is_table_row
+from gatehouse.components.tables import is_number
+
 EXPLICIT_ID = re.compile(r"(?<!\s)\s*\{#([A-Za-z0-9_-]+)\}\s*$")  # tried once per run of spaces, not per space
 FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 LAST_BOUNDARY = re.compile(r".*\W", re.DOTALL)  # up to the last character that is not part of a word
+LAST_LINE_END = re.compile(r".*\n", re.DOTALL)  # up to the last line break
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown")
+ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s")
+_WORDS = re.compile(r"[^\W_]")
+
+
+class _Piece(NamedTuple):
+    """A paragraph, or a line of a paragraph too long for one window, as `_windows` packs them."""
+
+    text: str
+    words: int
+    joiner: str  # what goes before it in a window: "\n\n" (a paragraph) or "\n" (a line)
+    paragraph: int
+    cut_before: bool  # a window may start with it
+    lead: str | None  # the lead-in line of its list, repeated when a window starts with it
+    prose: bool  # a line of prose (not a list item): repeated as overlap
+
+
+def _may_cut(line: str, following: str) -> bool:
+    """
+    Whether a window may end after `line` with `following` next: not after a lead-in or label ending in ':', nor
+    before a line that is only a figure (a form's value under its label: "GRAND TOTAL" over "5,738") or only signs
+    (a currency sign on a line of its own), nor after such signs.
+    """
+    return not line.rstrip().endswith(":") and not is_number(following) and _WORDS.search(following) is not None \
+        and _WORDS.search(line) is not None
+
+
+def _words(text: str) -> int:
+    """The words of a text as a window counts them: a table row's column names, repeated on every row, are not."""
+    if not has_table_row(text):
+        return len(text.split())
+    return sum(sum(len(cell.split(": ", 1)[-1].split()) for cell in line.split("; ")) if is_table_row(line)
+               else len(line.split()) for line in text.split("\n"))
+
+
+def _pieces(text: str, max_words: int) -> list[_Piece]:
+    """A section's paragraphs as pieces; a paragraph over `max_words` words (`_words`) as one piece per line."""
+    pieces: list[_Piece] = []
+    paragraphs = [p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip()]
+    previous_last = ""
+    for number, paragraph in enumerate(paragraphs):
+        lines = [line.rstrip() for line in paragraph.split("\n") if line.strip()]
+        words = _words(paragraph)
+        if words <= max_words or len(lines) == 1:
+            pieces.append(_Piece(paragraph.strip(), words, "\n\n", number, True, None, False))
+        else:
+            lead = previous_last if previous_last.endswith(":") and ITEM.match(lines[0]) else None
+            for position, line in enumerate(lines):
+                if position and ITEM.match(line) and lines[position - 1].endswith(":") \
+                        and not ITEM.match(lines[position - 1]):
+                    lead = lines[position - 1].strip()
+                elif not ITEM.match(line):
+                    lead = None
+                cut = position == 0 or _may_cut(lines[position - 1], line)
+                pieces.append(_Piece(line if position else line.strip(), _words(line),
+                                     "\n" if position else "\n\n", number, cut, lead, not ITEM.match(line)))
+        previous_last = paragraph.strip().rsplit("\n", 1)[-1].strip()
+    return pieces
+
+
+def _joined(pieces: list[_Piece]) -> str:
+    return (pieces[0].text.lstrip() + "".join(piece.joiner + piece.text for piece in pieces[1:])).strip()
 
 
 def markdown_heading(line: str) -> tuple[int, str] | None:
@@ -100,28 +165,55 @@ class SectionSplitter:
         self.max_heading_chars = max_heading_chars
 
     def _windows(self, text: str) -> list[str]:
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
-        chunks: list[str] = []
-        current: list[str] = []
-        count = 0
-        for paragraph in paragraphs:
-            words = len(paragraph.split())
-            if current and count + words > self.max_words:
-                chunks.append("\n\n".join(current))
-                current, count = [], 0
-            if words > self.max_words:
-                tokens = paragraph.split()
+        """
+        A section's text in windows of at most `max_words` words: paragraphs are grouped whole; a longer paragraph
+        is cut between its lines (a table's rows, a list's items, a page's lines), never after a label whose value
+        follows (`_may_cut`), a cut list's lead-in line repeated above its other items and `overlap_words` of prose
+        lines repeated; a line longer than `max_words` is cut into word windows with that overlap.
+        """
+        windows: list[str] = []
+        current: list[_Piece] = []
+        carried = 0  # pieces at the start of `current` repeated from the window before
+        for piece in _pieces(text, self.max_words):
+            if piece.words > self.max_words:  # one line longer than a window
+                if len(current) > carried:
+                    windows.append(_joined(current))
+                current, carried = [], 0
+                tokens = piece.text.split()
                 step = self.max_words - self.overlap_words
                 for start in range(0, len(tokens), step):
-                    chunks.append(" ".join(tokens[start : start + self.max_words]))
+                    windows.append(" ".join(tokens[start : start + self.max_words]))
                     if start + self.max_words >= len(tokens):
                         break
                 continue
-            current.append(paragraph)
-            count += words
-        if current:
-            chunks.append("\n\n".join(current))
-        return [piece for chunk in chunks for piece in self._bounded(chunk)]
+            if len(current) > carried and sum(part.words for part in current) + piece.words > self.max_words:
+                cut = len(current)
+                if not piece.cut_before:
+                    cut = next((at for at in range(len(current) - 1, carried, -1) if current[at].cut_before), cut)
+                windows.append(_joined(current[:cut]))
+                start = self._carried(current[:cut], current[cut:] or [piece])
+                current, carried = start + current[cut:], len(start)
+            current.append(piece)
+        if len(current) > carried:
+            windows.append(_joined(current))
+        return [part for window in windows for part in self._bounded(window)]
+
+    def _carried(self, before: list["_Piece"], after: list["_Piece"]) -> list["_Piece"]:
+        """What a window cut inside a paragraph starts with: the list's lead-in, else the last prose lines."""
+        first = after[0]
+        if first.lead is not None:
+            return [_Piece(first.lead, len(first.lead.split()), "", first.paragraph, True, None, False)]
+        if first.joiner != "\n":
+            return []
+        carried: list[_Piece] = []
+        for piece in reversed(before):
+            words = sum(part.words for part in carried) + piece.words
+            if piece.paragraph != first.paragraph or not piece.prose or words > self.overlap_words:
+                break
+            carried.insert(0, piece)
+        while carried and not carried[0].cut_before:  # the overlap starts where a window may: not at a value
+            carried.pop(0)
+        return carried
 
     def _bounded(self, text: str) -> list[str]:
         """`text` in pieces of at most `max_chunk_chars` characters (itself when it is not longer)."""
@@ -130,7 +222,8 @@ class SectionSplitter:
         pieces, start = [], 0
         while len(text) - start > self.max_chunk_chars:
             end = start + self.max_chunk_chars
-            boundary = LAST_BOUNDARY.match(text, start + self.max_chunk_chars // 2, end)
+            boundary = LAST_LINE_END.match(text, start + self.max_chunk_chars // 2, end) or \
+                LAST_BOUNDARY.match(text, start + self.max_chunk_chars // 2, end)
             cut = boundary.end() if boundary else end
             pieces.append(text[start:cut].strip())
             start = cut

@@ -100,7 +100,8 @@ class HybridRetriever(MovedSettings):
         self.group_by = group_by
         self.chunks_per_group = chunks_per_group
         self.top_k = top_k
-        self._fusion = Fusion(**self.fusion, group=group_by is not None, chunks_per_group=chunks_per_group)
+        self._fusion = Fusion(**self.fusion, group=group_by is not None, chunks_per_group=chunks_per_group,
+                              depth=candidates)
 
     def _stores(self) -> dict[str, Any]:
         stores = {"dense": self.dense_store, "lexical": self.lexical_store, "ngrams": self.ngrams_store}
