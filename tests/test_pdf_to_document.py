@@ -80,7 +80,8 @@ def test_run_a_compressed_file_expanding_over_max_chars_fails_naming_the_limit()
     data = bomb(20_000)  # 1.8 M characters of text
     assert len(data) < 20_000
     with pytest.raises(ValueError, match=r"bomb.pdf: the PDF expands to over 100000 characters .*max_chars"):
-        PDFToDocument(max_chars=100_000).run(sources=[ByteStream(data=data, meta={"file_name": "bomb.pdf"})])
+        PDFToDocument(max_chars=100_000, timeout_s=300, timeout_base_s=300).run(  # time: a hang guard
+            sources=[ByteStream(data=data, meta={"file_name": "bomb.pdf"})])
 
 
 def test_run_an_extraction_over_its_time_budget_is_stopped():
