@@ -73,7 +73,7 @@ def child(asks: int) -> dict[str, Any]:
 
 
 def _server_ready() -> float:
-    from gatehouse.serving.bench import serve_process
+    from gatehouse.eval.serving_bench import serve_process
     from gatehouse.settings import project_path
 
     with tempfile.TemporaryDirectory() as folder:

@@ -1,5 +1,5 @@
 """
-Schema fuzzing (`gatehouse.serving.fuzz`, schemathesis with all its checks) of a real `gatehouse serve` on loopback, and
+Schema fuzzing (`gatehouse.eval.fuzz`, schemathesis with all its checks) of a real `gatehouse serve` on loopback, and
 of a small FastAPI app with known faults, which shows the fuzzer reports what it must.
 """
 
@@ -23,8 +23,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from server_process import free_port, running_server
 
+from gatehouse.eval.fuzz import FUZZED_OPERATIONS, MCP, MUTATIONS, fuzz, fuzz_manifest, mutated, report
 from gatehouse.serving.edge import EdgeMiddleware
-from gatehouse.serving.fuzz import FUZZED_OPERATIONS, MCP, MUTATIONS, fuzz, fuzz_manifest, mutated, report
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()
@@ -199,7 +199,7 @@ def json_number(body: bytes, path: tuple[str, ...]) -> str:
 
 
 def test_naming_the_manifest_file_is_no_leak_but_naming_hayhooks_is():
-    from gatehouse.serving.fuzz import INTERNAL_NAMES
+    from gatehouse.eval.fuzz import INTERNAL_NAMES
 
     assert not INTERNAL_NAMES.search("limits.requests_per_minute in hayhooks.yml")
     assert INTERNAL_NAMES.search("hayhooks.server.routers failed")

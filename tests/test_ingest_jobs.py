@@ -19,9 +19,9 @@ from haystack.dataclasses import ByteStream
 from server_process import running_server
 from test_pdf_to_document import bomb
 
+from gatehouse.eval.serving_bench import _markdown
 from gatehouse.pipelines import component_spec, load_pipeline
 from gatehouse.serving import jobs as jobs_module
-from gatehouse.serving.bench import _markdown
 from gatehouse.serving.jobs import IngestJobs, QueueFull
 from gatehouse.settings import bundled_dir
 

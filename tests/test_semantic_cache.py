@@ -377,7 +377,7 @@ def test_run_in_ask_yml_enabled_false(pipeline, tmp_path):
 
 
 def test_cache_bench_prints_hit_and_miss(pipeline, capsys):
-    from gatehouse.cache_bench import bench
+    from gatehouse.eval.cache_bench import bench
 
     figures = bench(pipeline, ["Which Prometheus metrics does the gateway expose?"], repeats=5)
     assert figures["hit_p50_ms"] > 0 and figures["miss_p50_ms"] > 0  # the ratio is the benchmark's, not a test's

@@ -14,7 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import running_server
 
-from gatehouse.serving.bench import long_history
+from gatehouse.eval.serving_bench import long_history
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()

@@ -20,7 +20,7 @@ import yaml
 from openai import OpenAI
 from server_process import running_server
 
-from gatehouse.serving.bench import hanging_ask_pipeline
+from gatehouse.eval.serving_bench import hanging_ask_pipeline
 from gatehouse.settings import bundled_dir
 
 PROJECT_ROOT = bundled_dir()  # the shipped pipelines and sample KBs

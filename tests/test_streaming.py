@@ -164,7 +164,7 @@ def test_sentences_are_sent_as_they_pass_and_equal_the_verified_answer(server):
     delay_ms = (received_at - gatehouse["stream"]["first_sentence_at"]) * 1000
     print(f"\nscripted LLM: client TTFT {first_at * 1000:.0f} ms; first verified sentence available "
           f"{gatehouse['stream']['first_sentence_ms']:.0f} ms into the stream, received {delay_ms:.0f} ms later; whole "
-          f"answer {gatehouse['stream']['answer_ms']:.0f} ms")  # its 100 ms target: python -m gatehouse.serving.bench
+          f"answer {gatehouse['stream']['answer_ms']:.0f} ms")  # its 100 ms target: python -m gatehouse.eval.serving_bench
 
 
 def test_an_answer_replaced_at_the_end_says_so_in_the_final_chunk(server):

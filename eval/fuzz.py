@@ -32,11 +32,11 @@ bearer key holding the `public` tenant (no rate limit), so tenant refusals (403)
 
 Usage:
 ```
-python -m gatehouse.serving.fuzz --cases 1000                                  # own server over GATEHOUSE_DATA_DIR
-python -m gatehouse.serving.fuzz --cases 1000 --url http://127.0.0.1:1416 [--key KEY]   # a running scratch server
+python -m gatehouse.eval.fuzz --cases 1000                                  # own server over GATEHOUSE_DATA_DIR
+python -m gatehouse.eval.fuzz --cases 1000 --url http://127.0.0.1:1416 [--key KEY]   # a running scratch server
 ```
 ```python
-from gatehouse.serving.fuzz import fuzz, report
+from gatehouse.eval.fuzz import fuzz, report
 
 results = fuzz("http://127.0.0.1:1416", cases=100, key=None)
 print("\\n".join(report(results)))        # results["POST /ask/run"].server_errors == 0, ...
@@ -75,8 +75,8 @@ from schemathesis.core.failures import Failure, FailureGroup, ServerError
 from schemathesis.generation import GenerationMode
 from schemathesis.openapi.checks import UndefinedStatusCode
 
+from gatehouse.eval.serving_bench import serve_process
 from gatehouse.pipelines import pipeline_path
-from gatehouse.serving.bench import serve_process
 from gatehouse.settings import data_dir
 
 MCP = "POST /mcp"

@@ -15,8 +15,8 @@ data directories, one side after the other):
 
 Usage:
 ```
-python -m gatehouse.serving.ingest_bench                                              # this checkout only
-python -m gatehouse.serving.ingest_bench --baseline-python ../main/.venv/bin/python   # beside another checkout
+python -m gatehouse.eval.ingest_bench                                              # this checkout only
+python -m gatehouse.eval.ingest_bench --baseline-python ../main/.venv/bin/python   # beside another checkout
 ```
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from gatehouse.serving.bench import serve_process
+from gatehouse.eval.serving_bench import serve_process
 from gatehouse.stats import percentile
 
 OPENERS = ["{{ ", "{%a ", "{% comment %}", "<p>x</p>" + "<!--" * 40, "<?x", "</x ", "<a ", "`" * 40 + "a`" * 20]

@@ -9,7 +9,7 @@ page (false tables), and its time per page.
 
 Usage (`make install` first; prints a markdown table):
 ```
-python -m gatehouse.pdf_table_bench [--repeats 3]
+python -m gatehouse.eval.pdf_table_bench [--repeats 3]
 ```
 """
 

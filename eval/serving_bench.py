@@ -16,7 +16,7 @@ It prints ratios rather than absolute numbers alone, since those depend on the m
   (the post-hoc streaming) would have sent its first token;
 - without `--url` the benchmark starts `gatehouse serve` itself over the data directory (ingest the sample knowledge
   bases first: `gatehouse ingest`), its ask pipelines without the answer cache (the questions repeat, and a cache
-  hit would time the cache; `python -m gatehouse.cache_bench` times hits against misses), with one more deployment, `ask_hanging`: ask.yml whose generator is an LLM at a
+  hit would time the cache; `python -m gatehouse.eval.cache_bench` times hits against misses), with one more deployment, `ask_hanging`: ask.yml whose generator is an LLM at a
   loopback socket that accepts connections and never answers. It then measures asks and retrievals unloaded and
   while one `ask_hanging` request waits on that endpoint (ratios of P50/P95), and when that request is answered
   (its time budget, `--budget`); with `--upload-mb M`, retrievals unloaded and during the upload of an M MB markdown
@@ -32,13 +32,13 @@ It prints ratios rather than absolute numbers alone, since those depend on the m
 
 Usage:
 ```
-python -m gatehouse.serving.bench --concurrency 16                         # its own server over GATEHOUSE_DATA_DIR
-python -m gatehouse.serving.bench --concurrency 16 --upload-mb 9           # ... and retrieval during a 9 MB upload
-python -m gatehouse.serving.bench --url http://127.0.0.1:1416 --calls 50 [--concurrency 16] [--key KEY]
-python -m gatehouse.serving.bench --stream --llm-url http://127.0.0.1:8080/v1 --streams 5   # verified streaming
-python -m gatehouse.serving.bench --flood 8         # one key's asks while another key floods, limited or not
-python -m gatehouse.serving.bench --flood 16 --flood-history-bytes 1000000   # ... each flooding ask with a 1 MB history
-GATEHOUSE_POSTGRES_URL=... python -m gatehouse.serving.bench --flood 16 --flood-processes 1,2   # 1 and 2 processes
+python -m gatehouse.eval.serving_bench --concurrency 16                         # its own server over GATEHOUSE_DATA_DIR
+python -m gatehouse.eval.serving_bench --concurrency 16 --upload-mb 9           # ... and retrieval during a 9 MB upload
+python -m gatehouse.eval.serving_bench --url http://127.0.0.1:1416 --calls 50 [--concurrency 16] [--key KEY]
+python -m gatehouse.eval.serving_bench --stream --llm-url http://127.0.0.1:8080/v1 --streams 5   # verified streaming
+python -m gatehouse.eval.serving_bench --flood 8         # one key's asks while another key floods, limited or not
+python -m gatehouse.eval.serving_bench --flood 16 --flood-history-bytes 1000000   # ... each flooding ask with a 1 MB history
+GATEHOUSE_POSTGRES_URL=... python -m gatehouse.eval.serving_bench --flood 16 --flood-processes 1,2   # 1 and 2 processes
 ```
 """
 

@@ -8,8 +8,8 @@ hits), then in its paraphrase (a semantic hit: the question is embedded and comp
 
 Usage:
 ```
-python -m gatehouse.cache_bench                  # 5 golden questions, 20 repeats each
-python -m gatehouse.cache_bench --repeats 50
+python -m gatehouse.eval.cache_bench                  # 5 golden questions, 20 repeats each
+python -m gatehouse.eval.cache_bench --repeats 50
 ```
 """
 
