@@ -2,6 +2,7 @@
 
 import re
 import textwrap
+from collections.abc import Callable
 from html import unescape
 from typing import Any
 
@@ -305,17 +306,7 @@ def _without_comment_blocks(text: str) -> str:
 
 def _template_tags(text: str) -> str:
     """Each `{% name args %}` replaced as `_liquid` says; an opener without a `%}` after it, and all after it, stay."""
-    pieces, copied = [], 0
-    for opener in _LIQUID_OPEN.finditer(text):
-        if opener.start() < copied:
-            continue
-        close = text.find("%}", opener.end())
-        if close < 0:
-            break
-        args_end = close - 1 if close > opener.end() and text[close - 1] == "-" else close
-        pieces += [text[copied:opener.start()], _liquid(opener["name"], text[opener.end():args_end])]
-        copied = close + 2
-    return "".join(pieces) + text[copied:]
+    return _delimited(text, _LIQUID_OPEN, "%}", lambda opener, inner: _liquid(opener["name"], inner))
 
 
 def _expressions(text: str) -> str:
@@ -323,17 +314,31 @@ def _expressions(text: str) -> str:
     Each `{{ expression }}` replaced by its name when it is a bare name (`{{ version }}` -> `version`), else removed;
     an opener without a `}}` after it, and all after it, stay.
     """
+
+    def name(_opener: re.Match, inner: str) -> str:
+        expression = inner.rstrip()
+        return expression if re.fullmatch(r"[\w.-]+", expression) else ""
+
+    return _delimited(text, _EXPRESSION_OPEN, "}}", name)
+
+
+def _delimited(text: str, opener_pattern: re.Pattern, closer: str,
+               replace: Callable[[re.Match, str], str]) -> str:
+    """
+    Each span from an `opener_pattern` match to the next `closer` replaced by `replace(opener, inner)` (`inner` without
+    a trim mark `-` before the closer), in one pass: an opener inside a replaced span is skipped, and an opener without
+    a closer after it ends the scan (none later has one either), so the text is read once.
+    """
     pieces, copied = [], 0
-    for opener in _EXPRESSION_OPEN.finditer(text):
+    for opener in opener_pattern.finditer(text):
         if opener.start() < copied:
             continue
-        close = text.find("}}", opener.end())
+        close = text.find(closer, opener.end())
         if close < 0:
             break
         end = close - 1 if close > opener.end() and text[close - 1] == "-" else close
-        expression = text[opener.end():end].rstrip()
-        pieces += [text[copied:opener.start()], expression if re.fullmatch(r"[\w.-]+", expression) else ""]
-        copied = close + 2
+        pieces += [text[copied:opener.start()], replace(opener, text[opener.end():end])]
+        copied = close + len(closer)
     return "".join(pieces) + text[copied:]
 
 
