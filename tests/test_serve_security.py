@@ -514,7 +514,7 @@ def test_the_docs_pages_load_nothing_from_another_host(keyless, page):
 
 
 def test_the_protocol_bench_times_each_protocol():
-    from gatehouse.serving.protocol_bench import measure, report
+    from gatehouse.eval.protocol_bench import measure, report
 
     times = measure(requests=20, rounds=1)
     assert {name: len(values) for name, values in times.items()} == {"httptools": 1, "bounded": 1, "h11": 1}

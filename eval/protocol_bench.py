@@ -6,10 +6,10 @@ printed as µs per request and as the ratio of the medians to httptools, all mea
 
 Usage:
 ```
-python -m gatehouse.serving.protocol_bench --requests 3000 --rounds 3
+python -m gatehouse.eval.protocol_bench --requests 3000 --rounds 3
 ```
 ```python
-from gatehouse.serving.protocol_bench import measure
+from gatehouse.eval.protocol_bench import measure
 
 times = measure(requests=500, rounds=1)      # {"httptools": [µs per request], "bounded": [...], "h11": [...]}
 ```
