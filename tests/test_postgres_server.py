@@ -12,8 +12,8 @@ def test_primary_has_the_extensions_and_runs_unprivileged(postgres):
         assert {"vector", "pg_trgm"} <= set(extensions)
         assert connection.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
         assert connection.execute("SELECT inet_server_addr()::text").fetchone() == ("127.0.0.1/32",)
-        server_pid = connection.info.backend_pid
-    owner = os.stat(f"/proc/{server_pid}").st_uid
+        # read while the connection is open: its server process exits when the connection closes
+        owner = os.stat(f"/proc/{connection.info.backend_pid}").st_uid
     assert owner != 0  # PostgreSQL runs as an unprivileged user, also when the tests run as root
 
 
