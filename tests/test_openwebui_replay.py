@@ -354,3 +354,19 @@ def test_the_official_openai_client_reads_the_same_chats_streamed_and_not(server
     assert text and completion.choices[0].message.content == text
     if streamed is not None:
         assert streamed.content == text
+
+
+@pytest.mark.parametrize("path", [p for p in _recordings() if _kind(p) in ("chat-stream", "chat")
+                                  and "revoke it" in json.dumps(json.loads(p.read_text(encoding="utf-8"))["body"])],
+                         ids=lambda p: p.stem)
+def test_the_recorded_follow_up_about_revoking_is_answered_from_the_revoke_section(server, path):
+    """The demo's follow-up ("and how do I revoke it?" after rotating) as Open WebUI sent it: the revoke steps, not
+    the rotation steps the earlier turn was about, and the source shown is the revoke section."""
+    response = _replay(server, path)
+    assert response.status_code == 200, response.text
+    streamed = "text/event-stream" in response.headers["content-type"]
+    message = _read_stream(response.content) if streamed else _read_completion(response.json())
+    assert "choose Revoke" in message.content, message.content
+    assert "choose Rotate" not in message.content, message.content
+    popups = [" ".join(entry["document"]) for entry in _citation_list(message.sources)]
+    assert popups and all("› Revoke an API key" in popup for popup in popups), popups
