@@ -13,7 +13,8 @@ With `--set prometheus` (a documentation set of `eval/sets/domains/`), the set's
 and its answerable and unanswerable questions are timed, once each per round, after its follow-up and multi-part
 questions warmed the process up: documentation pages are long, so what a question costs there (its answer step above
 all) is not what it costs on the short sample pages. Every timed ask also adds its stages' milliseconds (the response's
-`metadata.latency_ms`), printed as each stage's share of the asks' total.
+`metadata.latency_ms`), printed as each stage's share of the asks' total. With a baseline, the questions whose answer
+(status and text) differs between the sides are counted (a change meant only to be faster should print 0).
 
 Usage:
 ```bash
@@ -76,7 +77,7 @@ def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[floa
     uncached.warm_up()
     for question in warm:
         run_ask(uncached, question)
-    asks, copies, stages = [], [], {}
+    asks, copies, stages, answers = [], [], {}, {}
     for _ in range(rounds):
         for question in questions:
             copying[0] = 0.0
@@ -84,12 +85,14 @@ def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[floa
             response = run_ask(uncached, question)
             asks.append((time.perf_counter() - started) * 1000.0)
             copies.append(copying[0] * 1000.0)
+            answers[question] = [response.get("status"), response.get("answer") or ""]
             for stage, ms in response["metadata"]["latency_ms"].items():
                 if stage != "total":
                     stages[stage] = stages.get(stage, 0.0) + ms
     cache_hits: list[float] = []
     if not hits:
-        return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages}
+        return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages,
+                "answers": answers}
     cached = load_pipeline("ask")
     cached.warm_up()
     run_ask(cached, CACHE_QUESTION)
@@ -99,7 +102,7 @@ def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[floa
         cache_hits.append((time.perf_counter() - started) * 1000.0)
         if (response["metadata"].get("cache") or {}).get("status") != "hit":
             raise RuntimeError(f"the repeated question was not answered from the cache: {response['metadata']}")
-    return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages}
+    return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages, "answers": answers}
 
 
 def _side(python: str, questions: list[str], rounds: int, hits: int, data: Path,
@@ -170,8 +173,8 @@ def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: 
         raise ValueError(f"--baseline-python {baseline_python} is not an executable interpreter.")
     label, questions, warm = _questions(domain_set, corpora, limit)
     sides = {"this checkout": sys.executable, **({"baseline": baseline_python} if baseline_python else {})}
-    runs: dict[str, dict[str, Any]] = {name: {"ask_ms": [], "copy_ms": [], "cache_hit_ms": [], "stage_ms": {}}
-                                       for name in sides}
+    runs: dict[str, dict[str, Any]] = {name: {"ask_ms": [], "copy_ms": [], "cache_hit_ms": [], "stage_ms": {},
+                                              "answers": {}} for name in sides}
     for _ in range(rounds):
         for name, python in sides.items():
             result = _side(python, questions, 1, hits, data_dir(), warm)
@@ -179,6 +182,7 @@ def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: 
                 runs[name][key] += result[key]
             for stage, ms in result.get("stage_ms", {}).items():
                 runs[name]["stage_ms"][stage] = runs[name]["stage_ms"].get(stage, 0.0) + ms
+            runs[name]["answers"].update(result.get("answers", {}))
     report: dict[str, Any] = {"questions": len(questions), "asked": label, "rounds": rounds, "sides": {}}
     for name, run in runs.items():
         total = sum(run["ask_ms"])
@@ -192,6 +196,8 @@ def run_benchmark(*, baseline_python: str | None = None, rounds: int = 3, hits: 
                              sorted(run["stage_ms"].items(), key=lambda item: -item[1])},
         }
     if baseline_python:
+        mine, theirs = runs["this checkout"]["answers"], runs["baseline"]["answers"]
+        report["answers_differing"] = sorted(q for q in questions if mine.get(q) != theirs.get(q))
         report["ratio_p50"] = round(report["sides"]["this checkout"]["ask_p50_ms"]
                                     / report["sides"]["baseline"]["ask_p50_ms"], 3)
     return report
@@ -207,6 +213,9 @@ def format_table(report: dict[str, Any]) -> str:
                      f"| {side['cache_hit_p50_ms'] if side['cache_hit_p50_ms'] is not None else '-'} |")
     if "ratio_p50" in report:
         lines += ["", f"ask P50, this checkout / baseline: {report['ratio_p50']}"]
+    if "answers_differing" in report:
+        lines.append(f"answers (status and text) differing from the baseline's: {len(report['answers_differing'])} "
+                     f"of {report['questions']}")
     stages = list(dict.fromkeys(stage for side in report["sides"].values() for stage in side.get("stage_shares", {})))
     if stages:
         names = list(report["sides"])

@@ -4,7 +4,8 @@ Gatehouse: agentic RAG as Haystack pipelines in YAML; its components, stores, co
 Importing the package makes the process private before anything imports Haystack, Ragas or the Hugging Face
 libraries: their usage telemetry is off and models load offline, unless the environment already says otherwise
 (`HAYSTACK_TELEMETRY_ENABLED=True` opts back in). Haystack imported earlier by someone else gets its telemetry
-client switched off too.
+client switched off too. It also sets the OpenMP threads torch encodes with to sleep while they wait
+(`THREAD_ENVIRONMENT`): on a shared machine a waiting thread that spins takes the core its working twin needs.
 """
 
 import os as _os
@@ -30,4 +31,11 @@ def make_private() -> None:
         telemetry.telemetry = None
 
 
+#: Environment defaults for torch's OpenMP threads, read once when torch is imported (an existing value is kept): a
+#: thread waiting for work sleeps instead of spinning, so on a machine busy with other processes a question is encoded
+#: in milliseconds rather than seconds; the vectors are the same.
+THREAD_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
+
 make_private()
+for _key, _value in THREAD_ENVIRONMENT.items():
+    _os.environ.setdefault(_key, _value)

@@ -20,16 +20,18 @@ def test_worker_times_warm_asks_their_copying_and_cache_hits(ingested):
     assert {"retrieval", "answerability", "verify"} <= set(result["stage_ms"])
     assert 0 < sum(result["stage_ms"].values()) <= sum(result["ask_ms"])
     assert all(0 < copied < asked for copied, asked in zip(result["copy_ms"], result["ask_ms"]))
+    assert set(result["answers"]) == {"How do I rotate an API key?", "How much does the Team plan cost?"}
     assert haystack_pipeline._deepcopy_with_exceptions is copy and base._deepcopy_with_exceptions is copy  # restored
 
 
 def test_format_table_prints_both_sides_and_their_ratio():
     side = {"python": "python", "ask_p50_ms": 80.0, "ask_p95_ms": 120.0, "copy_share": 0.012, "cache_hit_p50_ms": 2.1}
-    report = {"questions": 10, "rounds": 2, "ratio_p50": 0.5,
+    report = {"questions": 10, "rounds": 2, "ratio_p50": 0.5, "answers_differing": ["How much?"],
               "sides": {"this checkout": side, "baseline": {**side, "ask_p50_ms": 160.0, "copy_share": 0.4}}}
     table = format_table(report)
     assert "| this checkout | 80.0 | 120.0 | 1.2% | 2.1 |" in table and "| baseline | 160.0 |" in table
     assert "this checkout / baseline: 0.5" in table
+    assert "differing from the baseline's: 1 of 10" in table
 
 
 def test_run_benchmark_refuses_a_baseline_that_is_no_interpreter(tmp_path):
