@@ -101,6 +101,17 @@ def test_run_a_part_leaning_on_a_pronoun_gets_the_previous_topic():
         "When I pass a string as the body, what encoding is used?", "How do I change the encoding?"]
 
 
+def test_run_a_question_opened_by_a_preposition_is_a_part():
+    assert queries("How often is a release published, and for how long is each release supported?") == [
+        "How often is a release published?", "For how long is each release supported?"]
+
+
+def test_run_a_part_naming_nothing_of_its_own_gets_the_first_parts_topic():
+    assert queries("How much memory does a sketch use, and which setting do I change to allow more?") == [
+        "How much memory does a sketch use?", "Regarding sketch, which setting do I change to allow more?"]
+    assert queries(THREE_QUESTIONS)[1:] == ["Which certifications does Corvio have?", "How do I back up the gateway?"]
+
+
 def test_run_an_abbreviation_ends_no_question():
     assert queries("Can I use a proxy over HTTPS, i.e. one starting with https://? Which port does HTTPS use?") == [
         "Can I use a proxy over HTTPS, i.e. one starting with https://?", "Which port does HTTPS use?"]

@@ -139,6 +139,21 @@ def test_run_condense_follow_ups(condenser, previous, question, standalone):
 
 
 @pytest.mark.parametrize(
+    ("previous", "question", "standalone"),
+    [
+        # A reply's opening word ("ok,") is no part of the question.
+        ("How do I create a token?", "ok, and how do I delete it?", "how do I delete a token?"),
+        ("How do I create a token?", "Okay, then how do I delete it?", "how do I delete a token?"),
+        # "one" before a noun is a number, not the topic's noun.
+        ("Can I send a batch of messages at once?", "how many can I send in one go?",
+         "Regarding batch, how many can I send in one go?"),
+    ],
+)
+def test_run_condense_replies_questions_and_numbers(condenser, previous, question, standalone):
+    assert condenser.run(state=new_state(question, history=history(previous)))["state"]["query"] == standalone
+
+
+@pytest.mark.parametrize(
     "question",
     [
         "How do I restore a database backup?",

@@ -29,6 +29,9 @@ DEFAULT_FOLLOWUP_PATTERNS = [
 DEFAULT_PRONOUNS = ["it", "this", "that", "these", "those", "they", "them"]
 DEFAULT_NOUN_PRONOUNS = ["one", "ones"]
 DEFAULT_LEADING_CONNECTIVES = ["and", "but", "also", "so", "then", "or", "plus"]
+#: Words that open a reply to the last answer without adding to the question ("ok, and how do I ...?"): set aside
+#: before the follow-up patterns are read, and dropped from the standalone question.
+DEFAULT_INTERJECTIONS = ["ok", "okay", "alright", "right", "well", "great", "thanks", "cool", "oh", "hmm"]
 _ELLIPSIS_TAIL = r"(?:\s+(?:too|instead|as well))?\s*[?.!]*\s*$"
 _ELLIPSIS_PREPOSITION = r"(?P<prep>for|in|on|with|without|at|from|during|under|over|of)"
 DEFAULT_ELLIPSIS_PATTERNS = [
@@ -57,6 +60,7 @@ DEFAULT_GRAMMAR: dict[str, Any] = {
     "pronouns": DEFAULT_PRONOUNS,
     "noun_pronouns": DEFAULT_NOUN_PRONOUNS,
     "leading_connectives": DEFAULT_LEADING_CONNECTIVES,
+    "interjections": DEFAULT_INTERJECTIONS,
     "ellipsis_patterns": DEFAULT_ELLIPSIS_PATTERNS,
     "determiners": DEFAULT_DETERMINERS,
     "question_determiners": DEFAULT_QUESTION_DETERMINERS,
@@ -110,7 +114,8 @@ class FollowUpRules:
     :param grammar: The English the rules read, keys of `DEFAULT_GRAMMAR` (a key left out or None keeps its
         default): `followup_patterns` (regexes marking a follow-up), `pronouns` (words replaced by the topic; this,
         that, these, those only when they stand alone), `noun_pronouns` (words standing for the topic's noun: "the
-        last *one*"), `leading_connectives` (dropped from the start), `ellipsis_patterns` (regexes naming a new
+        last *one*"), `leading_connectives` (dropped from the start), `interjections` (set aside before
+        the patterns are read, dropped from the start: "ok, and ..."), `ellipsis_patterns` (regexes naming a new
         entity in a group `entity`, optionally its preposition in `prep`), `determiners`, `question_determiners`
         (open the asked-about phrase, mentioned again with `definite_article`), `prepositions`, `auxiliary_verbs`
         (after "does <subject>" the last word is the verb), `verb_cues` (the next content word is a verb),
@@ -163,6 +168,8 @@ class FollowUpRules:
         self._auxiliaries = words("auxiliary_verbs")
         self._verb_cues = words("verb_cues")
         connectives = "|".join(re.escape(c) for c in given["leading_connectives"]) or "(?!)"
+        interjections = "|".join(re.escape(w) for w in given["interjections"]) or "(?!)"
+        self._interjection = re.compile(rf"^\s*(?:(?:{interjections})(?=[\s,.!])[\s,.!]*)+", re.IGNORECASE)
         self._connective = re.compile(rf"^(?:{connectives})\b[\s,]*", re.IGNORECASE)
 
     def is_followup(self, question: str) -> bool:
@@ -179,7 +186,7 @@ class FollowUpRules:
         content = [t for t in tokenize(question) if self._terms.is_content(t)]
         if not content:
             return True
-        if any(p.search(question) for p in self._followup):
+        if any(p.search(self._without_interjection(question)) for p in self._followup):
             return True
         pronouns = [t for t in tokenize(question) if t in self._pronouns]
         return len(content) <= self.max_reference_content_terms and bool(pronouns)
@@ -292,6 +299,8 @@ class FollowUpRules:
             if token.lower in self._noun_pronouns:
                 if previous is not None and previous.lower in self._auxiliaries:
                     continue  # "how can one ...": a generic subject
+                if following is not None and self._terms.is_content(following.lower):
+                    continue  # "in one go", "for one request": a number before its noun
                 before = tokens[position - 2] if previous is not None and not previous.broken else None
                 modified = previous is not None and (
                     previous.lower in self._determiners
@@ -337,9 +346,14 @@ class FollowUpRules:
             return None
         return None
 
+    def _without_interjection(self, question: str) -> str:
+        """The question without a leading "ok,", "thanks," ... (unchanged when nothing else is left)."""
+        rest = self._interjection.sub("", question, count=1)
+        return rest if rest.strip() else question
+
     def _strip_connective(self, question: str) -> str:
-        """The question without a leading "and", "so", ... (keeping its initial capital)."""
-        stripped = question.strip()
+        """The question without a leading "ok,", "and", "so", ... (keeping its initial capital)."""
+        stripped = self._without_interjection(question).strip()
         match = self._connective.match(stripped)
         if not match or not stripped[match.end() :].strip():
             return stripped
@@ -384,6 +398,26 @@ class FollowUpRules:
         resolved_pronoun = self._resolve_pronoun(body, topic, self._mention(topic))
         if resolved_pronoun is not None:
             return resolved_pronoun
+        return self._in_context(body, topic)
+
+    def names_a_subject(self, question: str) -> bool:
+        """Whether a question names something of its own: a phrase other than the one it asks about ("which *X*")."""
+        return any(p.determiner not in self._question_determiners for p in self.noun_phrases(question))
+
+    def in_context(self, question: str, earlier: str) -> str:
+        """
+        A question put in context with the topic of an earlier one (`context_template`), whether it leans on it or
+        not ("How accurate is it?" after "How much memory does a sketch use?" -> "Regarding sketch, how accurate is
+        it?"); unchanged when the earlier question has no noun phrase.
+
+        :param question: The question.
+        :param earlier: The earlier question whose topic is the context.
+        """
+        phrases = self.noun_phrases(earlier)
+        return self._in_context(self._strip_connective(question), self._topic(phrases)) if phrases else question
+
+    def _in_context(self, body: str, topic: _Phrase) -> str:
+        """`context_template` filled with the topic and the question (its first word lowered inside the template)."""
         first, _, rest = body.partition(" ")
         inside = not self.context_template.lstrip().startswith("{question}")
         if inside and first[1:].islower() and first != "I":

@@ -11,7 +11,7 @@ from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_gener
 from gatehouse.components.query.followup_rules import FollowUpRules
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.terms import DEFAULT_STOPWORDS, same_words, singular, tokenize
+from gatehouse.components.terms import DEFAULT_STOPWORDS, same_words, singular, stem, tokenize
 from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS
 
 DEFAULT_QUESTION_WORDS = ["what", "which", "how", "where", "when", "who", "why", "is", "are", "can", "could", "do",
@@ -91,7 +91,8 @@ def _compile_grammar(grammar: dict[str, Any] | None) -> _Grammar:
         back_references=frozenset(w.casefold() for w in settings["back_references"] or DEFAULT_BACK_REFERENCES),
         stopwords=frozenset(w.casefold() for w in stopwords) if stopwords is not None else DEFAULT_STOPWORDS,
         comparison=re.compile("|".join(settings["comparison_cues"] or DEFAULT_COMPARISON_CUES), re.IGNORECASE),
-        split=re.compile(rf"(?:,?\s+(?:and\s+also|and|also|plus|but)|,|;)\s*,?\s*(?=(?:{words})\b)", re.IGNORECASE),
+        split=re.compile(rf"(?:,?\s+(?:and\s+also|and|also|plus|but)|,|;)\s*,?\s*"
+                         rf"(?=(?:(?:{'|'.join(_PREPOSITIONS)})\s+)?(?:{words})\b)", re.IGNORECASE),
     )
 
 
@@ -220,6 +221,11 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
         grammar = self._grammar
         return [t for t in tokenize(text) if t not in grammar.stopwords and t not in grammar.back_references]
 
+    def _shares_terms(self, piece: str, parts: list[str]) -> bool:
+        """Whether a part names a content word (stemmed) of an earlier part."""
+        earlier = {stem(t) for part in parts for t in self._content_terms(part)}
+        return any(stem(t) in earlier for t in self._content_terms(piece))
+
     def _questions(self, question: str) -> list[str]:
         """The separate questions of a message, pronouns referring to an earlier part resolved."""
         parts: list[str] = []
@@ -257,6 +263,8 @@ class QueryPlanner(MovedSettings, ChatGeneratorSerialization):
                 if parts and len(self._content_terms(piece)) < minimum:
                     parts[-1] = f"{parts[-1]} and {piece}"
                     continue
+                if parts and not self._resolver.names_a_subject(piece) and not self._shares_terms(piece, parts):
+                    piece = self._resolver.in_context(piece, parts[0])  # "which setting raises it?": the first topic
                 parts.append(piece)
         if context and parts:
             parts[-1] = f"{parts[-1]} {context.strip()}"
