@@ -16,7 +16,7 @@ from haystack.dataclasses import ByteStream
 from gatehouse.components.converters.html_layout import HTMLLayoutTables
 
 page = ByteStream(data=b"<table><tr><td>Invoice #: 1<br>Due: May 2</td><td></td></tr></table>")
-HTMLLayoutTables().run(sources=[page])["sources"][0].data   # b"<div><div>Invoice #: 1<br>Due: May 2</div></div>"
+HTMLLayoutTables().run(sources=[page])["sources"][0].data   # b"<div><p>Invoice #: 1<br>Due: May 2</p></div>"
 ```
 """
 
