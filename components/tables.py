@@ -262,7 +262,7 @@ class _Reader:
             if blank[position]:
                 after_blank, position = True, position + 1
                 continue
-            if _is_one_cell(row) and not self._under_a_name(row):
+            if _is_one_cell(row):
                 self.pending.append(_text(row))
                 position += 1
                 continue
@@ -279,12 +279,6 @@ class _Reader:
         if self.pending:
             (self.table.notes if self.table is not None else self._new([]).notes).extend(self.pending)
         return self.tables
-
-    def _under_a_name(self, row: list[str]) -> bool:
-        """Whether a row's one cell is a value under a named column of the table, not its first (a form's box)."""
-        filled = _filled(row)
-        header = self.table.header if self.table is not None else []
-        return len(filled) == 1 and 0 < filled[0] < len(header) and bool(header[filled[0]].strip())
 
     def _add(self, row: list[str]) -> None:
         """Add a body row to the table under the label of the one-cell rows above it (a header printed again: no)."""

@@ -76,13 +76,6 @@ def test_read_tables_a_form_of_labels_and_values_has_no_header():
     assert grid_rows([["Plan", "Price"], ["Solo", "8"]], header=False) == ["- Plan: Price", "- Solo: 8"]
 
 
-def test_read_tables_a_value_alone_under_a_named_column_is_a_row_with_its_name():
-    grid = [["Salesperson", "P.O. number", "Requisitioner", "Terms"], ["", "PO-3333", "", ""]]  # a form's boxes
-    assert grid_rows(grid) == ["- P.O. number: PO-3333"]
-    assert grid_rows([["Plan", "Price"], ["Solo", "8"], ["Prices exclude tax", ""]]) == [
-        "- Plan: Solo; Price: 8", "", "Prices exclude tax"]  # in the first column: a note
-
-
 def test_read_tables_one_cell_rows_alone_are_a_list():
     assert grid_rows([["Name"], ["Ada"], ["Lin"]]) == ["- Name", "- Ada", "- Lin"]
 
