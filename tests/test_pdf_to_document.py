@@ -112,7 +112,7 @@ def test_run_totals_ruled_only_at_their_amount_keep_their_labels_and_the_items_a
         "documents"][0].content
     assert text == ("- Qty: 2; Item: Oak bench; Unit price: $120.00; Amount: $240.00\n"
                     "- Qty: 1; Item: Brass lamp; Unit price: $45.00; Amount: $45.00\n"
-                    "Subtotal: $285.00\nDelivery: $15.00\nTotal due: $300.00")
+                    "- Subtotal: $285.00\n- Delivery: $15.00\n- Total due: $300.00")
 
 
 def test_the_table_pass_past_its_deadline_keeps_pypdfs_text():

@@ -147,12 +147,12 @@ def _undrawn_labels(page, table) -> list[str]:
 def _labelled_rows(rows: list[list[str | None]], labels: list[str]) -> tuple[list[list[str | None]], list[str]]:
     """
     A table's rows, a row's label (`_undrawn_labels`) in its first cell, and the labelled rows at its end taken out as
-    lines of their label and values (`Subtotal: $285.00`): the totals under a table are a form, not rows of it.
+    items of their label and values (`- Subtotal: $285.00`): the totals under a table are a form, not rows of it.
     """
     end = len(rows)
     while end > 1 and labels[end - 1]:
         end -= 1
-    lines = [f"{label}: {'; '.join(one_line(cell) for cell in row if cell and cell.strip())}"
+    lines = [f"- {label}: {'; '.join(one_line(cell) for cell in row if cell and cell.strip())}"
              for row, label in zip(rows[end:], labels[end:])]
     return [[label, *row[1:]] if label else row for row, label in zip(rows[:end], labels[:end])], lines
 
