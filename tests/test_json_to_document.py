@@ -52,11 +52,10 @@ def test_run_each_record_is_a_section_and_each_value_keeps_its_key_path():
     by_section = {chunk.meta["section"]: chunk.content for chunk in chunks}
     assert by_section == {
         None: "- version: 2",
-        "vendors[0] Acme Paper": "- name: Acme Paper\n- contact email (contact.email): orders@acme.test\n"
-                                 "- terms: net 30",
+        "vendors[0] Acme Paper": "- name: Acme Paper\n- contact.email: orders@acme.test\n- terms: net 30",
         "vendors[1] Bolt Tools": "- id: 7\n- name: Bolt Tools\n- terms: net 60\n- tags: tools, hardware\n"
                                  "- active: true\n\norders:\n- sku: B-1; qty: 3",  # a list of objects: a table
-        "settings": "- currency: EUR\n- limits monthly (limits.monthly): 5000",
+        "settings": "- currency: EUR\n- limits.monthly: 5000",
     }
 
 
@@ -76,17 +75,6 @@ def test_run_a_nested_list_of_objects_is_records_not_key_paths():
     assert "## tables[0] ticket\n\n- table: ticket\n\nfields:\n- name: id; type: int; size: 4\n" \
            "- name: status_notes; type: text; size: 126" in content
     assert "## tables[1] agent\n\n- table: agent\n\nfields:\n- name: email; type: text; size: 80" in content
-
-
-def test_run_keys_are_words_so_a_question_in_words_finds_them():
-    orders = [{"orderID": 10271, "shipName": "Split Rail", "unit_price": 2.5,
-               "shipAddress": {"city": "Lander", "postalCode": "82520"},
-               "details": [{"productID": 33, "quantity": 24}]}]
-    content = JSONToDocument().run(sources=[upload(orders, "orders.json")])["documents"][0].content
-    assert "- order ID: 10271\n- ship name: Split Rail\n- unit price: 2.5\n" \
-           "- ship address city (shipAddress.city): Lander\n" \
-           "- ship address postal code (shipAddress.postalCode): 82520\n" in content
-    assert "details:\n- product ID: 33; quantity: 24" in content
 
 
 def test_run_a_corrupt_file_fails_in_one_line_naming_it():

@@ -9,14 +9,12 @@ at any depth, is a list of records:
   their fields below as items (`- address.city: Paris`), a list of objects inside them as a table led in by its key
   (`orders:` then `- sku: B-1; qty: 3`), or as sections of their own one level down.
 
-A field is named by its key in words (`orderDate` is `order date`, `unit_price` is `unit price`), so a question in
-words finds it; a field of a nested object by its key path in words, the path after it (`ship address city
-(shipAddress.city)`). A list of plain values is one field, its items comma-separated. Under a top-level object, its plain fields come first, then each key holding an
+Fields of nested objects keep their key path inside the record (`contact.email`); a list of plain values is one
+field, its items comma-separated. Under a top-level object, its plain fields come first, then each key holding an
 object or a list is a section of its own.
 """
 
 import json
-import re
 
 from gatehouse.components.converters.encodings import text_of
 from gatehouse.components.converters.extraction import Text, one_line
@@ -24,9 +22,6 @@ from gatehouse.components.converters.extraction import Text, one_line
 LABEL_CHARS = 80  # longest text value that names a record in its heading
 ROW_WORDS = 80  # most words of a record shown as one table row
 MAX_SECTION_LEVEL = 6
-_KEY_SEPARATORS = re.compile(r"[\s_\-.]+")
-_CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # orderDate, HTTPServer
-_INDEX = re.compile(r"(\[\d+\])")
 
 
 def _scalar(value) -> str:
@@ -69,28 +64,8 @@ def _fields(value, path: str = "") -> tuple[list[tuple[str, str]], list[tuple[st
     return fields, nested
 
 
-def key_words(path: str) -> str:
-    """
-    A key path in words: each key split at its separators and case changes (a capitalised word in lower case when the
-    key held several), indexes kept; a nested path (`shipAddress.city`) is followed by itself in brackets.
-    """
-    words: list[str] = []
-    for part in _INDEX.split(path):
-        if _INDEX.fullmatch(part):
-            words[-1:] = [(words[-1] if words else "") + part]
-            continue
-        for key in _KEY_SEPARATORS.split(part):
-            split = _CASE_CHANGE.sub(" ", key).split()
-            words += [word.lower() if len(split) > 1 and word[:1].isupper() and word[1:].islower() else word
-                      for word in split]
-    text = " ".join(words)
-    if not text or text == path:
-        return path
-    return f"{text} ({path})" if "." in path or "[" in path else text
-
-
 def _row(fields: list[tuple[str, str]]) -> str:
-    return "- " + "; ".join(f"{key_words(key)}: {value}" if key else value for key, value in fields if value)
+    return "- " + "; ".join(f"{key}: {value}" if key else value for key, value in fields if value)
 
 
 def _fits_rows(read: list[tuple[list[tuple[str, str]], list]]) -> bool:
@@ -115,7 +90,7 @@ def _records(records: list[dict], path: str, text: Text, level: int, *, headed: 
                       if isinstance(item, str) and 0 < len(item.strip()) <= LABEL_CHARS), "")
         heading = f"{path}[{index}]{' ' + label if label else ''}"
         text.add("", f"{'#' * min(level, MAX_SECTION_LEVEL)} {heading}", "")
-        text.add(*(f"- {key_words(key)}: {value}" for key, value in fields))
+        text.add(*(f"- {key}: {value}" for key, value in fields))
         for key, items in nested:
             _records(items, key, text, level + 1)
 
@@ -123,7 +98,7 @@ def _records(records: list[dict], path: str, text: Text, level: int, *, headed: 
 def _section(value, text: Text, level: int) -> None:
     """A value under a heading of its own: its fields, then its lists of objects."""
     fields, nested = _fields(value)
-    text.add(*(f"- {key_words(key)}: {item}" if key else f"- {item}" for key, item in fields))
+    text.add(*(f"- {key}: {item}" if key else f"- {item}" for key, item in fields))
     for key, items in nested:
         _records(items, key, text, level)
 
