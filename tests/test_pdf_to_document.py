@@ -97,6 +97,24 @@ def test_run_a_ruled_table_keeps_its_rows_with_their_headers_and_the_text_around
                     "- Plan: Solo; Monthly price: $8; Seats: 10\n- Plan: Studio; Monthly price: $15; Seats: 50")
 
 
+def test_run_totals_ruled_only_at_their_amount_keep_their_labels_and_the_items_all_columns():
+    from reportlab.lib import colors
+    from reportlab.lib.pagesizes import A4
+    from reportlab.platypus import SimpleDocTemplate, Table, TableStyle
+
+    rows = [["Qty", "Item", "Unit price", "Amount"], ["2", "Oak bench", "$120.00", "$240.00"],
+            ["1", "Brass lamp", "$45.00", "$45.00"], ["", "", "Subtotal", "$285.00"], ["", "", "Delivery", "$15.00"],
+            ["", "", "Total due", "$300.00"]]
+    out = io.BytesIO()  # the items fully ruled; each total draws the box of its amount only, its label left of it
+    SimpleDocTemplate(out, pagesize=A4).build([Table(rows, style=TableStyle([
+        ("GRID", (0, 0), (-1, 2), 0.5, colors.black), ("GRID", (-1, 3), (-1, -1), 0.5, colors.black)]))])
+    text = PDFToDocument().run(sources=[ByteStream(data=out.getvalue(), meta={"file_name": "invoice.pdf"})])[
+        "documents"][0].content
+    assert text == ("- Qty: 2; Item: Oak bench; Unit price: $120.00; Amount: $240.00\n"
+                    "- Qty: 1; Item: Brass lamp; Unit price: $45.00; Amount: $45.00\n"
+                    "- Subtotal: $285.00\n- Delivery: $15.00\n- Total due: $300.00")
+
+
 def test_the_table_pass_past_its_deadline_keeps_pypdfs_text():
     late = page_texts(PRICES, max_chars=10_000, deadline=time.monotonic() - 1)
     assert late == [reflow(PdfReader(io.BytesIO(PRICES)).pages[0].extract_text())]

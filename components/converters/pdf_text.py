@@ -128,6 +128,35 @@ def first_page_title(runs: list[tuple[str, float]]) -> str:
     return title if lines and reads_as_title(title) else ""
 
 
+def _undrawn_labels(page, table) -> list[str]:
+    """
+    For each row of a ruled table, the text printed where the row draws no cell on the left of its first drawn one
+    (a totals row ruling only its amount: "Subtotal" beside "$285.00"), "" when there is none.
+    """
+    labels = []
+    for row in table.rows:
+        drawn = next((cell for cell in row.cells if cell is not None), None)
+        if row.cells and row.cells[0] is None and drawn is not None and drawn[0] > table.bbox[0]:
+            box = (table.bbox[0], drawn[1], drawn[0], drawn[3])
+            labels.append(one_line(page.crop(box, strict=False).extract_text() or ""))
+        else:
+            labels.append("")
+    return labels
+
+
+def _labelled_rows(rows: list[list[str | None]], labels: list[str]) -> tuple[list[list[str | None]], list[str]]:
+    """
+    A table's rows, a row's label (`_undrawn_labels`) in its first cell, and the labelled rows at its end taken out as
+    items of their label and values (`- Subtotal: $285.00`): the totals under a table are a form, not rows of it.
+    """
+    end = len(rows)
+    while end > 1 and labels[end - 1]:
+        end -= 1
+    lines = [f"- {label}: {'; '.join(one_line(cell) for cell in row if cell and cell.strip())}"
+             for row, label in zip(rows[end:], labels[end:])]
+    return [[label, *row[1:]] if label else row for row, label in zip(rows[:end], labels[:end])], lines
+
+
 def _with_tables(page) -> str | None:
     """
     pdfplumber's text of a page with its ruled tables as rows with headers, or None when it finds no table. A ruled
@@ -143,7 +172,8 @@ def _with_tables(page) -> str | None:
         x0, y0, x1, y1 = table.bbox
         if y0 > top:
             parts.append(reflow(page.crop((page.bbox[0], top, page.bbox[2], y0), strict=False).extract_text() or ""))
-        parts.append("\n".join(grid_rows(_grid(rows))))
+        rows, totals = _labelled_rows(rows, _undrawn_labels(page, table))
+        parts.append("\n".join([*grid_rows(_grid(rows)), *totals]))
         top = max(top, y1)
     if top < page.bbox[3]:
         parts.append(reflow(page.crop((page.bbox[0], top, page.bbox[2], page.bbox[3]), strict=False).extract_text()
