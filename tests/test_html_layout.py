@@ -83,3 +83,17 @@ def test_index_pipeline_chunks_a_layout_page_with_each_label_by_its_value(tmp_pa
     text = "\n".join(chunk.content for chunk in chunks["splitter"]["documents"])
     assert "Order #: 4471\nPlaced: March 3, 2025\nPayment due: April 2, 2025\n" in text
     assert "- Article: Deck oven, two chambers; Amount: €9,800.00" in text
+
+
+def test_run_tables_nested_deeper_than_the_bound_are_read_with_work_linear_in_the_page(monkeypatch):
+    # each nesting level copies what its tables hold once, so the bound keeps a hostile page's work linear
+    from gatehouse.components.converters import html_layout
+
+    written = []
+    markup = html_layout._Table.markup
+    monkeypatch.setattr(html_layout._Table, "markup", lambda table: written.append(markup(table)) or written[-1])
+    depth = 400
+    page = "<table><tr><td>cell<br>line" * depth + "</td></tr></table>" * depth
+    text = html_layout.unwrap_layout_tables(page)
+    assert "<table" not in text and text.count("cell") == text.count("line") == depth
+    assert sum(len(out) for out in written) <= (html_layout.MAX_NESTING + 1) * len(text)

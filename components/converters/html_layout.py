@@ -34,6 +34,9 @@ from gatehouse.components.tables import grid_rows
 
 _LINE_BREAKS = frozenset("br p div li tr h1 h2 h3 h4 h5 h6 ul ol dl dt dd table blockquote pre hr".split())
 _VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())  # no end tag
+#: Tables nested deeper than this are read as blocks of the deepest one kept: each level copies what it holds once, so
+#: the work stays linear in the page however deep a hostile page nests them.
+MAX_NESTING = 16
 _CHARSET = re.compile(rb"""<meta[^>]*charset\s*=\s*["']?([-\w]+)""", re.IGNORECASE)
 
 
@@ -106,6 +109,7 @@ def unwrap_layout_tables(page: str) -> str:
     tables: list[_Table] = []
     cell: _Cell | None = None
     cells: list[_Cell | None] = []  # the open cell of each open table
+    deeper = 0  # tables opened past MAX_NESTING and not yet closed
 
     def emit(text: str, name: str = "", markup: bool = False) -> None:
         if cell is None:
@@ -119,6 +123,12 @@ def unwrap_layout_tables(page: str) -> str:
     for token in html_tokens(page):
         kind, name = token[0], token[1] if token[0] != "text" else ""
         if kind == "end" and name in _VOID:
+            continue
+        if name == "table" and ((kind == "start" and len(tables) >= MAX_NESTING) or (kind == "end" and deeper)):
+            deeper += 1 if kind == "start" else -1
+            if cell is not None:
+                cell.nested = True
+            emit("<div>" if kind == "start" else "</div>", "div", markup=True)
             continue
         if tables and not (kind == "end" and name == "table"):
             tables[-1].raw.append(html.escape(token[1], quote=False) if kind == "text" else
