@@ -35,6 +35,9 @@ def make_private() -> None:
 #: thread waiting for work sleeps instead of spinning, so on a machine busy with other processes a question is encoded
 #: in milliseconds rather than seconds; the vectors are the same.
 THREAD_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: The keys of `THREAD_ENVIRONMENT` this import set because the caller had not: what llama.cpp is loaded without
+#: (`gatehouse.llm.server.native_thread_environment`).
+THREAD_DEFAULTS_SET = tuple(key for key in THREAD_ENVIRONMENT if key not in _os.environ)
 
 make_private()
 for _key, _value in THREAD_ENVIRONMENT.items():

@@ -7,6 +7,8 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,23 @@ def default_threads(cores: int | None = None, load: float | None = None) -> int:
     return max(1, min(cores, cores - round(load)))
 
 
+@contextmanager
+def native_thread_environment() -> Iterator[None]:
+    """
+    The environment without the OpenMP defaults importing gatehouse set for torch (`gatehouse.THREAD_DEFAULTS_SET`),
+    restored on leaving: llama.cpp's OpenMP library reads them when it is loaded, and its threads, which meet after
+    every layer, generate markedly slower when they sleep between steps than when they wait awake (`gatehouse llm
+    serve` loads no torch first, so the library is llama.cpp's own). A value the caller set is kept.
+    """
+    import gatehouse
+
+    taken = {key: os.environ.pop(key) for key in gatehouse.THREAD_DEFAULTS_SET if key in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(taken)
+
+
 class ServeError(RuntimeError):
     """The server could not start; the message says why in one line."""
 
@@ -49,7 +68,8 @@ def server_params(model_path: Path, *, alias: str, port: int, threads: int, cont
     :raises ServeError: If xllamacpp is not installed.
     """
     try:
-        import xllamacpp
+        with native_thread_environment():
+            import xllamacpp
     except ImportError as error:
         raise ServeError('xllamacpp is not installed: pip install "gatehouse[llm]"') from error
     params = xllamacpp.CommonParams()
