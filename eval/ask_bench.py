@@ -90,9 +90,9 @@ def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[floa
                 if stage != "total":
                     stages[stage] = stages.get(stage, 0.0) + ms
     cache_hits: list[float] = []
+    timed = {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages, "answers": answers}
     if not hits:
-        return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages,
-                "answers": answers}
+        return timed
     cached = load_pipeline("ask")
     cached.warm_up()
     run_ask(cached, CACHE_QUESTION)
@@ -102,7 +102,7 @@ def _timed_asks(questions: list[str], rounds: int, hits: int, copying: list[floa
         cache_hits.append((time.perf_counter() - started) * 1000.0)
         if (response["metadata"].get("cache") or {}).get("status") != "hit":
             raise RuntimeError(f"the repeated question was not answered from the cache: {response['metadata']}")
-    return {"ask_ms": asks, "copy_ms": copies, "cache_hit_ms": cache_hits, "stage_ms": stages, "answers": answers}
+    return timed
 
 
 def _side(python: str, questions: list[str], rounds: int, hits: int, data: Path,

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gatehouse import THREAD_DEFAULTS_SET
+
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_CONTEXT = 4096
@@ -42,9 +44,7 @@ def native_thread_environment() -> Iterator[None]:
     every layer, generate markedly slower when they sleep between steps than when they wait awake (`gatehouse llm
     serve` loads no torch first, so the library is llama.cpp's own). A value the caller set is kept.
     """
-    import gatehouse
-
-    taken = {key: os.environ.pop(key) for key in gatehouse.THREAD_DEFAULTS_SET if key in os.environ}
+    taken = {key: os.environ.pop(key) for key in THREAD_DEFAULTS_SET if key in os.environ}
     try:
         yield
     finally:
