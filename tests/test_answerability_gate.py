@@ -67,7 +67,7 @@ def test_init():
     gate = AnswerabilityGate()
     assert gate.threshold == 0.35 and gate.success_threshold is None
     assert gate.evidence == EVIDENCE
-    assert gate.rules["require_entities"] is True and gate.rules["require_type"] is True
+    assert gate.rules["require_entities"] is True and gate.rules["require_type"] is True and gate.rules["require_field"]
     assert gate.rules["max_candidates"] == 5 and gate.rules["max_words"] == 80
     assert gate.on_unanswerable == "fallback"
     assert gate.chat_generator is None
