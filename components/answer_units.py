@@ -5,7 +5,7 @@ document says together with what it belongs to.
 | kind | what | shown as |
 | --- | --- | --- |
 | `sentence` | a prose sentence | the sentence |
-| `item` | one list item (a table row is an item that keeps its column headers: a record, shown alone) | its lead-in line, then the item |
+| `item` | one list item (a table row is an item that keeps its column headers, a record shown alone) | its lead-in, then the item |
 | `list` | a list with the sentence ending in `:` that introduces it, or a numbered list (a procedure) | the lead-in, then the items |
 | `block` | a key-value block: a heading followed by `Key: value` items (a setting with its `Default:` and `Description:`) | the heading, then the items |
 | `code` | a fenced code block with the sentence that leads into it | the lead-in, then the code |
@@ -16,9 +16,8 @@ and for an item its list's lead-in. What a unit is about is often written there 
 
 A table's rows make no `list` unit: each row is a record (`fields`), and an answer quotes the row that matches with its
 table's caption, never the table. An answer shows a unit with what completes it (`completed`): an item as its list
-with the lead-in, then the units
-that follow it in its section (the next sentence or code block often holds the value a sentence names), within a
-reading bound; or a passage's section from its start (`section_start`).
+with the lead-in, then the units that follow it in its section (the next sentence or code block often holds the value
+a sentence names), within a reading bound; or a passage's section from its start (`section_start`).
 
 Usage:
 ```python
@@ -216,12 +215,12 @@ def fields(unit: AnswerUnit) -> list[tuple[str, str]]:
     one field, a key-value block's items' fields; [] for any other unit.
     """
     if unit.kind == "block":
-        return [field for item in unit.items for field in _line_fields(item) if len(_line_fields(item)) == 1]
+        return [found[0] for found in map(_line_fields, unit.items) if len(found) == 1]
     if unit.kind != "item":
         return []
     found = _line_fields(unit.text)
-    return found if len(found) >= 2 and sum(bool(name) for name, _ in found) >= 2 or \
-        (len(found) == 1 and _is_key_value(unit.text)) else []
+    row = len(found) >= 2 and sum(bool(name) for name, _ in found) >= 2
+    return found if row or (len(found) == 1 and _is_key_value(unit.text)) else []
 
 
 def _line_fields(line: str) -> list[tuple[str, str]]:
@@ -259,8 +258,9 @@ def reading_length(unit: AnswerUnit) -> int:
 def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
     """
     The key unit and what completes it, in the order shown: a table row alone (its lead shows its caption), an item
-    as its list (with the lead-in, when the list has a unit), then the units that follow it in its section while the answer stays within `max_words` words
-    (`reading_length`; one procedure per answer: a procedure's completion stops before another one).
+    as its list (with the lead-in, when the list has a unit), then the units that follow it in its section while the
+    answer stays within `max_words` words (`reading_length`; one procedure per answer: a procedure's completion stops
+    before another one).
 
     :param key: The unit that answers.
     :param units: The units of the passages (`answer_units`).

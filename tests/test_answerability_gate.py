@@ -243,8 +243,8 @@ def test_run_typed_question_needs_a_unit_of_its_type(gate):
 
 
 CUSTOMERS = Document(
-    content="- Index: 1; Customer Id: DD41Cf93aecB7Ab; First Name: Sheryl; Last Name: Baxter; Company: Rasmussen Group; "
-            "City: East Leonard; Country: Chile; Phone 1: 229.077.5154\n"
+    content="- Index: 1; Customer Id: DD41Cf93aecB7Ab; First Name: Sheryl; Last Name: Baxter; "
+            "Company: Rasmussen Group; City: East Leonard; Country: Chile; Phone 1: 229.077.5154\n"
             "- Index: 2; Customer Id: 1Ef7b82A4CAAD10; First Name: Preston; Last Name: Lozano; Company: Vega-Gentry; "
             "City: East Jimmychester; Country: Djibouti; Phone 1: 5153435776\n"
             "- Index: 3; Customer Id: 6F94879bDAfE5a6; First Name: Roy; Last Name: Berry; Company: Murillo-Perry; "

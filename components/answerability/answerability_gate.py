@@ -10,8 +10,10 @@ passage unless another one's evidence is clearly stronger (`evidence.switch_marg
 The chosen passage's evidence decides:
 - below `threshold`, or when the question states a name or number no passage contains (`rules.require_entities`),
   or expects a type of answer (a number, a date, a value, an identifier, a place, a name) that nothing the answer
-  would show holds (`rules.require_type`): the state goes on `unanswerable` with the fallback message and the reason
-  (with `on_unanswerable: partial`, on `answerable` with status `partial` and that reason as a warning);
+  would show holds (`rules.require_type`), or is answered by a record (a table row, key-value fields) with no field
+  for what it asks or without a code it states (`rules.require_field`): the state goes on `unanswerable` with the
+  fallback message and the reason (with `on_unanswerable: partial`, on `answerable` with status `partial` and that
+  reason as a warning);
 - else on `answerable`, with status `partial` and a warning below `success_threshold`.
 
 The answerer gets `state["answer_candidates"]`, best first: the key unit of the chosen passage (for a question
@@ -51,8 +53,9 @@ from gatehouse.components.terms import name_words, stem, tokens
 
 #: The gate's rules beside the evidence: `require_entities` (a question stating a name or number no passage contains
 #: is not answered), `require_type` (a question expecting a type of answer that nothing shown holds is not answered),
-#: `require_field` (a question answered by a record, a table row or key-value fields, must name one of its fields
-#: whose value it does not state, when it asks for anything the record's values and headings do not say), `section_margin` (the chosen passage's best units closer than this: its section answers), `max_words` (the reading
+#: `require_field` (a question answered by a record, a table row or key-value fields, is not answered when it asks
+#: for something none of the record's field names, caption or headings names, or states a code the record lacks),
+#: `section_margin` (the chosen passage's best units closer than this: its section answers), `max_words` (the reading
 #: bound of what an answer shows, the same as the extractive answerer's), `max_candidates` (units handed to the
 #: answerer), `skip_statuses` (states passed on unjudged; None means `["fallback"]`).
 RULES: dict[str, Any] = {"require_entities": True, "require_type": True, "require_field": True,
