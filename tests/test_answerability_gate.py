@@ -262,6 +262,7 @@ ORDER = [Document(content=content, meta={"source_id": f"S{n + 1}", "title": "ord
     ("Which company does Sheryl Baxter work for?", "Rasmussen Group"),
     ("What is Roy Berry's phone number?", "(496)978-3969"),
     ("Which country is customer 1Ef7b82A4CAAD10 in?", "Djibouti"),
+    ("Is Murillo-Perry in Antigua?", "Murillo-Perry"),  # nothing asked beyond the values the row holds
 ])
 def test_run_a_row_that_holds_the_asked_field_answers(gate, question, value):
     name, state = route(gate, question, passages=[CUSTOMERS])
@@ -279,6 +280,15 @@ def test_run_a_row_without_the_asked_field_is_not_an_answer(gate, question, reas
     # off, the evidence decides
     assert route(AnswerabilityGate(threshold=0.0, rules={"require_field": False, "require_entities": False}),
                  question, passages=[CUSTOMERS])[0] == "answerable"
+
+
+def test_run_a_field_whose_value_the_question_states_names_the_record_not_what_is_asked(gate):
+    stock = Document(content="Inventory:\n\n- Item: Blue kettle; Warehouse: Lille; Count: 37\n"
+                             "- Item: Red lamp; Warehouse: Porto; Count: 12", meta={"source_id": "S1"})
+    name, state = route(gate, "How many blue kettles are in the Lille warehouse?", passages=[stock])
+    assert name == "answerable" and "Count: 37" in state["answer_candidates"][0]["text"]
+    name, state = route(gate, "Who supplies the blue kettles in the Lille warehouse?", passages=[stock])
+    assert name == "unanswerable" and any("no field for suppli" in w for w in state["validation"]["confidence_warnings"])
 
 
 def test_run_a_record_with_camel_case_keys_answers_a_question_in_words(gate):

@@ -312,9 +312,10 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         """
         Why a record does not answer the question, or None. The key unit is a record (a table row, a key-value item or
         block, with the key-value items of its section): the question states a code (a word with a digit) that neither
-        the record nor its headings or file name hold; or the question's terms that are not the record's values match
-        none of its caption, its headings and the names of the fields whose value the question does not state (the
-        record holds no such attribute).
+        the record nor its headings or file name hold; or the question's terms that are neither the record's values
+        nor only names of fields whose value it states (the field a question names its record by) match none of its
+        caption, its headings and the names of the fields whose value the question does not state (the record holds no
+        such attribute).
         """
         unit = key.unit
         own = fields(unit)
@@ -331,9 +332,11 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         if codes:
             return f"the record quoted holds no {', '.join(codes)}"
         stated = {stem(word) for word in [*tokens(question), *name_words(question)]}
-        attributes = [t for t in self._lexicon.question_terms(question) if t not in values]
-        named = text_terms(f"{unit.context} {unit.lead}").union(
-            *(text_terms(name) for name, value in record if name and not text_terms(value) <= stated))
+        given = [(text_terms(name), text_terms(value) <= stated) for name, value in record if name]
+        asked = set().union(*(name for name, known in given if not known))
+        naming = set().union(*(name for name, known in given if known)) - asked  # "warehouse" of "the Lille warehouse"
+        attributes = [t for t in self._lexicon.question_terms(question) if t not in values and t not in naming]
+        named = asked | text_terms(f"{unit.context} {unit.lead}")
         if attributes and not named & set(attributes):
             return f"the record quoted has no field for {', '.join(attributes)}"
         return None
