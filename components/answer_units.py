@@ -5,7 +5,7 @@ document says together with what it belongs to.
 | kind | what | shown as |
 | --- | --- | --- |
 | `sentence` | a prose sentence | the sentence |
-| `item` | one list item (a table row is an item that keeps its column headers) | its lead-in line, then the item |
+| `item` | one list item (a table row is an item that keeps its column headers, a record shown alone) | its lead-in, then the item |
 | `list` | a list with the sentence ending in `:` that introduces it, or a numbered list (a procedure) | the lead-in, then the items |
 | `block` | a key-value block: a heading followed by `Key: value` items (a setting with its `Default:` and `Description:`) | the heading, then the items |
 | `code` | a fenced code block with the sentence that leads into it | the lead-in, then the code |
@@ -14,9 +14,10 @@ document says together with what it belongs to.
 Every unit has a `context`: the section heading path of its passage and the headings inside the passage above it,
 and for an item its list's lead-in. What a unit is about is often written there only ("### PORT" / "- Default: 1416").
 
-An answer shows a unit with what completes it (`completed`): an item as its list with the lead-in, then the units
-that follow it in its section (the next sentence or code block often holds the value a sentence names), within a
-reading bound; or a passage's section from its start (`section_start`).
+A table's rows make no `list` unit: each row is a record (`fields`), and an answer quotes the row that matches with its
+table's caption, never the table. An answer shows a unit with what completes it (`completed`): an item as its list
+with the lead-in, then the units that follow it in its section (the next sentence or code block often holds the value
+a sentence names), within a reading bound; or a passage's section from its start (`section_start`).
 
 Usage:
 ```python
@@ -55,6 +56,8 @@ PROCEDURE_QUESTION = re.compile(r"^\W*(?:and\s+)?(?:how (?:do|can|should|would|c
 _WORD = re.compile(r"[^\W_]")  # a unit without one ("---", a rule) says nothing
 SHORT_SECTION_UNITS = 4
 SHORT_SECTION_WORDS = 60
+MAX_FIELD_NAME_CHARS = 60  # a longer text before ": " is a sentence, not a field's name
+MAX_FIELD_NAME_WORDS = 6
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,8 @@ def _list_units(units: list[Unit], start: int, end: int, index: int, context: st
     label = lead or (inner[-1] if inner and heading_above and start > 0 else (section[-1] if section else ""))
     out = [AnswerUnit("item", index, i, i, _clean(items[i - start]), context, lead=label, items=(items[i - start],))
            for i in range(start, end + 1) if _clean(items[i - start])]
+    if all(is_row(unit) for unit in out):  # a table's rows are records, each its own answer with the caption
+        return out
     shown = tuple(items[:max_items])
     if len(items) >= 2 and heading_above and not lead and sum(map(_is_key_value, items)) >= 0.5 * len(items):
         text = "\n".join([label, *shown]) if label else "\n".join(shown)
@@ -203,6 +208,43 @@ def flow(units: list[AnswerUnit], passage: int) -> list[AnswerUnit]:
     return sorted((u for u in own if u not in covered), key=lambda u: (u.first, -u.last))
 
 
+def fields(unit: AnswerUnit) -> list[tuple[str, str]]:
+    """
+    The `name: value` fields of a record unit: a table row's cells with their column names (`Name: Ada; Team: Data`,
+    a cell without a column name as a value with the name ""; a group label before ` › ` left out), a key-value item's
+    one field, a key-value block's items' fields; [] for any other unit.
+    """
+    if unit.kind == "block":
+        return [found[0] for found in map(_line_fields, unit.items) if len(found) == 1]
+    if unit.kind != "item":
+        return []
+    found = _line_fields(unit.text)
+    row = len(found) >= 2 and sum(bool(name) for name, _ in found) >= 2
+    return found if row or (len(found) == 1 and _is_key_value(unit.text)) else []
+
+
+def _line_fields(line: str) -> list[tuple[str, str]]:
+    """A line's `name: value` parts split at `; ` (a part without a name continues the value before it)."""
+    text = strip_list_marker(line)
+    label, mark, rest = text.partition(" › ")
+    text = rest if mark and ":" not in label else text
+    out: list[tuple[str, str]] = []
+    for part in text.split("; "):
+        name, colon, value = part.partition(": ")
+        if colon and name.strip() and len(name) <= MAX_FIELD_NAME_CHARS and len(name.split()) <= MAX_FIELD_NAME_WORDS:
+            out.append((name.strip(), value.strip()))
+        elif out:
+            out[-1] = (out[-1][0], f"{out[-1][1]}; {part}")
+        else:
+            out.append(("", part.strip()))
+    return out
+
+
+def is_row(unit: AnswerUnit) -> bool:
+    """Whether a unit is a table row (an item of two named fields or more): it answers alone, with its lead."""
+    return unit.kind == "item" and len(fields(unit)) >= 2
+
+
 def reading_length(unit: AnswerUnit) -> int:
     """How long a unit is to read, in words: its words, a code block's lines instead of its words (code is scanned a
     line at a time) plus its lead-in's words."""
@@ -215,15 +257,18 @@ def reading_length(unit: AnswerUnit) -> int:
 
 def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
     """
-    The key unit and what completes it, in the order shown: an item as its list (with the lead-in, when the list has a
-    unit), then the units that follow it in its section while the answer stays within `max_words` words
-    (`reading_length`; one procedure per answer: a procedure's completion stops before another one).
+    The key unit and what completes it, in the order shown: a table row alone (its lead shows its caption), an item
+    as its list (with the lead-in, when the list has a unit), then the units that follow it in its section while the
+    answer stays within `max_words` words (`reading_length`; one procedure per answer: a procedure's completion stops
+    before another one).
 
     :param key: The unit that answers.
     :param units: The units of the passages (`answer_units`).
     :param max_words: The answer's reading bound (the key unit is shown whatever its length).
     :returns: The units to show, the key's first.
     """
+    if is_row(key):  # a table row is its own answer: the other rows are other records, not what completes it
+        return [key]
     reading = flow(units, key.passage)
     if key.kind == "item":
         key = next((u for u in reading if u.kind in ("list", "block") and u.first <= key.first <= u.last), key)
@@ -287,6 +332,21 @@ def render(unit: AnswerUnit, source_id: str) -> str:
         lead = lead if lead.endswith(":") else f"{lead}:"
         return f"{lead} {marker}\n\n" + "\n".join(lines)
     return "\n".join(lines)
+
+
+def render_all(units: list[AnswerUnit], source_id: str) -> str:
+    """
+    Units shown together as answer markdown (`render`, a blank line between two units), an item that follows an item
+    of the same lead continuing its list under that lead once (rows of one table read as one table).
+    """
+    parts: list[str] = []
+    for position, unit in enumerate(units):
+        previous = units[position - 1] if position else None
+        if previous is not None and unit.kind == previous.kind == "item" and unit.lead == previous.lead:
+            parts[-1] += "\n" + "\n".join(f"{item} [{source_id}]" for item in unit.items)
+        else:
+            parts.append(render(unit, source_id))
+    return "\n\n".join(parts)
 
 
 def heading(unit: AnswerUnit) -> str:

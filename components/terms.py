@@ -25,6 +25,9 @@ from gatehouse.document_stores.analysis import DEFAULT_STOPWORDS  # one list for
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TERM = re.compile(r"[^\W_]+")
+#: Where a name written as one word changes word: `postalCode`, `HTTPServer`, `order2Id`, `ISO4217` (lower or digit
+#: to upper, an upper-case run to a capitalised word, a letter to a digit).
+_NAME_JOINT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])")
 
 
 @lru_cache(maxsize=1)
@@ -56,6 +59,18 @@ def tokens(text: str) -> list[str]:
     :returns: The tokens in order.
     """
     return _WORD.findall((text or "").lower())
+
+
+def name_words(text: str) -> list[str]:
+    """
+    The words of names written as one word, as `tokens` reads them: camelCase, snake_case and dotted key paths cut
+    into their words (`shipAddress.postalCode` -> ship, address, postal, code; `ISO4217` -> iso, 4217), everything else
+    as `tokens`.
+
+    :param text: Any text.
+    :returns: The tokens in order.
+    """
+    return _TERM.findall(_NAME_JOINT.sub(" ", text or "").lower())
 
 
 def content_words(text: str, stopwords: Iterable[str] | None = None, *, stemmed: bool = True) -> set[str]:

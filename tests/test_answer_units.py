@@ -1,7 +1,7 @@
 from haystack import Document
 
-from gatehouse.components.answer_units import (answer_units, completed, flow, passage_units, reading_length, render,
-                                               section_start)
+from gatehouse.components.answer_units import (answer_units, completed, fields, flow, is_row, passage_units,
+                                               reading_length, render, section_start)
 
 REFERENCE = """Settings are read at start-up.
 
@@ -65,6 +65,27 @@ def test_code_block_with_its_lead_in():
 def test_table_row_is_an_item_with_its_headers():
     row = next(u for u in units() if "Release: 2.1" in u.text)
     assert row.kind == "item" and "Date: 2024-05-01" in row.text
+
+
+def test_fields_of_a_row_a_key_value_item_and_a_block():
+    row = next(u for u in units() if "Release: 2.1" in u.text)
+    assert fields(row) == [("Release", "2.1"), ("Date", "2024-05-01"), ("Status", "Supported")] and is_row(row)
+    block = next(u for u in units() if u.kind == "block")
+    assert fields(block) == [("Default", "7700"), ("Description", "Port the server listens on")] and not is_row(block)
+    grouped = passage_units(Document(content="- Finance › Name: Ada; Cost: 3; 4"), 0)[0]
+    assert fields(grouped) == [("Name", "Ada"), ("Cost", "3; 4")]  # a group label left out, a '; ' inside a cell
+    assert fields(next(u for u in units() if u.kind == "sentence")) == []
+
+
+def test_completed_shows_a_table_row_alone_with_its_caption():
+    sheet = passage_units(Document(content="Staff directory, 2024:\n\n- Name: Ada Lovelace; Team: Data; Room: 4\n"
+                                           "- Name: Alan Turing; Team: Research; Room: 7\n"
+                                           "- Name: Grace Hopper; Team: Compilers; Room: 2"), 0)
+    row = next(u for u in sheet if "Alan Turing" in u.text)
+    assert completed(row, sheet) == [row]
+    assert render(row, "S1") == "Staff directory, 2024: [S1]\n\n- Name: Alan Turing; Team: Research; Room: 7 [S1]"
+    headless = passage_units(Document(content="- Name: Ada; Team: Data\n- Name: Alan; Team: Research"), 0)
+    assert completed(headless[0], headless) == [headless[0]]
 
 
 def test_answer_units_number_the_passages():

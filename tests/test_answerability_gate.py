@@ -67,7 +67,7 @@ def test_init():
     gate = AnswerabilityGate()
     assert gate.threshold == 0.35 and gate.success_threshold is None
     assert gate.evidence == EVIDENCE
-    assert gate.rules["require_entities"] is True and gate.rules["require_type"] is True
+    assert gate.rules["require_entities"] is True and gate.rules["require_type"] is True and gate.rules["require_field"]
     assert gate.rules["max_candidates"] == 5 and gate.rules["max_words"] == 80
     assert gate.on_unanswerable == "fallback"
     assert gate.chat_generator is None
@@ -240,6 +240,61 @@ def test_run_typed_question_needs_a_unit_of_its_type(gate):
     # The passage's best unit of the expected type answers, even when another unit is closer to the question.
     dated = route(gate, "When was the gateway first released?")[1]["answer_candidates"][0]
     assert dated["text"].startswith("The gateway was first released in 2021") and dated["span"] == "2021"
+
+
+CUSTOMERS = Document(
+    content="- Index: 1; Customer Id: DD41Cf93aecB7Ab; First Name: Sheryl; Last Name: Baxter; "
+            "Company: Rasmussen Group; City: East Leonard; Country: Chile; Phone 1: 229.077.5154\n"
+            "- Index: 2; Customer Id: 1Ef7b82A4CAAD10; First Name: Preston; Last Name: Lozano; Company: Vega-Gentry; "
+            "City: East Jimmychester; Country: Djibouti; Phone 1: 5153435776\n"
+            "- Index: 3; Customer Id: 6F94879bDAfE5a6; First Name: Roy; Last Name: Berry; Company: Murillo-Perry; "
+            "City: Isabelborough; Country: Antigua; Phone 1: (496)978-3969",
+    meta={"source_id": "S1", "title": "customers", "source": "customers.csv"})
+ORDER = [Document(content=content, meta={"source_id": f"S{n + 1}", "title": "order", "source": "order.json",
+                                         "heading_path": path})
+         for n, (path, content) in enumerate([
+             ([], "- orderId: ORD-77120\n- orderDate: 2024-03-18\n- paymentMethod: card\n- totalAmount: 182.4"),
+             (["shipAddress"], "- street: 14 Linden Walk\n- city: Cluj-Napoca\n- postalCode: 400117\n"
+                               "- countryCode: RO")])]
+
+
+@pytest.mark.parametrize(("question", "value"), [
+    ("Which company does Sheryl Baxter work for?", "Rasmussen Group"),
+    ("What is Roy Berry's phone number?", "(496)978-3969"),
+    ("Which country is customer 1Ef7b82A4CAAD10 in?", "Djibouti"),
+    ("Is Murillo-Perry in Antigua?", "Murillo-Perry"),  # nothing asked beyond the values the row holds
+])
+def test_run_a_row_that_holds_the_asked_field_answers(gate, question, value):
+    name, state = route(gate, question, passages=[CUSTOMERS])
+    assert name == "answerable" and value in state["answer_candidates"][0]["text"]
+
+
+@pytest.mark.parametrize(("question", "reason"), [
+    ("What is Sheryl Baxter's date of birth?", "no field for birth"),
+    ("What is the market capitalization of Rasmussen Group?", "no field for market, capit"),
+])
+def test_run_a_row_without_the_asked_field_is_not_an_answer(gate, question, reason):
+    name, state = route(gate, question, passages=[CUSTOMERS])
+    assert name == "unanswerable", state["answer_candidates"]
+    assert any(reason in w for w in state["validation"]["confidence_warnings"])
+    # off, the evidence decides
+    assert route(AnswerabilityGate(threshold=0.0, rules={"require_field": False, "require_entities": False}),
+                 question, passages=[CUSTOMERS])[0] == "answerable"
+
+
+def test_run_a_field_whose_value_the_question_states_names_the_record_not_what_is_asked(gate):
+    stock = Document(content="Inventory:\n\n- Item: Blue kettle; Warehouse: Lille; Count: 37\n"
+                             "- Item: Red lamp; Warehouse: Porto; Count: 12", meta={"source_id": "S1"})
+    name, state = route(gate, "How many blue kettles are in the Lille warehouse?", passages=[stock])
+    assert name == "answerable" and "Count: 37" in state["answer_candidates"][0]["text"]
+    name, state = route(gate, "Who supplies the blue kettles in the Lille warehouse?", passages=[stock])
+    assert name == "unanswerable" and any("no field for suppli" in w for w in state["validation"]["confidence_warnings"])
+
+
+def test_run_a_record_with_camel_case_keys_answers_a_question_in_words(gate):
+    name, state = route(gate, "What is the postal code of the shipping address?", passages=ORDER)
+    assert name == "answerable" and "postalCode: 400117" in state["answer_candidates"][0]["text"]
+    assert route(gate, "What payment method was used for order ORD-77120?", passages=ORDER)[0] == "answerable"
 
 
 def test_run_a_number_written_in_words_is_a_number():

@@ -182,6 +182,28 @@ def test_run_table_row_keeps_its_headers(answerer):
     assert "Release: 3.0; Date: 2025-02-10; End of support: 2026-02-10 [S2]" in answer
 
 
+def test_run_a_table_where_one_row_matches_quotes_that_row_only(answerer):
+    rows = "\n".join(f"- Employee ID: E{1000 + n}; Name: {name}; Department: {team}; Office: Floor {n % 5 + 1}"
+                     for n, (name, team) in enumerate([("Ines Brennan", "Research"), ("Jonas Ivanova", "Facilities"),
+                                                       ("Keiko Petrov", "Legal"), ("Lars Novak", "Sales"),
+                                                       ("Maelle Quinn", "Finance")]))
+    sheet = passage(f"Staff directory:\n\n{rows}", "S1", source="staff.csv", title="staff", section=None)
+    state = new_state("Which department is Keiko Petrov in?", passages=[sheet])
+    answer = answerer.run(state=state)["state"]["answer"]
+    assert answer == ("Staff directory: [S1]\n\n"
+                      "- Employee ID: E1002; Name: Keiko Petrov; Department: Legal; Office: Floor 3 [S1]")
+
+
+def test_run_items_shown_together_show_their_lead_once(answerer):
+    slide = passage("- conda create --name demo_env python=3.7\n- --name demo_env the name of the environment\n"
+                    "- python=3.7 the version of python in it", "S1", section="Create a virtual environment with conda",
+                    heading_path=["Create a virtual environment with conda"])
+    answer = answerer.run(state=new_state("Which command creates a virtual environment?", passages=[slide]))
+    assert answer["state"]["answer"] == (
+        "Create a virtual environment with conda: [S1]\n\n- conda create --name demo_env python=3.7 [S1]\n"
+        "- --name demo_env the name of the environment [S1]\n- python=3.7 the version of python in it [S1]")
+
+
 def test_run_code_block_with_its_lead_in_and_what_follows(answerer):
     state = new_state("Show me code that passes a timeout to a single call", passages=[CODE])
     answer = answerer.run(state=state)["state"]["answer"]

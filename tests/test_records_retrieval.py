@@ -1,6 +1,6 @@
 """
-Records found by any value in them: a knowledge base of a short customer CSV, a long staff CSV, nested JSON orders
-and a handbook that talks about companies and work, ingested through index.yml and searched through retrieve.yml
+Records found by any value in them: a knowledge base of a short customer CSV, a long staff CSV, nested JSON orders,
+a JSON order with camelCase keys and a handbook that talks about companies and work, ingested through index.yml and searched through retrieve.yml
 (real MiniLM, Qdrant and BM25). A name, an ID or a code finds its row first, however long its file.
 """
 
@@ -46,6 +46,11 @@ FILES = {
         {"order": f"SO-{4400 + n}", "customer": f"{FIRST[n]} {LAST[n]}", "status": "shipped" if n % 3 else "open",
          "lines": [{"sku": f"KT-{n:03d}-{k}", "item": ["kettle", "lamp", "chair"][k], "qty": k + n % 4 + 1}
                    for k in range(3)]} for n in range(20)]}).encode(),
+    "shipment.json": json.dumps({"orderId": "ORD-77120", "orderDate": "2024-03-18",
+                                 "customer": {"fullName": "Mirela Oprea", "emailAddress": "mirela@example.org"},
+                                 "shipAddress": {"street": "14 Linden Walk", "city": "Cluj-Napoca",
+                                                 "postalCode": "400117", "countryCode": "RO"},
+                                 "paymentMethod": "card", "totalAmount": 182.4}).encode(),
     "handbook.md": b"# Working here\n\n## Companies we work with\n\nOur company works with partner companies in "
                    b"many countries. Every customer company is assigned an account manager who works for the "
                    b"customer for at least a year.\n\n## Who works where\n\nStaff work from the office floors listed "
@@ -90,3 +95,20 @@ def test_a_question_about_a_person_is_answered_with_their_row(search):
     assert response["status"] in ("success", "partial"), response
     assert "Rasmussen Group" in response["answer"]
     assert response["citations"][0]["source"] == "customers.csv"
+
+
+def test_a_person_s_row_answers_alone_and_a_column_it_lacks_is_not_answered(search):
+    _, ask = search
+    response = run_ask(ask, "What is Roy Berry's phone number?", kb="records")
+    assert response["status"] in ("success", "partial") and "(496)978-3969" in response["answer"], response
+    assert "Roy" in response["answer"] and not any(name in response["answer"] for name in ("Linda", "Joanna"))
+    for question in ("What is Sheryl Baxter's date of birth?", "What is the salary of Quentin Okafor?"):
+        response = run_ask(ask, question, kb="records")
+        assert response["status"] == "fallback" and not response["citations"], response
+
+
+def test_a_camel_case_field_of_a_json_record_is_answered(search):
+    _, ask = search
+    response = run_ask(ask, "What is the postal code of the shipping address?", kb="records")
+    assert response["status"] in ("success", "partial") and "400117" in response["answer"], response
+    assert response["citations"][0]["source"] == "shipment.json"

@@ -43,7 +43,7 @@ from haystack import Document
 from gatehouse.components.answer_units import AnswerUnit, answer_units, shown_text
 from gatehouse.components.answerability.lexicon import Lexicon
 from gatehouse.components.sentences import sentence_parts, sentence_settings, sentence_texts
-from gatehouse.components.terms import stem, tokens
+from gatehouse.components.terms import name_words, stem, tokens
 
 #: How evidence is weighed (keys of the gate's `evidence` setting): the first `passages` passages are read; a unit
 #: scores `embedding_weight * cosine + lexical_weight * coverage`; a heading holding `heading_match` of the question's
@@ -93,6 +93,12 @@ class Reading:
 
 def _words(text: str) -> set[str]:
     return {stem(w) for w in tokens(text)}
+
+
+def text_terms(text: str) -> set[str]:
+    """What a text says to a question's terms: its words, with the words of the names it writes as one word (a
+    record's key `postalCode` says postal, code)."""
+    return _words(text) | {stem(w) for w in name_words(text)}
 
 
 def heading_text(passage: Document) -> str:
@@ -157,8 +163,8 @@ def weigh(question: str, passages: list[Document], *, lexicon: Lexicon, embed: C
     terms = lexicon.question_terms(question)
     if not units:
         return Reading(units=[], passages={}, headings={}, chosen=None, question_terms=terms)
-    unit_words = [_words(shown_text(u)) for u in units]
-    piece_words = [[_words(piece) for piece in _pieces(u)] for u in units]
+    unit_words = [text_terms(shown_text(u)) for u in units]
+    piece_words = [[text_terms(piece) for piece in _pieces(u)] for u in units]
     weight = {t: math.log(1.0 + len(units) / (1.0 + sum(t in words for words in unit_words))) for t in terms}
     total = sum(weight.values())
 
@@ -178,7 +184,7 @@ def weigh(question: str, passages: list[Document], *, lexicon: Lexicon, embed: C
         scored.append(UnitEvidence(unit=unit, cosine=cosine, coverage=coverage,
                                    score=settings["embedding_weight"] * cosine + settings["lexical_weight"] * coverage))
     scored.sort(key=lambda u: (-u.score, u.unit.key))
-    headings = {index: share(_words(heading_text(passage))) for index, passage in enumerate(read)}
+    headings = {index: share(text_terms(heading_text(passage))) for index, passage in enumerate(read)}
     evidence: dict[int, float] = {}
     for unit in scored:
         evidence.setdefault(unit.unit.passage, unit.score)

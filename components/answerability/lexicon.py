@@ -20,7 +20,7 @@ from typing import Iterable
 
 from haystack import Document
 
-from gatehouse.components.terms import DEFAULT_STOPWORDS, numbers, stem, tokens
+from gatehouse.components.terms import DEFAULT_STOPWORDS, name_words, numbers, stem, tokens
 from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS
 
 #: Question patterns (regular expressions, matched case-insensitively, first match wins) and the answer type
@@ -141,7 +141,8 @@ class Lexicon:
 
     def missing_entities(self, question: str, passages: list[Document]) -> list[str]:
         """
-        The names and numbers the question states that no passage contains (title and section included).
+        The names and numbers the question states that no passage contains (its title, section and file name
+        included, and the words of names written as one word: `ISO4217` holds 4217).
 
         :param question: The question.
         :param passages: The passages.
@@ -149,9 +150,9 @@ class Lexicon:
         """
         found: set[str] = set()
         for passage in passages:
-            meta_text = " ".join(str((passage.meta or {}).get(k) or "") for k in ("title", "section"))
+            meta_text = " ".join(str((passage.meta or {}).get(k) or "") for k in ("title", "section", "source"))
             text = meta_text + " " + (passage.content or "")
-            found |= {stem(w) for w in tokens(text)} | numbers(text)
+            found |= {stem(w) for w in [*tokens(text), *name_words(text)]} | numbers(text)
         return sorted(self.stated_entities(question) - found)
 
     def stated_entities(self, question: str) -> set[str]:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from haystack import component
 
-from gatehouse.components.answer_units import AnswerUnit, answer_units, completed, heading, render, section_start
+from gatehouse.components.answer_units import AnswerUnit, answer_units, completed, heading, render_all, section_start
 from gatehouse.components.answerability.evidence import EVIDENCE, weigh
 from gatehouse.components.answerability.lexicon import Lexicon
 from gatehouse.components.setting_groups import MovedSettings, setting_group
@@ -159,7 +159,7 @@ class ExtractiveAnswerer(MovedSettings):
         if best.get("kind") == "section":
             shown = section_start(passage, units, max_words=self.layout["max_words"])
             title = _section_title(passages[passage], shown)
-            body = "\n\n".join(render(u, marker) for u in shown)
+            body = render_all(shown, marker)
             return f"### {title}\n\n{body}" if title else body
         key = by_key.get((passage, best.get("first"), best.get("last")))
         if key is None:
@@ -168,7 +168,7 @@ class ExtractiveAnswerer(MovedSettings):
             return f"{best['span']} [{marker}]"
         shown = completed(key, units, max_words=self.layout["max_words"])
         title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
-        return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render(u, marker) for u in shown])
+        return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render_all(shown, marker)])
 
 
 def _section_title(passage: Any, shown: list[AnswerUnit]) -> str:
