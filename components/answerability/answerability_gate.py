@@ -171,14 +171,16 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         self.warm_up()
         return self._backend.embed(texts)
 
-    def read(self, question: str, passages: list[Document]) -> Reading:
+    def read(self, question: str, passages: list[Document], own_words: str | None = None) -> Reading:
         """
         The evidence of the first passages for a question (no LLM, no rule): see `evidence.weigh`.
 
         :param question: The question.
         :param passages: The passages, best first, each with `meta["source_id"]`.
+        :param own_words: The user's own words of a follow-up made standalone (their terms are the ones covered).
         """
-        return weigh(question, passages, lexicon=self._lexicon, embed=self._embed, settings=self.evidence)
+        return weigh(question, passages, lexicon=self._lexicon, embed=self._embed, settings=self.evidence,
+                     own_words=own_words)
 
     def _llm_verdict(self, question: str, passage: Document) -> tuple[float | None, str | None]:
         prompt = self.llm["prompt"].replace("{question}", question).replace("{passage}", passage.content or "")
@@ -192,16 +194,18 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
             return 0.0, None
         return None, "answerability: LLM tier reply was neither yes nor no; the evidence as read used"
 
-    def judge(self, question: str, passages: list[Document]) -> Judgement:
+    def judge(self, question: str, passages: list[Document], own_words: str | None = None) -> Judgement:
         """
         Everything the gate decides but the route: the evidence (with the LLM tier's verdict when configured), the
         answerer's candidates, the record, and a rule that refuses the question.
 
         :param question: The question.
         :param passages: The passages, best first, each with `meta["source_id"]`.
+        :param own_words: The user's own words when `question` is a follow-up made standalone: the terms the
+            passages must cover and the ones reported missing are theirs (see `evidence.weigh`).
         :returns: The judgement; `run` answers when `refusal` is None and `score` reaches `threshold`.
         """
-        reading = self.read(question, passages) if question.strip() and passages else None
+        reading = self.read(question, passages, own_words) if question.strip() and passages else None
         answer_type = self._lexicon.expected_type(question)
         typed = self.rules["require_type"] and answer_type in TYPED_ANSWERS
         key = self._key(reading, answer_type if typed else None, question) if reading else None
@@ -215,7 +219,8 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         absent = self._lexicon.missing_entities(question, passages) if self.rules["require_entities"] else []
         found = set().union(*({stem(w) for w in tokens(f"{p.meta.get('title') or ''} {p.meta.get('section') or ''} "
                                                       f"{p.content or ''}")} for p in passages)) if passages else set()
-        missing = [t for t in self._lexicon.question_terms(question) if t not in found]
+        missing = [t for t in (reading.question_terms if reading else self._lexicon.question_terms(question))
+                   if t not in found]
         refusal = ("no passage answers the question" if key is None
                    else f"no passage names {', '.join(absent)}" if absent
                    else f"nothing the answer would show gives a {answer_type}"
@@ -262,7 +267,9 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         if state.get("status") in skip:
             return {"answerable": advance(state, stage="answerability", started=started)}
         question = str(state.get("condensed_query") or state.get("original_query") or state.get("query") or "")
-        judged = self.judge(question, passages)
+        # a follow-up made standalone: the user's words are what the passages must cover (a plan's part is its own)
+        own = None if state.get("plan") else state.get("original_query")
+        judged = self.judge(question, passages, own)
         score = judged.score
         answered = judged.refusal is None and score >= self.threshold
         step = f"{'answerable' if answered else 'not_answerable'}_{score:.2f}"
