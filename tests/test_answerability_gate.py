@@ -286,16 +286,25 @@ def test_run_uses_the_condensed_question(gate):
     assert state["answer_candidates"][0]["source_id"] == "S2"
 
 
-def test_run_a_follow_up_is_covered_on_the_users_own_words(gate):
-    # The condenser's context ("Regarding alerts,") found the passage; its words are no terms the answer must state.
+def test_run_a_refused_follow_up_is_read_on_the_users_own_words(gate):
+    # The condenser's context ("Regarding alerts,") found the passage; its words are no terms the answer must state:
+    # refused as the standalone question, the follow-up is read on what the user wrote, and answered as partial only.
     passages = [Document(content="To turn notifications off, clear the notify setting and restart the agent.",
                          meta={"source_id": "S1", "title": "Agent", "section": "Configuration"})]
-    name, state = route(gate, "ok, and how do I turn notifications off?", passages=passages,
-                        condensed_query="Regarding alerts, how do I turn notifications off?")
-    assert name == "answerable" and state["answerability"]["missing_terms"] == []
-    # A question asked as such is covered on all its words.
-    name, state = route(gate, "How do I turn alert notifications off?", passages=passages)
-    assert state["answerability"]["missing_terms"] == ["alert"]
+    strict = AnswerabilityGate(threshold=0.6, success_threshold=0.7)
+    follow_up = {"passages": passages, "condensed_query": "Regarding alerts, how do I turn notifications off?"}
+    name, state = route(strict, "ok, and how do I turn notifications off?", **follow_up)
+    assert name == "answerable" and state["status"] == "partial" and state["answerability"]["score"] >= 0.7
+    assert state["answerability"]["missing_terms"] == []
+    assert any("own words" in w for w in state["validation"]["confidence_warnings"])
+    # A question asked as such, or a plan's part, is read on all its words.
+    name, state = route(strict, "Regarding alerts, how do I turn notifications off?", passages=passages)
+    assert name == "unanswerable" and state["answerability"]["missing_terms"] == ["regard", "alert"]
+    assert route(strict, "ok, and how do I turn notifications off?", plan={"parts": []}, **follow_up)[0] == \
+        "unanswerable"
+    # Answered as the standalone question, a follow-up is judged as before.
+    assert route(gate, "ok, and how do I turn notifications off?", **follow_up)[1]["answerability"][
+        "missing_terms"] == ["regard", "alert"]
 
 
 def test_run_a_when_clause_is_a_condition_not_a_date(gate):

@@ -14,6 +14,10 @@ The chosen passage's evidence decides:
   (with `on_unanswerable: partial`, on `answerable` with status `partial` and that reason as a warning);
 - else on `answerable`, with status `partial` and a warning below `success_threshold`.
 
+A follow-up the condenser made standalone (`condensed_query` other than `original_query`, not a plan's part) that the
+standalone question's evidence refuses is read again on the terms the user wrote (`evidence.weigh`'s `own_words`):
+when that reading answers, it does so with status `partial` and a warning, never `success`.
+
 The answerer gets `state["answer_candidates"]`, best first: the key unit of the chosen passage (for a question
 expecting a type of answer, its best unit whose answer shows one), or, when its units are too close to tell
 (`rules.section_margin`) or too weak (below `threshold`) in a passage whose evidence reaches `success_threshold` (a
@@ -47,7 +51,7 @@ from gatehouse.components.answerability.lexicon import TYPED_ANSWERS, Lexicon
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
-from gatehouse.components.terms import stem, tokens
+from gatehouse.components.terms import same_words, stem, tokens
 
 #: The gate's rules beside the evidence: `require_entities` (a question stating a name or number no passage contains
 #: is not answered), `require_type` (a question expecting a type of answer that nothing shown holds is not answered),
@@ -267,17 +271,27 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         if state.get("status") in skip:
             return {"answerable": advance(state, stage="answerability", started=started)}
         question = str(state.get("condensed_query") or state.get("original_query") or state.get("query") or "")
-        # a follow-up made standalone: the user's words are what the passages must cover (a plan's part is its own)
-        own = None if state.get("plan") else state.get("original_query")
-        judged = self.judge(question, passages, own)
+        judged = self.judge(question, passages)
+        answered = judged.refusal is None and judged.score >= self.threshold
+        own = None if state.get("plan") else state.get("original_query")  # a plan's part is its own question
+        leaned = None
+        if not answered and own and not same_words(own, question):
+            # A follow-up made standalone and refused: the condenser's topic ("Regarding X,") found the passages but
+            # is no term the answer must state. Read on the user's own words, it may answer, never with `success`.
+            mine = self.judge(question, passages, own)
+            if mine.refusal is None and mine.score >= self.threshold:
+                judged, answered, leaned = mine, True, judged.score
         score = judged.score
-        answered = judged.refusal is None and score >= self.threshold
         step = f"{'answerable' if answered else 'not_answerable'}_{score:.2f}"
         base = with_validation(state, "confidence_warnings", *judged.warnings) if judged.warnings else state
         if answered:
             new = advance(base, stage="answerability", started=started, steps=[step], answerability=judged.record,
                           answer_candidates=judged.candidates)
-            if self.success_threshold is not None and score < self.success_threshold:
+            if leaned is not None:
+                new = with_validation({**new, "status": "partial"}, "confidence_warnings",
+                                      f"answerability: answered on the follow-up's own words (evidence {score:.2f}; "
+                                      f"the standalone question's {leaned:.2f} < {self.threshold:.2f})")
+            elif self.success_threshold is not None and score < self.success_threshold:
                 new = with_validation({**new, "status": "partial"}, "confidence_warnings",
                                       f"answerability: the passage may not answer the question (evidence "
                                       f"{score:.2f} < {self.success_threshold:.2f})")
