@@ -341,6 +341,38 @@ def test_run_uses_the_condensed_question(gate):
     assert state["answer_candidates"][0]["source_id"] == "S2"
 
 
+def test_run_a_refused_follow_up_is_read_on_the_users_own_words(gate):
+    # The condenser's context ("Regarding alerts,") found the passage; its words are no terms the answer must state:
+    # refused as the standalone question, the follow-up is read on what the user wrote, and answered as partial only.
+    passages = [Document(content="To turn notifications off, clear the notify setting and restart the agent.",
+                         meta={"source_id": "S1", "title": "Agent", "section": "Configuration"})]
+    strict = AnswerabilityGate(threshold=0.6, success_threshold=0.7)
+    follow_up = {"passages": passages, "condensed_query": "Regarding alerts, how do I turn notifications off?"}
+    name, state = route(strict, "ok, and how do I turn notifications off?", **follow_up)
+    assert name == "answerable" and state["status"] == "partial" and state["answerability"]["score"] >= 0.7
+    assert state["answerability"]["missing_terms"] == []
+    assert any("own words" in w for w in state["validation"]["confidence_warnings"])
+    # A question asked as such, or a plan's part, is read on all its words.
+    name, state = route(strict, "Regarding alerts, how do I turn notifications off?", passages=passages)
+    assert name == "unanswerable" and state["answerability"]["missing_terms"] == ["regard", "alert"]
+    assert route(strict, "ok, and how do I turn notifications off?", plan={"parts": []}, **follow_up)[0] == \
+        "unanswerable"
+    # Answered as the standalone question, a follow-up is judged as before.
+    assert route(gate, "ok, and how do I turn notifications off?", **follow_up)[1]["answerability"][
+        "missing_terms"] == ["regard", "alert"]
+
+
+def test_run_a_when_clause_is_a_condition_not_a_date(gate):
+    lexicon = Lexicon()
+    assert lexicon.expected_type("When I pass a string as the body, what encoding is used?") is None
+    assert lexicon.expected_type("When the key expires, what happens to my requests?") is None
+    assert [lexicon.expected_type(q) for q in ("When did the gateway ship?", "when?", "When's the next release?",
+                                               "And when will it be fixed?")] == ["date"] * 4
+    passages = [Document(content="Text bodies are encoded as UTF-8 before they are sent.",
+                         meta={"source_id": "S1", "title": "Requests", "section": "Encoding"})]
+    assert route(gate, "When I send a text body, which encoding is used?", passages=passages)[0] == "answerable"
+
+
 def test_run_does_not_mutate_input(gate):
     state = new_state("How much does the Team plan cost?", passages=list(PASSAGES))
     snapshot = deepcopy(state)

@@ -16,6 +16,10 @@ The chosen passage's evidence decides:
   reason as a warning);
 - else on `answerable`, with status `partial` and a warning below `success_threshold`.
 
+A follow-up the condenser made standalone (`condensed_query` other than `original_query`, not a plan's part) that the
+standalone question's evidence refuses is read again on the terms the user wrote (`evidence.weigh`'s `own_words`):
+when that reading answers, it does so with status `partial` and a warning, never `success`.
+
 The answerer gets `state["answer_candidates"]`, best first: the key unit of the chosen passage (for a question
 expecting a type of answer, its best unit whose answer shows one), or, when its units are too close to tell
 (`rules.section_margin`) or too weak (below `threshold`) in a passage whose evidence reaches `success_threshold` (a
@@ -49,7 +53,7 @@ from gatehouse.components.answerability.lexicon import TYPED_ANSWERS, Lexicon
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
-from gatehouse.components.terms import name_words, stem, tokens
+from gatehouse.components.terms import name_words, same_words, stem, tokens
 
 #: The gate's rules beside the evidence: `require_entities` (a question stating a name or number no passage contains
 #: is not answered), `require_type` (a question expecting a type of answer that nothing shown holds is not answered),
@@ -175,14 +179,16 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         self.warm_up()
         return self._backend.embed(texts)
 
-    def read(self, question: str, passages: list[Document]) -> Reading:
+    def read(self, question: str, passages: list[Document], own_words: str | None = None) -> Reading:
         """
         The evidence of the first passages for a question (no LLM, no rule): see `evidence.weigh`.
 
         :param question: The question.
         :param passages: The passages, best first, each with `meta["source_id"]`.
+        :param own_words: The user's own words of a follow-up made standalone (their terms are the ones covered).
         """
-        return weigh(question, passages, lexicon=self._lexicon, embed=self._embed, settings=self.evidence)
+        return weigh(question, passages, lexicon=self._lexicon, embed=self._embed, settings=self.evidence,
+                     own_words=own_words)
 
     def _llm_verdict(self, question: str, passage: Document) -> tuple[float | None, str | None]:
         prompt = self.llm["prompt"].replace("{question}", question).replace("{passage}", passage.content or "")
@@ -196,16 +202,18 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
             return 0.0, None
         return None, "answerability: LLM tier reply was neither yes nor no; the evidence as read used"
 
-    def judge(self, question: str, passages: list[Document]) -> Judgement:
+    def judge(self, question: str, passages: list[Document], own_words: str | None = None) -> Judgement:
         """
         Everything the gate decides but the route: the evidence (with the LLM tier's verdict when configured), the
         answerer's candidates, the record, and a rule that refuses the question.
 
         :param question: The question.
         :param passages: The passages, best first, each with `meta["source_id"]`.
+        :param own_words: The user's own words when `question` is a follow-up made standalone: the terms the
+            passages must cover and the ones reported missing are theirs (see `evidence.weigh`).
         :returns: The judgement; `run` answers when `refusal` is None and `score` reaches `threshold`.
         """
-        reading = self.read(question, passages) if question.strip() and passages else None
+        reading = self.read(question, passages, own_words) if question.strip() and passages else None
         answer_type = self._lexicon.expected_type(question)
         typed = self.rules["require_type"] and answer_type in TYPED_ANSWERS
         key = self._key(reading, answer_type if typed else None, question) if reading else None
@@ -219,7 +227,8 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         absent = self._lexicon.missing_entities(question, passages) if self.rules["require_entities"] else []
         found = set().union(*({stem(w) for w in tokens(f"{p.meta.get('title') or ''} {p.meta.get('section') or ''} "
                                                       f"{p.content or ''}")} for p in passages)) if passages else set()
-        missing = [t for t in self._lexicon.question_terms(question) if t not in found]
+        missing = [t for t in (reading.question_terms if reading else self._lexicon.question_terms(question))
+                   if t not in found]
         refusal = ("no passage answers the question" if key is None
                    else f"no passage names {', '.join(absent)}" if absent
                    else f"nothing the answer would show gives a {answer_type}"
@@ -269,14 +278,26 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
             return {"answerable": advance(state, stage="answerability", started=started)}
         question = str(state.get("condensed_query") or state.get("original_query") or state.get("query") or "")
         judged = self.judge(question, passages)
+        answered = judged.refusal is None and judged.score >= self.threshold
+        own = None if state.get("plan") else state.get("original_query")  # a plan's part is its own question
+        leaned = None
+        if not answered and own and not same_words(own, question):
+            # A follow-up made standalone and refused: the condenser's topic ("Regarding X,") found the passages but
+            # is no term the answer must state. Read on the user's own words, it may answer, never with `success`.
+            mine = self.judge(question, passages, own)
+            if mine.refusal is None and mine.score >= self.threshold:
+                judged, answered, leaned = mine, True, judged.score
         score = judged.score
-        answered = judged.refusal is None and score >= self.threshold
         step = f"{'answerable' if answered else 'not_answerable'}_{score:.2f}"
         base = with_validation(state, "confidence_warnings", *judged.warnings) if judged.warnings else state
         if answered:
             new = advance(base, stage="answerability", started=started, steps=[step], answerability=judged.record,
                           answer_candidates=judged.candidates)
-            if self.success_threshold is not None and score < self.success_threshold:
+            if leaned is not None:
+                new = with_validation({**new, "status": "partial"}, "confidence_warnings",
+                                      f"answerability: answered on the follow-up's own words (evidence {score:.2f}; "
+                                      f"the standalone question's {leaned:.2f} < {self.threshold:.2f})")
+            elif self.success_threshold is not None and score < self.success_threshold:
                 new = with_validation({**new, "status": "partial"}, "confidence_warnings",
                                       f"answerability: the passage may not answer the question (evidence "
                                       f"{score:.2f} < {self.success_threshold:.2f})")

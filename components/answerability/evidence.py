@@ -146,11 +146,14 @@ def unit_cosines(question_vector: np.ndarray, passage: Document, units: list[Ans
 
 
 def weigh(question: str, passages: list[Document], *, lexicon: Lexicon, embed: Callable[[list[str]], Any],
-          settings: dict[str, Any]) -> Reading:
+          settings: dict[str, Any], own_words: str | None = None) -> Reading:
     """
     Weigh the evidence of the first passages for a question (see the module docs).
 
-    :param question: The question.
+    :param question: The question (its embedding gives the cosines).
+    :param own_words: What the user wrote when `question` is a follow-up made standalone: only the question's terms
+        the user wrote are covered (the topic the condenser added found the passages; it is not a term the answer
+        must state). None, or no such term: all the question's.
     :param passages: The passages, best first.
     :param lexicon: The question terms' word lists.
     :param embed: Embeds texts (L2-normalised rows).
@@ -161,6 +164,8 @@ def weigh(question: str, passages: list[Document], *, lexicon: Lexicon, embed: C
     units = [u for u in answer_units(read, abbreviations=lexicon.abbreviations)
              if len(u.text.split()) >= 2 and u.kind != "section"]  # a section answers only when its units tie
     terms = lexicon.question_terms(question)
+    own = set(lexicon.question_terms(own_words or ""))
+    terms = [t for t in terms if t in own] or terms
     if not units:
         return Reading(units=[], passages={}, headings={}, chosen=None, question_terms=terms)
     unit_words = [text_terms(shown_text(u)) for u in units]

@@ -30,7 +30,9 @@ DEFAULT_ANSWER_TYPES: list[list[str]] = [
      r"\b(?:code|example|snippet|function|script|config(?:uration)?|command)s?\b", "code"],
     [r"\b(?:code|snippet|example) (?:for|of|that|to|showing)\b", "code"],
     [r"\b(what|which|in what|by what)\s+(year|years|decade|century|date|day|month|time period|era|period)\b", "date"],
-    [r"^\s*(and\s+)?when\b|\bwhen (did|does|do|was|were|is|are|will|can|could|should|has|have|had)\b", "date"],
+    # "when" asks for a time before an auxiliary or alone; "When I pass a string, what ...?" sets a condition
+    [r"^\s*(and\s+)?when\W*$|\bwhen(?:'s\b| (did|does|do|was|were|is|are|will|can|could|should|has|have|had)\b)",
+     "date"],
     [r"\bhow (many|much|long|old|often|far|large|big|high|tall|fast|frequently)\b", "number"],
     [r"\b(what|which)(?:'s|\s+is|\s+are)?(?:\s+the)?\s+(?:\w+\s+)?(percentage|percent|proportion|share|number|"
      r"amount|price|cost|fee|rate|size|limit|maximum|minimum|max|min)\b|\b(?:number|amount|count|percentage) of\b|"
