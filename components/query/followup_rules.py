@@ -259,17 +259,12 @@ class FollowUpRules:
         """
         The phrase a pronoun refers to: the asked-about one ("which *regions*"), else a name written like an identifier
         ("*HTTP/2*", "*Client.get*": capitals after the first letter, digits, dots or slashes), else the first marked
-        one (with an article or a preposition); of "X of Y" ("the *size* of the connection pool", "a *bunch* of
-        commands"), Y, what X is about.
+        one (with an article or a preposition).
         """
         asked = [p for p in phrases if p.determiner in self._question_determiners]
         named = [p for p in phrases if re.search(r"[./\d]|\w[A-Z]", p.text)]
         marked = [p for p in phrases if p.determiner or p.preposition]
-        topic = (asked or named or marked or phrases)[0]
-        # "the size of the connection pool", "a bunch of commands": the phrase after "of" is what it is about
-        following = next((p for p in phrases if p.outer_start > topic.end), None)
-        adjacent = following is not None and following.preposition == "of" and following.prep_start - topic.end <= 1
-        return following if adjacent else topic
+        return (asked or named or marked or phrases)[0]
 
     def _pointed_at(self, question: str, phrases: list[_Phrase]) -> _Phrase | None:
         """The phrase a demonstrative of the question points at ("that *proxy*" after "through a proxy"), or None."""
