@@ -78,10 +78,10 @@ class PipelineWorker:
 
     def kill(self) -> None:
         """Kill the worker and the processes it started (an idle one has nothing to lose), and wait for it."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+        try:  # the group even when the worker itself is gone: what it started must not outlive it
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            if self.process.poll() is None:
                 self.process.kill()
         self.process.wait()
         for connection in (self._sending, self._receiving):
