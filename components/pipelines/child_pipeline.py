@@ -83,7 +83,7 @@ class ChildPipeline(SuperComponent):
 
     def warm_up(self) -> None:
         """Start a worker (its imports take a second or more): the first run need not wait for them."""
-        pipeline_worker.start(self.pipeline.to_dict(), self.skip_modules)
+        pipeline_worker.start(self.skip_modules, _modules(self.spec))
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
@@ -100,8 +100,8 @@ class ChildPipeline(SuperComponent):
         budget = sum(time_budget(size, base_s=self.timeout_base_s, per_mb_s=self.timeout_s_per_mb,
                                  cap_s=self.timeout_s) for _, size in files) or self.timeout_base_s
         names = ", ".join(name for name, _ in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        worker = pipeline_worker.take(self.pipeline.to_dict(), self.skip_modules)  # as it is now, if changed
-        outcome = worker.run(data, self._get_include_outputs_from(), budget)
+        worker = pipeline_worker.take(self.skip_modules)
+        outcome = worker.run(self.pipeline.to_dict(), data, self._get_include_outputs_from(), budget)  # as it is now
         if outcome[0] == "over time":
             raise ValueError(f"{names or 'the input'}: converting and splitting took over {budget:.0f} s (the "
                              "chunker's timeout_base_s plus timeout_s_per_mb per MB, at most timeout_s a file, in "
@@ -116,6 +116,22 @@ class ChildPipeline(SuperComponent):
                 raise error
             raise PipelineRuntimeError.from_exception(name, kind, error) from error
         return self._map_explicit_outputs(outcome[1], self.output_mapping)
+
+
+def start_workers(spec: dict[str, Any]) -> None:
+    """
+    Start a worker for each `ChildPipeline` of a pipeline spec before the pipeline is built: the workers import their
+    components while it loads (`warm_up` would start them only when it first runs).
+    """
+    for part in (spec.get("components") or {}).values():
+        if part.get("type") == f"{__name__}.ChildPipeline":
+            parameters = part.get("init_parameters") or {}
+            pipeline_worker.start(parameters.get("skip_modules") or [], _modules(parameters.get("spec") or {}))
+
+
+def _modules(spec: dict[str, Any]) -> list[str]:
+    """The modules of a spec's components."""
+    return sorted({str(part.get("type")).rpartition(".")[0] for part in (spec.get("components") or {}).values()})
 
 
 def _files(value: Any) -> list[tuple[str, int]]:

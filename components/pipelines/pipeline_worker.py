@@ -1,8 +1,8 @@
 """
 The processes a `ChildPipeline` runs in: a worker (`python -m gatehouse.components.pipelines.pipeline_worker`) imports
-the components of one pipeline spec once, then runs a fresh pipeline built from the spec for each request it is sent,
-until its parent closes the pipe. Workers are kept between runs (`take`, `give_back`): a run costs two messages, not an
-interpreter start. A worker whose run goes over its time is killed with every process it started (its process group)
+Haystack and the component modules it is given once, then runs a fresh pipeline built from the spec each request
+sends, until its parent closes the pipe. Workers are kept between runs (`take`, `give_back`): a run costs two
+messages, not an interpreter start; `start` begins one early, so that it imports while its caller loads. A worker whose run goes over its time is killed with every process it started (its process group)
 and a crashed one is gone; the next run starts a new worker.
 
 A worker never imports the modules it is told to skip (`skip_modules`): Haystack imports PyTorch when it is installed,
@@ -13,8 +13,8 @@ Usage:
 ```python
 from gatehouse.components.pipelines import pipeline_worker
 
-worker = pipeline_worker.take(spec, skip_modules=["torch"])
-outcome = worker.run({"file_router": {"sources": ["notes.md"]}}, include=set(), budget=30.0)
+worker = pipeline_worker.take(skip_modules=["torch"])
+outcome = worker.run(spec, {"file_router": {"sources": ["notes.md"]}}, include=set(), budget=30.0)
 if outcome[0] in ("done", "failed"):
     pipeline_worker.give_back(worker)
 ```
@@ -22,7 +22,6 @@ if outcome[0] in ("done", "failed"):
 
 import atexit
 import importlib
-import json
 import logging
 import os
 import pickle
@@ -34,7 +33,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-#: Idle workers kept, of any spec (the longest idle stops first); more run at once when runs overlap.
+#: Idle workers kept (the longest idle stops first); more run at once when runs overlap.
 IDLE_WORKERS = 2
 
 _IDLE: list["PipelineWorker"] = []  # the most recently idle last
@@ -42,11 +41,11 @@ _LOCK = threading.Lock()
 
 
 class PipelineWorker:
-    """One worker process for one spec, started in a process group of its own; `run` sends it one request."""
+    """One worker process, started in a process group of its own; `run` sends it one request."""
 
-    def __init__(self, spec: dict[str, Any], skip_modules: list[str]) -> None:
-        """Start the worker: it imports the spec's components while the caller goes on."""
-        self.key = spec_key(spec, skip_modules)
+    def __init__(self, skip_modules: list[str], modules: list[str] | None = None) -> None:
+        """Start the worker: it imports Haystack and `modules` while the caller goes on."""
+        self.key = tuple(sorted(skip_modules))
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
         self.process = subprocess.Popen(
@@ -56,15 +55,16 @@ class PipelineWorker:
         os.close(from_child)
         self._sending = Connection(self._to_child, readable=False)
         self._receiving = Connection(self._from_child, writable=False)
-        self._sending.send((spec, list(skip_modules)))
+        self._sending.send((list(skip_modules), list(modules or [])))
 
-    def run(self, data: dict[str, Any], include: set[str], budget: float) -> tuple:
+    def run(self, spec: dict[str, Any], data: dict[str, Any], include: set[str], budget: float) -> tuple:
         """
-        Run the pipeline over `data` within `budget` seconds: `("done", outputs)`, `("failed", component name or None,
-        its type, error)`, `("over time",)` or `("stopped", exit code)` (the worker killed in the last two).
+        Run the pipeline of `spec` over `data` within `budget` seconds: `("done", outputs)`, `("failed", component
+        name or None, its type, error)`, `("over time",)` or `("stopped", exit code)` (the worker killed in the last
+        two).
         """
         try:
-            self._sending.send((data, include, logging.getLogger().getEffectiveLevel()))
+            self._sending.send((spec, data, include, logging.getLogger().getEffectiveLevel()))
             if not self._receiving.poll(budget):
                 self.kill()
                 return ("over time",)
@@ -88,21 +88,16 @@ class PipelineWorker:
             connection.close()
 
 
-def spec_key(spec: dict[str, Any], skip_modules: list[str]) -> str:
-    """What tells workers apart: the spec and the modules skipped."""
-    return json.dumps([spec, sorted(skip_modules)], sort_keys=True, default=str)
-
-
-def take(spec: dict[str, Any], skip_modules: list[str]) -> PipelineWorker:
-    """An idle worker of the spec that is still running, else a new one."""
-    key = spec_key(spec, skip_modules)
+def take(skip_modules: list[str]) -> PipelineWorker:
+    """An idle worker without `skip_modules` that is still running, else a new one."""
+    key = tuple(sorted(skip_modules))
     with _LOCK:
         for worker in [worker for worker in reversed(_IDLE) if worker.key == key]:
             _IDLE.remove(worker)
             if worker.process.poll() is None:
                 return worker
             worker.kill()  # stopped while idle: reaped
-    return PipelineWorker(spec, skip_modules)
+    return PipelineWorker(skip_modules)
 
 
 def give_back(worker: PipelineWorker) -> None:
@@ -115,13 +110,16 @@ def give_back(worker: PipelineWorker) -> None:
         stale.kill()
 
 
-def start(spec: dict[str, Any], skip_modules: list[str]) -> None:
-    """Start an idle worker of the spec unless one is idle already: the next run need not wait for its imports."""
-    key = spec_key(spec, skip_modules)
+def start(skip_modules: list[str], modules: list[str]) -> None:
+    """
+    Start a worker that imports `modules` unless one without `skip_modules` is idle already: the next run need not wait
+    for its imports.
+    """
+    key = tuple(sorted(skip_modules))
     with _LOCK:
         if any(worker.key == key for worker in _IDLE):
             return
-    give_back(PipelineWorker(spec, skip_modules))
+    give_back(PipelineWorker(skip_modules, modules))
 
 
 @atexit.register
@@ -165,22 +163,22 @@ def _sendable(error: BaseException) -> BaseException:
 
 
 def _serve(receiving: Connection, sending: Connection) -> None:
-    """Import the spec's components, then run each request until the parent closes the pipe."""
-    spec, skip_modules = receiving.recv()
+    """Import Haystack and the modules named, then run each request until the parent closes the pipe."""
+    skip_modules, modules = receiving.recv()
     for name in skip_modules:
         sys.modules[name] = None  # an import of it raises ImportError, which Haystack's optional imports allow
     from haystack.core.errors import PipelineRuntimeError
 
     from gatehouse.pipelines import build_pipeline
 
-    for part in (spec.get("components") or {}).values():
+    for module in modules:
         try:
-            importlib.import_module(str(part.get("type")).rpartition(".")[0])
-        except Exception:  # noqa: S112 - the run that builds the pipeline reports it
+            importlib.import_module(module)
+        except Exception:  # noqa: S112 - the run that builds a pipeline of it reports it
             continue
     while True:
         try:
-            data, include, level = receiving.recv()
+            spec, data, include, level = receiving.recv()
         except EOFError:
             return
         records = _Records()
