@@ -168,3 +168,16 @@ def test_ingest_a_file_whose_worker_dies_fails_alone_in_one_line_and_the_others_
     assert len(found) == 2 and [outcome.status for outcome in outcomes] == ["written", "failed", "written"]
     assert outcomes[1].reason == ("chunker failed: b.docx: the process converting and splitting it stopped "
                                   "(exit code -9)")
+
+
+def test_start_workers_starts_the_chunkers_worker_before_the_index_pipeline_is_built(chunker, caplog):
+    from gatehouse.components.pipelines import pipeline_worker
+    from gatehouse.components.pipelines.child_pipeline import start_workers
+
+    pipeline_worker.stop_idle()
+    start_workers(read_spec("index"))
+    started = [worker.process.pid for worker in pipeline_worker._IDLE]
+    with caplog.at_level(logging.WARNING):
+        chunker.run(sources=[upload("scan.pdf", b"%PDF-1.4 not really")])
+    assert len(started) == 1
+    assert [record.process for record in caplog.records if "Could not convert scan" in record.getMessage()] == started
