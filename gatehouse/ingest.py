@@ -27,11 +27,12 @@ from haystack.core.errors import PipelineRuntimeError
 from haystack.dataclasses import ByteStream
 
 from gatehouse.settings import data_dir, project_path
+from gatehouse.components.pipelines.child_pipeline import start_workers
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.components.writers.ingest_planner import upload_name
 from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, StoredDocument
-from gatehouse.pipelines import load_pipeline
+from gatehouse.pipelines import build_pipeline, pipeline_path, read_spec
 
 logger = logging.getLogger(__name__)
 
@@ -359,7 +360,9 @@ def ingest(
     :returns: The summary.
     :raises PipelineRuntimeError: When the run cannot go on (see `ingest_file`).
     """
-    pipeline = load_pipeline("index")
+    spec = read_spec("index")
+    start_workers(spec)  # the chunker's worker imports while the pipeline loads
+    pipeline = build_pipeline(spec, origin=str(pipeline_path("index")))
     summary = IngestSummary()
     total = sum(len(group.files) for group in groups)
     done = 0

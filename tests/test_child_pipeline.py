@@ -1,4 +1,4 @@
-"""ChildPipeline: the index pipeline's file-to-chunks part (`chunker`), run in a child process per run."""
+"""ChildPipeline: the index pipeline's file-to-chunks part (`chunker`), run in a worker process kept between runs."""
 
 import logging
 import os
@@ -78,32 +78,106 @@ def test_run_a_component_that_fails_in_the_child_is_named_with_its_error(chunker
     assert str(raised.value.__cause__).startswith("broken.docx: not a readable Word file (BadZipFile")
 
 
-def test_run_over_its_budget_is_stopped_with_every_process_it_started():
-    """The Word extraction the child starts is stopped (SIGSTOP) so that the run must go over its budget."""
-    spec = chunker_parameters(timeout_base_s=4, timeout_s_per_mb=0)["spec"]
-    component_spec(spec, "docx_converter")["init_parameters"]["max_chars"] = 1_234_567  # marks its command line
-    chunker = ChildPipeline(**chunker_parameters(spec=spec, timeout_base_s=4, timeout_s_per_mb=0))
+def test_run_reuses_its_worker_which_never_imports_torch(chunker, caplog):
+    with caplog.at_level(logging.WARNING):
+        for name in ("scan.pdf", "scan2.pdf"):
+            chunker.run(sources=[upload(name, b"%PDF-1.4 not really")])
+    workers = {record.process for record in caplog.records if "Could not convert scan" in record.getMessage()}
+    assert len(workers) == 1 and os.getpid() not in workers
+    assert "torch" not in Path(f"/proc/{workers.pop()}/maps").read_text()  # no PyTorch library loaded
+
+
+def on_extraction(marker: int, act, times: int) -> tuple[threading.Thread, list[int]]:
+    """
+    A thread that calls `act(pid)` on the first `times` extraction processes whose command line has `marker` (for 30 s
+    at most).
+    """
     found: list[int] = []
 
-    def stop_the_extraction() -> None:
+    def watch() -> None:
         deadline = time.monotonic() + 30
-        while not found and time.monotonic() < deadline:
+        while time.monotonic() < deadline and len(found) < times:
             for process in Path("/proc").glob("[0-9]*"):
                 try:
                     command = (process / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"converters.extraction" in command and b"1234567" in command:
-                    os.kill(int(process.name), signal.SIGSTOP)
+                if b"converters.extraction" in command and str(marker).encode() in command and \
+                        int(process.name) not in found:
                     found.append(int(process.name))
+                    act(int(process.name))
             time.sleep(0.05)
 
-    stopper = threading.Thread(target=stop_the_extraction)
-    stopper.start()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher, found
+
+
+def parent_of(pid: int) -> int:
+    """A process's parent (from /proc; a stopped process's record stays until it is reaped)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def marked(marker: int, **changes) -> dict:
+    """The chunker's parameters with its Word extraction marked by `marker` (its max_chars) on its command line."""
+    spec = chunker_parameters()["spec"]
+    component_spec(spec, "docx_converter")["init_parameters"]["max_chars"] = marker
+    return chunker_parameters(spec=spec, **changes)
+
+
+def test_run_over_its_budget_is_stopped_with_every_process_it_started_and_the_next_run_has_a_new_worker(caplog):
+    """The Word extraction the worker starts is stopped (SIGSTOP) so that the run must go over its budget."""
+    chunker = ChildPipeline(**marked(1_234_567, timeout_base_s=4, timeout_s_per_mb=0))
+    workers: list[int] = []
+
+    def stop(pid: int) -> None:
+        workers.append(parent_of(pid))
+        os.kill(pid, signal.SIGSTOP)
+
+    watcher, found = on_extraction(1_234_567, stop, times=1)
     with pytest.raises(ValueError, match=r"^report.docx: converting and splitting took over 4 s \(the chunker's "):
         chunker.run(sources=[upload("report.docx", docx_file([("p", "A paragraph.")]))])
-    stopper.join()
-    assert found
+    watcher.join()
     status = Path(f"/proc/{found[0]}/status")
     time.sleep(0.5)
     assert not status.exists() or "State:\tZ" in status.read_text()  # killed (a zombie until its new parent reaps it)
+    assert not Path(f"/proc/{workers[0]}").exists()  # killed and reaped
+    with caplog.at_level(logging.WARNING):
+        assert chunker.run(sources=[upload("notes.md", NOTES)])["documents"][0].content == "Keys rotate monthly."
+        chunker.run(sources=[upload("scan.pdf", b"%PDF-1.4 not really")])
+    assert [record.process for record in caplog.records if "Could not convert scan" in record.getMessage()] != workers
+
+
+def test_ingest_a_file_whose_worker_dies_fails_alone_in_one_line_and_the_others_are_written(tmp_path, monkeypatch):
+    """The worker is killed while it extracts the Word file, in the run of all three files and in its own."""
+    from gatehouse.ingest import FileOutcome, ingest_files
+    from gatehouse.pipelines import load_pipeline
+
+    monkeypatch.setenv("GATEHOUSE_DATA_DIR", str(tmp_path / "data"))
+    pipeline = load_pipeline("index")
+    pipeline.get_component("chunker").pipeline.get_component("docx_converter").max_chars = 1_234_568
+    (tmp_path / "a.md").write_text("# Keys\n\nRotate keys monthly.\n")
+    (tmp_path / "b.docx").write_bytes(docx_file([("p", "A paragraph.")]))
+    (tmp_path / "c.md").write_text("# Billing\n\nInvoices go out yearly.\n")
+
+    watcher, found = on_extraction(1_234_568, lambda pid: os.kill(parent_of(pid), signal.SIGKILL), times=2)
+    reports = ingest_files(pipeline, [tmp_path / name for name in ("a.md", "b.docx", "c.md")], kb="tool",
+                           root=tmp_path)
+    watcher.join()
+    outcomes = [FileOutcome.of(report) for report in reports]
+    assert len(found) == 2 and [outcome.status for outcome in outcomes] == ["written", "failed", "written"]
+    assert outcomes[1].reason == ("chunker failed: b.docx: the process converting and splitting it stopped "
+                                  "(exit code -9)")
+
+
+def test_start_workers_starts_the_chunkers_worker_before_the_index_pipeline_is_built(chunker, caplog):
+    from gatehouse.components.pipelines import pipeline_worker
+    from gatehouse.components.pipelines.child_pipeline import start_workers
+
+    pipeline_worker.stop_idle()
+    start_workers(read_spec("index"))
+    started = [worker.process.pid for worker in pipeline_worker._IDLE]
+    with caplog.at_level(logging.WARNING):
+        chunker.run(sources=[upload("scan.pdf", b"%PDF-1.4 not really")])
+    assert len(started) == 1
+    assert [record.process for record in caplog.records if "Could not convert scan" in record.getMessage()] == started

@@ -1,12 +1,13 @@
 """
-ChildPipeline: a pipeline run in a child process, one process per run, within a time budget that grows with the size of
-its input files. The index pipeline runs its file-to-chunks part so (`chunker` in `index.yml`: routing,
-conversion, cleaning, splitting): the server's requests never wait while a file's text is worked on (Python runs one
-thread at a time in a process), and a file whose text takes too long fails alone, with the process that worked on it
-and every process it started.
+ChildPipeline: a pipeline run in a worker process, within a time budget that grows with the size of its input files.
+The index pipeline runs its file-to-chunks part so (`chunker` in `index.yml`: routing, conversion, cleaning,
+splitting): the server's requests never wait while a file's text is worked on (Python runs one thread at a time in a
+process), and a file whose text takes too long fails alone, with the process that worked on it and every process it
+started.
 
-Children are forked from a server process started once (`multiprocessing`'s forkserver) that has already imported
-Haystack and the pipeline's component modules, so a run costs a fork, not an interpreter start. What the child's
+The worker has imported the pipeline's components once and is kept for the next run (`pipeline_worker`), so a run
+costs two messages, not an interpreter start; after a run over time or a crash the next run starts a new worker. It
+never imports `skip_modules` (index.yml: PyTorch, which Haystack imports only to name devices). What the worker's
 components log is logged here under their own loggers.
 
 Usage:
@@ -15,19 +16,11 @@ from gatehouse.components.pipelines.child_pipeline import ChildPipeline
 from gatehouse.pipelines import component_spec, read_spec
 
 chunker = ChildPipeline(**component_spec(read_spec("index"), "chunker")["init_parameters"])
-chunker.run(sources=[upload])["documents"]   # the chunks, made in a child process
+chunker.run(sources=[upload])["documents"]   # the chunks, made in a worker process
 ```
 """
 
 import inspect
-import logging
-import multiprocessing
-import multiprocessing.forkserver
-import os
-import pickle
-import signal
-import threading
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -37,27 +30,24 @@ from haystack.core.super_component.utils import _delegate_default  # the value o
 from haystack.dataclasses import ByteStream
 
 from gatehouse.components.converters.bounded import time_budget
+from gatehouse.components.pipelines import pipeline_worker
 from gatehouse.pipelines import build_pipeline
-
-_CONTEXT = multiprocessing.get_context("forkserver")
-_PRELOAD = threading.Lock()
-_preloaded = False
 
 
 @component
 class ChildPipeline(SuperComponent):
     """
-    A pipeline (its spec, inline) as one component whose every run happens in a child process. Its inputs and outputs
+    A pipeline (its spec, inline) as one component whose every run happens in a worker process. Its inputs and outputs
     are those of Haystack's `SuperComponent` (`input_mapping`, `output_mapping`). A run of files may take
     `timeout_base_s` plus `timeout_s_per_mb` per megabyte for each file, at most `timeout_s` a file; over it, the run
-    raises a `ValueError` naming the files and the settings. A component that fails in the child raises here as it
+    raises a `ValueError` naming the files and the settings. A component that fails in the worker raises here as it
     would in-process (a `PipelineRuntimeError` naming it, with its error as the cause).
     """
 
     def __init__(
         self, *, spec: dict[str, Any], input_mapping: dict[str, list[str]] | None = None,
         output_mapping: dict[str, str] | None = None, timeout_s: float = 120.0, timeout_base_s: float = 30.0,
-        timeout_s_per_mb: float = 30.0,
+        timeout_s_per_mb: float = 30.0, skip_modules: list[str] | None = None,
     ) -> None:
         """
         :param spec: The pipeline's spec (what its YAML holds: `components`, `connections`).
@@ -66,6 +56,8 @@ class ChildPipeline(SuperComponent):
         :param timeout_s: Longest run for one file, in seconds.
         :param timeout_base_s: Time for a file of no size, in seconds.
         :param timeout_s_per_mb: Time added per megabyte of a file, in seconds.
+        :param skip_modules: Modules the worker never imports (an import of one fails there as if it were not
+            installed): `[torch]` for a pipeline that runs no model, whose worker then starts in a third of the time.
         :raises ValueError: When `timeout_s` or `timeout_base_s` is not positive, or `timeout_s_per_mb` negative.
         """
         if min(timeout_s, timeout_base_s) <= 0 or timeout_s_per_mb < 0:
@@ -75,6 +67,7 @@ class ChildPipeline(SuperComponent):
         self.timeout_s = timeout_s
         self.timeout_base_s = timeout_base_s
         self.timeout_s_per_mb = timeout_s_per_mb
+        self.skip_modules = skip_modules or []
         pipeline = build_pipeline(spec, origin="a ChildPipeline's spec")
         SuperComponent.__init__(self, pipeline=pipeline, input_mapping=input_mapping, output_mapping=output_mapping)
 
@@ -89,17 +82,17 @@ class ChildPipeline(SuperComponent):
         return default_from_dict(cls, data)
 
     def warm_up(self) -> None:
-        """Start the process children are forked from (its imports take seconds): the first run need not wait."""
-        _start_forkserver(self.spec)
+        """Start a worker (its imports take a second or more): the first run need not wait for them."""
+        pipeline_worker.start(self.skip_modules, _modules(self.spec))
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
-        Run the pipeline in a child process.
+        Run the pipeline in a worker process.
 
         :param kwargs: The component's inputs (its `input_mapping`).
         :returns: The component's outputs (its `output_mapping`).
         :raises PipelineRuntimeError: When a component of the pipeline fails (naming it; its error is the cause).
-        :raises ValueError: When the run takes longer than its budget or the child process stops.
+        :raises ValueError: When the run takes longer than its budget or the worker process stops.
         """
         inputs = {name: value for name, value in kwargs.items() if value is not _delegate_default}
         data = self._map_explicit_inputs(input_mapping=self.input_mapping, inputs=inputs)
@@ -107,7 +100,8 @@ class ChildPipeline(SuperComponent):
         budget = sum(time_budget(size, base_s=self.timeout_base_s, per_mb_s=self.timeout_s_per_mb,
                                  cap_s=self.timeout_s) for _, size in files) or self.timeout_base_s
         names = ", ".join(name for name, _ in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        outcome = _in_child(self.pipeline.to_dict(), data, self._get_include_outputs_from(), budget)
+        worker = pipeline_worker.take(self.skip_modules)
+        outcome = worker.run(self.pipeline.to_dict(), data, self._get_include_outputs_from(), budget)  # as it is now
         if outcome[0] == "over time":
             raise ValueError(f"{names or 'the input'}: converting and splitting took over {budget:.0f} s (the "
                              "chunker's timeout_base_s plus timeout_s_per_mb per MB, at most timeout_s a file, in "
@@ -115,12 +109,29 @@ class ChildPipeline(SuperComponent):
         if outcome[0] == "stopped":
             raise ValueError(f"{names or 'the input'}: the process converting and splitting it stopped "
                              f"(exit code {outcome[1]})")
+        pipeline_worker.give_back(worker)
         if outcome[0] == "failed":
             _, name, kind, error = outcome
             if name is None:
                 raise error
             raise PipelineRuntimeError.from_exception(name, kind, error) from error
         return self._map_explicit_outputs(outcome[1], self.output_mapping)
+
+
+def start_workers(spec: dict[str, Any]) -> None:
+    """
+    Start a worker for each `ChildPipeline` of a pipeline spec before the pipeline is built: the workers import their
+    components while it loads (`warm_up` would start them only when it first runs).
+    """
+    for part in (spec.get("components") or {}).values():
+        if part.get("type") == f"{__name__}.ChildPipeline":
+            parameters = part.get("init_parameters") or {}
+            pipeline_worker.start(parameters.get("skip_modules") or [], _modules(parameters.get("spec") or {}))
+
+
+def _modules(spec: dict[str, Any]) -> list[str]:
+    """The modules of a spec's components."""
+    return sorted({str(part.get("type")).rpartition(".")[0] for part in (spec.get("components") or {}).values()})
 
 
 def _files(value: Any) -> list[tuple[str, int]]:
@@ -134,102 +145,3 @@ def _files(value: Any) -> list[tuple[str, int]]:
     if isinstance(value, (str, Path)) and Path(value).is_file():
         return [(Path(value).name, Path(value).stat().st_size)]
     return []
-
-
-def _start_forkserver(spec: dict[str, Any]) -> None:
-    """
-    Start the forkserver once, importing Haystack and the modules of the spec's components (a child of a later spec
-    imports what else it needs).
-    """
-    global _preloaded
-    with _PRELOAD:
-        if _preloaded:
-            return
-        modules = {str(part["type"]).rpartition(".")[0] for part in (spec.get("components") or {}).values()}
-        # `__main__` too (multiprocessing's default): a main script loaded there is not run again in each child
-        _CONTEXT.set_forkserver_preload(["__main__", "haystack", __name__, *sorted(filter(None, modules))])
-        multiprocessing.forkserver.ensure_running()
-        _preloaded = True
-
-
-def _in_child(spec: dict[str, Any], data: dict[str, Any], include: set[str], budget: float) -> tuple:
-    """
-    Run a pipeline spec in a child process: `("done", outputs)`, `("failed", component name or None, its type,
-    error)`, `("over time",)` (the child and its process group killed) or `("stopped", exit code)`.
-    """
-    _start_forkserver(spec)
-    receiving, sending = _CONTEXT.Pipe(duplex=False)
-    child = _CONTEXT.Process(target=_child, daemon=True, name="gatehouse-child-pipeline",
-                             args=(spec, data, include, sending, logging.getLogger().getEffectiveLevel()))
-    child.start()
-    sending.close()
-    try:
-        if not receiving.poll(budget):
-            return ("over time",)
-        try:
-            records, outcome = receiving.recv()
-        except (EOFError, OSError):
-            child.join(5)
-            return ("stopped", child.exitcode)
-        for record in records:
-            logging.getLogger(record.name).handle(record)
-        return outcome
-    finally:
-        receiving.close()
-        _kill(child)
-
-
-def _kill(child: multiprocessing.process.BaseProcess) -> None:
-    """Kill a child and the processes it started (its process group), and wait for it."""
-    if child.is_alive():
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):  # not yet a group of its own
-            child.kill()
-    child.join()
-
-
-class _Records(logging.Handler):
-    """The log records of the child, as plain records that can be sent (message formatted, traceback as text)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        exc_text = logging.Formatter().formatException(record.exc_info) if record.exc_info else record.exc_text
-        self.records.append(logging.makeLogRecord({
-            "name": record.name, "levelno": record.levelno, "levelname": record.levelname, "msg": record.getMessage(),
-            "exc_text": exc_text, "pathname": record.pathname, "lineno": record.lineno, "funcName": record.funcName,
-            "created": record.created, "msecs": record.msecs, "process": record.process}))
-
-
-def _child(spec: dict[str, Any], data: dict[str, Any], include: set[str], sending: Any, level: int) -> None:
-    """The child's work: run the pipeline and send back its log records and its outcome."""
-    os.setpgid(0, 0)  # a group of its own: killing it kills the extraction processes its converters start
-    records = _Records()
-    root = logging.getLogger()
-    root.handlers, root.level = [records], level
-    try:
-        outcome: tuple = ("done", build_pipeline(spec, origin="a ChildPipeline's spec").run(
-            data=data, include_outputs_from=include))
-    except PipelineRuntimeError as error:
-        outcome = ("failed", error.component_name, error.component_type, _sendable(error.__cause__ or error))
-    except Exception as error:  # the pipeline could not be built or run: raised again in the parent
-        outcome = ("failed", None, None, _sendable(error))
-    sending.send((records.records, outcome))
-    sending.close()
-
-
-def _sendable(error: BaseException) -> BaseException:
-    """
-    The error itself when it can be sent to the parent, else a RuntimeError with its type and message; its traceback
-    in the child goes with it as a note.
-    """
-    trace = "".join(traceback.format_exception(error)).rstrip()
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:  # an error holding what does not pickle
-        error = RuntimeError(f"{type(error).__name__}: {error}")
-    error.add_note(trace)
-    return error
