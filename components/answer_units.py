@@ -210,12 +210,10 @@ def flow(units: list[AnswerUnit], passage: int) -> list[AnswerUnit]:
 
 def fields(unit: AnswerUnit) -> list[tuple[str, str]]:
     """
-    The `name: value` fields of a record unit: a table row's cells with their column names (`Name: Ada; Team: Data`,
+    The `name: value` fields of a record item: a table row's cells with their column names (`Name: Ada; Team: Data`,
     a cell without a column name as a value with the name ""; a group label before ` › ` left out), a key-value item's
-    one field, a key-value block's items' fields; [] for any other unit.
+    one field; [] for any other unit.
     """
-    if unit.kind == "block":
-        return [found[0] for found in map(_line_fields, unit.items) if len(found) == 1]
     if unit.kind != "item":
         return []
     found = _line_fields(unit.text)

@@ -120,7 +120,6 @@ def test_build_pipeline_with_a_changed_sub_pipeline_and_a_generator_profile():
     assert gate.success_threshold == 0.9  # the spec's own change stays...
     assert gate.threshold == 0.25  # ...under the profile's `settings`, which win where they say something
     assert gate.rules["require_entities"] is False and gate.rules["require_type"] is False
-    assert gate.rules["require_field"] is False
     assert gate.rules["max_candidates"] == 5  # a mapping is merged key by key: its other keys as they were
     assert type(answer.get_component("generator")).__name__ == "LLMAnswerer"
     # the profile's model condenses follow-ups (its `llm_tiers`); the planner splits by its rules alone

@@ -10,10 +10,8 @@ passage unless another one's evidence is clearly stronger (`evidence.switch_marg
 The chosen passage's evidence decides:
 - below `threshold`, or when the question states a name or number no passage contains (`rules.require_entities`),
   or expects a type of answer (a number, a date, a value, an identifier, a place, a name) that nothing the answer
-  would show holds (`rules.require_type`), or is answered by a record (a table row, key-value fields) with no field
-  for what it asks or without a code it states (`rules.require_field`): the state goes on `unanswerable` with the
-  fallback message and the reason (with `on_unanswerable: partial`, on `answerable` with status `partial` and that
-  reason as a warning);
+  would show holds (`rules.require_type`): the state goes on `unanswerable` with the fallback message and the reason
+  (with `on_unanswerable: partial`, on `answerable` with status `partial` and that reason as a warning);
 - else on `answerable`, with status `partial` and a warning below `success_threshold`.
 
 A follow-up the condenser made standalone (`condensed_query` other than `original_query`, not a plan's part) that the
@@ -47,23 +45,21 @@ from typing import Any, ClassVar
 
 from haystack import Document, component
 
-from gatehouse.components.answer_units import completed, fields, is_row
-from gatehouse.components.answerability.evidence import EVIDENCE, Reading, text_terms, weigh
+from gatehouse.components.answer_units import completed
+from gatehouse.components.answerability.evidence import EVIDENCE, Reading, weigh
 from gatehouse.components.answerability.lexicon import TYPED_ANSWERS, Lexicon
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.setting_groups import MovedSettings, setting_group
 from gatehouse.components.state import FALLBACK_MESSAGE, State, advance, with_validation
-from gatehouse.components.terms import name_words, same_words, stem, tokens
+from gatehouse.components.terms import same_words, stem, tokens
 
 #: The gate's rules beside the evidence: `require_entities` (a question stating a name or number no passage contains
 #: is not answered), `require_type` (a question expecting a type of answer that nothing shown holds is not answered),
-#: `require_field` (a question answered by a record, a table row or key-value fields, is not answered when it asks
-#: for something none of the record's field names, caption or headings names, or states a code the record lacks),
 #: `section_margin` (the chosen passage's best units closer than this: its section answers), `max_words` (the reading
 #: bound of what an answer shows, the same as the extractive answerer's), `max_candidates` (units handed to the
 #: answerer), `skip_statuses` (states passed on unjudged; None means `["fallback"]`).
-RULES: dict[str, Any] = {"require_entities": True, "require_type": True, "require_field": True,
-                         "section_margin": 0.02, "max_words": 80, "max_candidates": 5, "skip_statuses": None}
+RULES: dict[str, Any] = {"require_entities": True, "require_type": True, "section_margin": 0.02, "max_words": 80,
+                         "max_candidates": 5, "skip_statuses": None}
 
 #: The word lists and patterns the gate reads (`Lexicon`; None: the built-in English ones), and the embedding model of
 #: the cosines with its cache directory (None: the configured defaults; `"off"`: no cache, every sentence encoded).
@@ -232,9 +228,7 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         refusal = ("no passage answers the question" if key is None
                    else f"no passage names {', '.join(absent)}" if absent
                    else f"nothing the answer would show gives a {answer_type}"
-                   if typed and not self._shows(answer_type, reading, key, question)
-                   else self._unasked_record(question, reading, key, passages) if self.rules["require_field"]
-                   else None)
+                   if typed and not self._shows(answer_type, reading, key, question) else None)
         # units too close to tell, or too weak, in a passage strong by its heading or its evidence: its section answers
         section = key is not None and key is reading.key and (
             self._uncertain(reading) or key.score < self.threshold) and (
@@ -328,39 +322,6 @@ class AnswerabilityGate(MovedSettings, ChatGeneratorSerialization):
         terms = set(self._lexicon.question_terms(question))
         shown = completed(key.unit, [u.unit for u in reading.units], max_words=self.rules["max_words"])
         return any(self._lexicon.has_type(answer_type, unit.text, terms, unit.kind) for unit in shown)
-
-    def _unasked_record(self, question: str, reading: Reading, key: Any, passages: list[Document]) -> str | None:
-        """
-        Why a record does not answer the question, or None. The key unit is a record (a table row, a key-value item or
-        block, with the key-value items of its section): the question states a code (a word with a digit) that neither
-        the record nor its headings or file name hold; or the question's terms that are neither the record's values
-        nor only names of fields whose value it states (the field a question names its record by) match none of its
-        caption, its headings and the names of the fields whose value the question does not state (the record holds no
-        such attribute).
-        """
-        unit = key.unit
-        own = fields(unit)
-        if not own:
-            return None
-        record = own + [field for other in reading.of_passage(unit.passage) if other.unit is not unit
-                        and other.unit.context == unit.context and not is_row(other.unit)
-                        for field in fields(other.unit)]
-        meta = passages[unit.passage].meta or {}
-        values = set().union(*(text_terms(value) for _, value in record))
-        held = values.union(*(text_terms(name) for name, _ in record),
-                            text_terms(f"{unit.context} {meta.get('title') or ''} {meta.get('source') or ''}"))
-        codes = [word for word in tokens(question) if any(c.isdigit() for c in word) and stem(word) not in held]
-        if codes:
-            return f"the record quoted holds no {', '.join(codes)}"
-        stated = {stem(word) for word in [*tokens(question), *name_words(question)]}
-        given = [(text_terms(name), text_terms(value) <= stated) for name, value in record if name]
-        asked = set().union(*(name for name, known in given if not known))
-        naming = set().union(*(name for name, known in given if known)) - asked  # "warehouse" of "the Lille warehouse"
-        attributes = [t for t in self._lexicon.question_terms(question) if t not in values and t not in naming]
-        named = asked | text_terms(f"{unit.context} {unit.lead}")
-        if attributes and not named & set(attributes):
-            return f"the record quoted has no field for {', '.join(attributes)}"
-        return None
 
     def _uncertain(self, reading: Reading) -> bool:
         """Whether the chosen passage's two best units, apart in it, score too close to tell which answers."""
