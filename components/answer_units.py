@@ -268,8 +268,9 @@ def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) 
     if is_row(key):  # a table row is its own answer: the other rows are other records, not what completes it
         return [key]
     reading = flow(units, key.passage)
-    if key.kind == "item":
-        key = next((u for u in reading if u.kind in ("list", "block") and u.first <= key.first <= u.last), key)
+    if key.kind == "item":  # its list, unless the list is shown cut before it: then the item alone, with its lead
+        key = next((u for u in reading if u.kind in ("list", "block") and u.first <= key.first <= u.last
+                    and key.items[0] in u.items), key)
     shown, words = [key], reading_length(key)
     for unit in reading:
         if unit.first <= shown[-1].last:

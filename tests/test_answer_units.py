@@ -124,3 +124,13 @@ def test_section_start_from_the_first_unit_within_the_bound():
     all_units = units()
     assert section_start(0, all_units, max_words=10) == [all_units[0]]
     assert [u.kind for u in section_start(0, all_units)] == ["sentence", "block", "list", "code", "item"]
+
+
+def test_completed_shows_an_item_its_list_cut_before_it_alone():
+    lines = "\n".join(f"- key{n}: value {n}" for n in range(1, 15))
+    units = answer_units([Document(content=f"Order 7:\n\n{lines}\n- shipCity: Lyon", meta={"source_id": "S1"})])
+    key = next(u for u in units if "shipCity" in u.text)
+    shown = completed(key, units)
+    assert "shipCity: Lyon" in render(shown[0], "S1") and "Order 7" in render(shown[0], "S1")
+    early = next(u for u in units if u.text.endswith("key2: value 2"))
+    assert completed(early, units)[0].kind == "list"  # an item its list shows: the list
