@@ -73,6 +73,17 @@ def name_words(text: str) -> list[str]:
     return _TERM.findall(_NAME_JOINT.sub(" ", text or "").lower())
 
 
+def text_terms(text: str) -> set[str]:
+    """
+    What a text says to a question's terms: its words, stemmed, with the words of the names it writes as one word
+    (a record's key `postalCode` says postal, code).
+
+    :param text: Any text.
+    :returns: The stemmed words.
+    """
+    return {stem(w) for w in [*tokens(text), *name_words(text)]}
+
+
 def content_words(text: str, stopwords: Iterable[str] | None = None, *, stemmed: bool = True) -> set[str]:
     """
     The set of content words of a text: tokens minus stopwords, stemmed.

@@ -43,7 +43,7 @@ from haystack import Document
 from gatehouse.components.answer_units import AnswerUnit, answer_units, shown_text
 from gatehouse.components.answerability.lexicon import Lexicon
 from gatehouse.components.sentences import sentence_parts, sentence_settings, sentence_texts
-from gatehouse.components.terms import name_words, stem, tokens
+from gatehouse.components.terms import stem, text_terms, tokens
 
 #: How evidence is weighed (keys of the gate's `evidence` setting): the first `passages` passages are read; a unit
 #: scores `embedding_weight * cosine + lexical_weight * coverage`; a heading holding `heading_match` of the question's
@@ -93,12 +93,6 @@ class Reading:
 
 def _words(text: str) -> set[str]:
     return {stem(w) for w in tokens(text)}
-
-
-def text_terms(text: str) -> set[str]:
-    """What a text says to a question's terms: its words, with the words of the names it writes as one word (a
-    record's key `postalCode` says postal, code)."""
-    return _words(text) | {stem(w) for w in name_words(text)}
 
 
 def heading_text(passage: Document) -> str:

@@ -20,7 +20,7 @@ from typing import Iterable
 
 from haystack import Document
 
-from gatehouse.components.terms import DEFAULT_STOPWORDS, name_words, numbers, stem, tokens
+from gatehouse.components.terms import DEFAULT_STOPWORDS, numbers, stem, text_terms, tokens
 from gatehouse.components.text_units import DEFAULT_ABBREVIATIONS
 
 #: Question patterns (regular expressions, matched case-insensitively, first match wins) and the answer type
@@ -154,7 +154,7 @@ class Lexicon:
         for passage in passages:
             meta_text = " ".join(str((passage.meta or {}).get(k) or "") for k in ("title", "section", "source"))
             text = meta_text + " " + (passage.content or "")
-            found |= {stem(w) for w in [*tokens(text), *name_words(text)]} | numbers(text)
+            found |= text_terms(text) | numbers(text)
         return sorted(self.stated_entities(question) - found)
 
     def stated_entities(self, question: str) -> set[str]:
