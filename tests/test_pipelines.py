@@ -21,7 +21,7 @@ def test_load_pipeline_names_the_new_module_of_an_old_components_type(tmp_path):
     with pytest.raises(PipelineYAMLError) as raised:
         load_pipeline(path)
     message = str(raised.value)
-    assert "components.intent_gate.IntentGate -> gatehouse.components.routers.intent_gate.IntentGate" in message
+    assert "components.intent_gate.IntentGate -> gatehouse.components.intent.intent_gate.IntentGate" in message
     assert "gatehouse.document_stores.lexical_document_store.LexicalDocumentStore" in message
     assert "gatehouse.components.retrievers.bm25_retriever.BM25Retriever" in message
 

@@ -65,7 +65,7 @@ from gatehouse.components.guardrails.passage_screen import screen_passage
 from gatehouse.components.guardrails.sanitising import citation_url
 from gatehouse.components.printable import printable_data
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
-from gatehouse.components.routers.request_intake import RequestIntake
+from gatehouse.components.intake.request_intake import RequestIntake
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
