@@ -78,6 +78,17 @@ RETIRED_CLASSES = {
 MOVED_CLASSES = {
     "gatehouse.components.routers.answerability_gate.AnswerabilityGate":
         "gatehouse.components.answerability.answerability_gate.AnswerabilityGate",
+    # `components/routers/` held every gate; each family has its folder now.
+    "gatehouse.components.routers.request_intake.RequestIntake":
+        "gatehouse.components.intake.request_intake.RequestIntake",
+    "gatehouse.components.routers.intent_gate.IntentGate": "gatehouse.components.intent.intent_gate.IntentGate",
+    "gatehouse.components.routers.kb_router.KBRouter": "gatehouse.components.kb_routing.kb_router.KBRouter",
+    "gatehouse.components.routers.kb_evidence.KBEvidence": "gatehouse.components.kb_routing.kb_evidence.KBEvidence",
+    "gatehouse.components.routers.semantic_cache.SemanticCache":
+        "gatehouse.components.cache.semantic_cache.SemanticCache",
+    "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore":
+        "gatehouse.components.cache.semantic_cache_store.SemanticCacheStore",
+    "gatehouse.components.routers.quality_gate.QualityGate": "gatehouse.components.quality.quality_gate.QualityGate",
 }
 
 _REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"
