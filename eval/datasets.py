@@ -43,8 +43,8 @@ from typing import Any
 import yaml
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
-from gatehouse.components.routers.intent_rules import DEFAULT_INTENT_PATTERNS, ROUTES
-from gatehouse.components.routers.kb_entries import KB_KEYS, KB_NAME
+from gatehouse.components.intent.intent_rules import DEFAULT_INTENT_PATTERNS, ROUTES
+from gatehouse.components.kb_routing.kb_entries import KB_KEYS, KB_NAME
 from gatehouse.settings import bundled_dir
 from gatehouse.components.state import PUBLIC_TENANT
 from gatehouse.components.terms import DEFAULT_STOPWORDS

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 from gatehouse.components.generators.openai_compatible_generator import OpenAICompatibleChatGenerator
-from gatehouse.components.routers.intent_rules import DEFAULT_INTENT_KEYWORDS, DEFAULT_INTENT_PATTERNS
+from gatehouse.components.intent.intent_rules import DEFAULT_INTENT_KEYWORDS, DEFAULT_INTENT_PATTERNS
 from gatehouse.eval.datasets import GOLDEN_SET, EvalCase, load_golden, stratified_slice
 from haystack import component
 from haystack.core.serialization import allow_deserialization_module, component_from_dict, import_class_by_name

@@ -34,15 +34,15 @@ RENAMED_MODULES = {
     "components.hybrid_fusion": "gatehouse.components.joiners.hybrid_fusion",
     "components.index_writer": "gatehouse.components.writers.index_writer",
     "components.ingest_planner": "gatehouse.components.writers.ingest_planner",
-    "components.intent_gate": "gatehouse.components.routers.intent_gate",
-    "components.kb_router": "gatehouse.components.routers.kb_router",
+    "components.intent_gate": "gatehouse.components.intent.intent_gate",
+    "components.kb_router": "gatehouse.components.kb_routing.kb_router",
     "components.llm_answerer": "gatehouse.components.generators.llm_answerer",
     "components.openai_compatible_generator": "gatehouse.components.generators.openai_compatible_generator",
     "components.passage_assembler": "gatehouse.components.builders.passage_assembler",
-    "components.quality_gate": "gatehouse.components.routers.quality_gate",
+    "components.quality_gate": "gatehouse.components.quality.quality_gate",
     "components.query_rewriter": "gatehouse.components.query.query_rewriter",
     "components.ranker": "gatehouse.components.rankers.ranker",
-    "components.request_intake": "gatehouse.components.routers.request_intake",
+    "components.request_intake": "gatehouse.components.intake.request_intake",
     "components.response_builder": "gatehouse.components.builders.response_builder",
     "components.section_splitter": "gatehouse.components.preprocessors.section_splitter",
     "components.sentence_embedder": "gatehouse.components.embedders.sentence_embedder",
@@ -70,7 +70,7 @@ RETIRED_CLASSES = {
         "gatehouse.components.guardrails.output_guardrails.OutputGuardrails for `stage: output`, without `stage` "
         "(docs/pipelines.md lists the settings of each)",
     "gatehouse.components.routers.semantic_cache.SemanticCacheStore":
-        "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore",
+        "gatehouse.components.cache.semantic_cache_store.SemanticCacheStore",
 }
 
 #: Classes that moved to another module: a YAML naming the old path loads the class where it is now, with a one-line
@@ -78,6 +78,17 @@ RETIRED_CLASSES = {
 MOVED_CLASSES = {
     "gatehouse.components.routers.answerability_gate.AnswerabilityGate":
         "gatehouse.components.answerability.answerability_gate.AnswerabilityGate",
+    # `components/routers/` held every gate; each family has its folder now.
+    "gatehouse.components.routers.request_intake.RequestIntake":
+        "gatehouse.components.intake.request_intake.RequestIntake",
+    "gatehouse.components.routers.intent_gate.IntentGate": "gatehouse.components.intent.intent_gate.IntentGate",
+    "gatehouse.components.routers.kb_router.KBRouter": "gatehouse.components.kb_routing.kb_router.KBRouter",
+    "gatehouse.components.routers.kb_evidence.KBEvidence": "gatehouse.components.kb_routing.kb_evidence.KBEvidence",
+    "gatehouse.components.routers.semantic_cache.SemanticCache":
+        "gatehouse.components.cache.semantic_cache.SemanticCache",
+    "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore":
+        "gatehouse.components.cache.semantic_cache_store.SemanticCacheStore",
+    "gatehouse.components.routers.quality_gate.QualityGate": "gatehouse.components.quality.quality_gate.QualityGate",
 }
 
 _REWRITER = "gatehouse.components.query.query_rewriter.QueryRewriter"

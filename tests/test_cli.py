@@ -175,7 +175,7 @@ def test_a_pipeline_naming_a_type_it_may_not_load_is_one_line_and_status_2(cli, 
         (folder / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
     ask = folder / "ask.yml"
     ask.write_text(ask.read_text(encoding="utf-8").replace(
-        "type: gatehouse.components.routers.request_intake.RequestIntake", f"type: {change}", 1), encoding="utf-8")
+        "type: gatehouse.components.intake.request_intake.RequestIntake", f"type: {change}", 1), encoding="utf-8")
     monkeypatch.setenv("GATEHOUSE_PIPELINES_DIR", str(folder))
     code, out, err = cli(["ask", "What?"])
     assert code == 2 and out == ""
@@ -197,10 +197,10 @@ def test_init_then_an_edited_copy_is_the_one_used(tmp_path):
     again = subprocess.run([GATEHOUSE, "init", str(project)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
     ask = project / "pipelines" / "ask.yml"
-    ask.write_text(ask.read_text().replace("type: gatehouse.components.routers.intent_gate.IntentGate",
+    ask.write_text(ask.read_text().replace("type: gatehouse.components.intent.intent_gate.IntentGate",
                                            "type: components.intent_gate.IntentGate"))
     env = {key: value for key, value in os.environ.items() if key != "GATEHOUSE_PIPELINES_DIR"}
     old = subprocess.run([GATEHOUSE, "ask", "hello"], cwd=project, env={**env, "GATEHOUSE_DATA_DIR": str(tmp_path / "d")},
                          capture_output=True, text=True, timeout=300)
-    assert old.returncode == 2 and "gatehouse.components.routers.intent_gate.IntentGate" in old.stderr
+    assert old.returncode == 2 and "gatehouse.components.intent.intent_gate.IntentGate" in old.stderr
     assert str(ask) in old.stderr and "Traceback" not in old.stderr

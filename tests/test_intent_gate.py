@@ -1,4 +1,4 @@
-"""Tests for `gatehouse.components.routers.intent_gate.IntentGate` with real MiniLM embeddings."""
+"""Tests for `gatehouse.components.intent.intent_gate.IntentGate` with real MiniLM embeddings."""
 
 import re
 
@@ -7,8 +7,8 @@ from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGen
 from haystack.utils import Secret
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.intent_gate import IntentGate
-from gatehouse.components.routers.intent_rules import DEFAULT_DOMAIN_KEYWORDS
+from gatehouse.components.intent.intent_gate import IntentGate
+from gatehouse.components.intent.intent_rules import DEFAULT_DOMAIN_KEYWORDS
 from gatehouse.components.state import new_state
 from gatehouse.pipelines import load_pipeline
 
@@ -79,7 +79,7 @@ def test_to_dict():
     gate = IntentGate(rules={"domain_keywords": ["widget"]}, tuning={"embedding_margin": 0.2},
                       max_general_subject_terms=4, cache_dir="off")
     data = gate.to_dict()
-    assert data["type"] == "gatehouse.components.routers.intent_gate.IntentGate"
+    assert data["type"] == "gatehouse.components.intent.intent_gate.IntentGate"
     params = data["init_parameters"]
     assert params["rules"]["domain_keywords"] == ["widget"]
     assert params["tuning"]["embedding_margin"] == 0.2
@@ -106,13 +106,13 @@ def test_from_dict():
     assert restored.max_general_subject_terms == 1 and restored.rules["stopwords"] == ["the", "of"]
     assert restored.to_dict() == data
 
-    minimal = IntentGate.from_dict({"type": "gatehouse.components.routers.intent_gate.IntentGate", "init_parameters": {}})
+    minimal = IntentGate.from_dict({"type": "gatehouse.components.intent.intent_gate.IntentGate", "init_parameters": {}})
     assert minimal.rules["domain_keywords"] == list(DEFAULT_DOMAIN_KEYWORDS)
 
 
 def test_from_dict_names_the_new_place_of_a_moved_setting():
     """A YAML written before the settings were grouped fails with the new place of each setting it uses."""
-    data = {"type": "gatehouse.components.routers.intent_gate.IntentGate",
+    data = {"type": "gatehouse.components.intent.intent_gate.IntentGate",
             "init_parameters": {"domain_keywords": ["widget"], "embedding_threshold": 0.7, "refusal_message": "No.",
                                 "max_general_subject_terms": 2}}
     with pytest.raises(ValueError) as raised:
@@ -130,7 +130,7 @@ def test_load_pipeline_names_the_new_place_of_a_moved_setting(tmp_path):
     path.write_text(
         "components:\n"
         "  intent:\n"
-        "    type: gatehouse.components.routers.intent_gate.IntentGate\n"
+        "    type: gatehouse.components.intent.intent_gate.IntentGate\n"
         "    init_parameters:\n"
         "      general_keywords: [recursion]\n"
         "connections: []\n"

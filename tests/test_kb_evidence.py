@@ -3,7 +3,7 @@
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from gatehouse.components.routers.kb_evidence import KBEvidence
+from gatehouse.components.kb_routing.kb_evidence import KBEvidence
 from gatehouse.components.state import new_state
 
 PENDING = {"candidates": ["faq", "ops", "product"], "margin": 0.05, "max_kbs": 2,
@@ -21,7 +21,7 @@ def test_init():
 
 def test_to_dict():
     assert component_to_dict(KBEvidence(), "evidence") == {
-        "type": "gatehouse.components.routers.kb_evidence.KBEvidence", "init_parameters": {}}
+        "type": "gatehouse.components.kb_routing.kb_evidence.KBEvidence", "init_parameters": {}}
 
 
 def test_from_dict():

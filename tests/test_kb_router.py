@@ -1,4 +1,4 @@
-"""Tests for `gatehouse.components.routers.kb_router.KBRouter` with real MiniLM embeddings."""
+"""Tests for `gatehouse.components.kb_routing.kb_router.KBRouter` with real MiniLM embeddings."""
 
 import pytest
 import yaml
@@ -8,8 +8,8 @@ from haystack.components.generators.chat import MockChatGenerator, OpenAIChatGen
 from haystack.utils import Secret
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.kb_router import KBRouter
-from gatehouse.components.routers.kb_router_settings import LLM_DEFAULTS, SCORING_DEFAULTS
+from gatehouse.components.kb_routing.kb_router import KBRouter
+from gatehouse.components.kb_routing.kb_router_settings import LLM_DEFAULTS, SCORING_DEFAULTS
 from gatehouse.components.state import new_state
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.pipelines import PipelineYAMLError, load_pipeline
@@ -201,7 +201,7 @@ def test_init_rejects_bad_groups(settings, message):
 
 
 def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
-    data = {"type": "gatehouse.components.routers.kb_router.KBRouter",
+    data = {"type": "gatehouse.components.kb_routing.kb_router.KBRouter",
             "init_parameters": {"max_kbs": 2, "keyword_weight": 0.4, "min_route_score": 0.3, "cache_dir": "off",
                                 "llm_margin": 0.2, "llm_prompt": "{query}"}}
     with pytest.raises(ValueError) as raised:
@@ -220,7 +220,7 @@ def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
 def test_to_dict():
     router = KBRouter(knowledge_bases=KNOWLEDGE_BASES, max_kbs=1, scoring=NO_CACHE)
     data = router.to_dict()
-    assert data["type"] == "gatehouse.components.routers.kb_router.KBRouter"
+    assert data["type"] == "gatehouse.components.kb_routing.kb_router.KBRouter"
     params = data["init_parameters"]
     assert params["knowledge_bases"] == KNOWLEDGE_BASES
     assert params["max_kbs"] == 1
@@ -268,7 +268,7 @@ def test_from_dict():
 def test_from_dict_minimal_yaml_style():
     restored = KBRouter.from_dict(
         {
-            "type": "gatehouse.components.routers.kb_router.KBRouter",
+            "type": "gatehouse.components.kb_routing.kb_router.KBRouter",
             "init_parameters": {"knowledge_bases": [{"name": "docs", "description": "all documentation"}]},
         }
     )

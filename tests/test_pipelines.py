@@ -1,6 +1,13 @@
+import logging
+import re
+import shutil
+
 import pytest
 
+from gatehouse.components.intake.request_intake import RequestIntake
+from gatehouse.components.intent.intent_gate import IntentGate
 from gatehouse.pipelines import PipelineYAMLError, build_pipeline, component_spec, load_pipeline, read_spec
+from gatehouse.settings import pipelines_dir
 
 
 def test_load_pipeline_names_the_new_module_of_an_old_components_type(tmp_path):
@@ -21,7 +28,7 @@ def test_load_pipeline_names_the_new_module_of_an_old_components_type(tmp_path):
     with pytest.raises(PipelineYAMLError) as raised:
         load_pipeline(path)
     message = str(raised.value)
-    assert "components.intent_gate.IntentGate -> gatehouse.components.routers.intent_gate.IntentGate" in message
+    assert "components.intent_gate.IntentGate -> gatehouse.components.intent.intent_gate.IntentGate" in message
     assert "gatehouse.document_stores.lexical_document_store.LexicalDocumentStore" in message
     assert "gatehouse.components.retrievers.bm25_retriever.BM25Retriever" in message
 
@@ -201,3 +208,26 @@ def test_load_pipeline_names_the_two_classes_of_a_split_guardrails(tmp_path):
     with pytest.raises(PipelineYAMLError, match=r"components\.guardrails\.Guardrails -> .*InputGuardrails for "
                                                 r"`stage: input`.*OutputGuardrails for `stage: output`"):
         load_pipeline(path)
+
+
+def test_the_pipelines_written_with_the_old_routers_paths_load_with_one_warning_a_type(tmp_path, monkeypatch, caplog):
+    folder = tmp_path / "pipelines"
+    shutil.copytree(pipelines_dir(), folder)
+    for name in ("ask.yml", "search.yml"):  # as main shipped them before the gates had a folder per family
+        path = folder / name
+        path.write_text(re.sub(r"gatehouse\.components\.(intake|intent|kb_routing|cache|quality)\.",
+                               "gatehouse.components.routers.", path.read_text(encoding="utf-8")), encoding="utf-8")
+    monkeypatch.setenv("GATEHOUSE_PIPELINES_DIR", str(folder))
+    with caplog.at_level(logging.WARNING):
+        ask = load_pipeline("ask")
+    moved = sorted(r.getMessage() for r in caplog.records if "is deprecated" in r.getMessage())
+    new = {"RequestIntake": "intake.request_intake", "SemanticCache": "cache.semantic_cache",
+           "IntentGate": "intent.intent_gate", "KBRouter": "kb_routing.kb_router",
+           "SemanticCacheStore": "cache.semantic_cache_store", "KBEvidence": "kb_routing.kb_evidence",
+           "QualityGate": "quality.quality_gate"}
+    expected = sorted(
+        f"{folder / ('search.yml' if name in {'KBEvidence', 'QualityGate'} else 'ask.yml')}: `type: "
+        f"gatehouse.components.routers.{module.split('.')[1]}.{name}` is deprecated; it loads "
+        f"gatehouse.components.{module}.{name}, write that instead." for name, module in new.items())
+    assert moved == expected
+    assert type(ask.get_component("intake")) is RequestIntake and type(ask.get_component("intent")) is IntentGate

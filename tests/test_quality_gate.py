@@ -6,7 +6,7 @@ from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.quality_gate import QualityGate, parse_relevance
+from gatehouse.components.quality.quality_gate import QualityGate, parse_relevance
 from gatehouse.components.terms import DEFAULT_STOPWORDS, TermNormaliser, tokenize
 from gatehouse.components.state import new_state
 from gatehouse.pipelines import PipelineYAMLError, load_pipeline
@@ -103,7 +103,7 @@ def test_init_rejects_bad_parameters():
 
 
 def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
-    data = {"type": "gatehouse.components.routers.quality_gate.QualityGate",
+    data = {"type": "gatehouse.components.quality.quality_gate.QualityGate",
             "init_parameters": {"max_retries": 2, "coverage_weight": 0.4, "dense_range": [0.1, 0.6], "llm_weight": 0.3,
                                 "embedding_cache_dir": "off"}}
     with pytest.raises(ValueError) as raised:
@@ -125,7 +125,7 @@ def test_from_dict_names_the_new_place_of_a_moved_setting(tmp_path):
 
 def test_to_dict():
     data = QualityGate(default_threshold=0.55, max_retries=1, coverage={"stopwords": ["a", "the"]}).to_dict()
-    assert data["type"] == "gatehouse.components.routers.quality_gate.QualityGate"
+    assert data["type"] == "gatehouse.components.quality.quality_gate.QualityGate"
     params = data["init_parameters"]
     assert params["default_threshold"] == 0.55
     assert params["max_retries"] == 1
@@ -158,7 +158,7 @@ def test_from_dict(monkeypatch):
     assert restored.chat_generator.api_base_url == "http://127.0.0.1:9/v1"
     assert restored.to_dict() == original.to_dict()
 
-    plain = QualityGate.from_dict({"type": "gatehouse.components.routers.quality_gate.QualityGate", "init_parameters": {}})
+    plain = QualityGate.from_dict({"type": "gatehouse.components.quality.quality_gate.QualityGate", "init_parameters": {}})
     assert plain.chat_generator is None and plain.max_retries == 2
 
 

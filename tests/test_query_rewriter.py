@@ -4,7 +4,7 @@ import pytest
 from haystack import Document
 from haystack.components.generators.chat import OpenAIChatGenerator
 
-from gatehouse.components.routers.quality_gate import QualityGate
+from gatehouse.components.quality.quality_gate import QualityGate
 from gatehouse.components.query.query_rewriter import DEFAULT_EXPANSION, QueryRewriter
 from gatehouse.components.state import new_state
 

@@ -3,7 +3,7 @@ import time
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from gatehouse.components.routers.request_intake import RequestIntake
+from gatehouse.components.intake.request_intake import RequestIntake
 from gatehouse.components.state import VALIDATION_KEYS
 
 CONTEXT = "Refunds are issued within 14 days of a request made through the billing portal."
@@ -39,7 +39,7 @@ def test_init_unknown_default_mode():
 
 def test_to_dict():
     assert component_to_dict(RequestIntake(max_history_turns=5), "component") == {
-        "type": "gatehouse.components.routers.request_intake.RequestIntake",
+        "type": "gatehouse.components.intake.request_intake.RequestIntake",
         "init_parameters": {"default_mode": "full-corpus", "max_history_turns": 5,
                             "max_request_history_turns": 1000, "max_history_chars": 200_000,
                             "max_context_chars": 200_000, "min_context_chars": 50, "invalid_context": "reject",

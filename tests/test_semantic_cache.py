@@ -13,9 +13,9 @@ from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.question_keys import key_terms, normalise_question
-from gatehouse.components.routers.semantic_cache import SemanticCache
-from gatehouse.components.routers.semantic_cache_store import SemanticCacheStore
+from gatehouse.components.cache.question_keys import key_terms, normalise_question
+from gatehouse.components.cache.semantic_cache import SemanticCache
+from gatehouse.components.cache.semantic_cache_store import SemanticCacheStore
 from gatehouse.components.state import new_state, with_validation
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
@@ -88,13 +88,13 @@ def test_init_rejects_bad_numbers(parameters, message):
 def test_to_dict(store):
     data = component_to_dict(SemanticCache(similarity_threshold=0.95, max_entries=10, ttl_s=60, cache_partial=True,
                          document_store=store), "component")
-    assert data["type"] == "gatehouse.components.routers.semantic_cache.SemanticCache"
+    assert data["type"] == "gatehouse.components.cache.semantic_cache.SemanticCache"
     assert data["init_parameters"] == {
         "enabled": True, "similarity_threshold": 0.95, "max_entries": 10, "ttl_s": 60.0, "cache_partial": True,
         "document_store": store.to_dict(), "embedding_model": None, "cache_dir": None,
     }
     assert component_to_dict(SemanticCacheStore(), "component") == {
-        "type": "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore", "init_parameters": {},
+        "type": "gatehouse.components.cache.semantic_cache_store.SemanticCacheStore", "init_parameters": {},
     }
 
 
@@ -117,7 +117,7 @@ def test_a_yaml_naming_the_store_by_its_old_module_names_the_new_one(tmp_path):
     path = tmp_path / "ask-old.yml"
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(PipelineYAMLError, match="gatehouse.components.routers.semantic_cache.SemanticCacheStore -> "
-                                                "gatehouse.components.routers.semantic_cache_store.SemanticCacheStore"):
+                                                "gatehouse.components.cache.semantic_cache_store.SemanticCacheStore"):
         load_pipeline(path)
 
 

@@ -9,11 +9,11 @@ import yaml
 from haystack import Document
 from haystack.core.serialization import component_from_dict
 
-from gatehouse.components.routers.kb_router import KBRouter
+from gatehouse.components.kb_routing.kb_router import KBRouter
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
 from gatehouse.components.retrievers.retrieval_request import RetrievalRequest
 from gatehouse.components.retrievers.retrieval_result import RetrievalResult
-from gatehouse.components.routers.kb_evidence import KBEvidence
+from gatehouse.components.kb_routing.kb_evidence import KBEvidence
 from gatehouse.components.state import new_state
 from gatehouse.document_stores.dense_document_store import DenseDocumentStore
 from gatehouse.document_stores.edge_document_store import EdgeDocumentStore

@@ -4,7 +4,7 @@ and each gate's LLM tier against a real llama.cpp server (xllamacpp with SmolLM2
 """
 
 import pytest
-from gatehouse.components.routers.intent_gate import ROUTES
+from gatehouse.components.intent.intent_gate import ROUTES
 from gatehouse.components.state import new_state
 from gatehouse.eval.tier_bench import (
     COMPONENTS,

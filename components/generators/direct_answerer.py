@@ -21,7 +21,7 @@ from gatehouse.components.generators.arithmetic import (
     format_number,
 )
 from gatehouse.components.setting_groups import MovedSettings, setting_group
-from gatehouse.components.routers.tiered_classifier import compile_pattern
+from gatehouse.components.tiered_classifier import compile_pattern
 from gatehouse.components.state import State, advance, with_validation
 
 DEFAULT_GREETING_PATTERNS = [

@@ -20,22 +20,22 @@ chunker.run(sources=[upload])["documents"]   # the chunks, made in a worker proc
 ```
 """
 
-import inspect
 from pathlib import Path
 from typing import Any
 
-from haystack import SuperComponent, component, default_from_dict, default_to_dict
+from haystack import SuperComponent, component
 from haystack.core.errors import PipelineRuntimeError
 from haystack.core.super_component.utils import _delegate_default  # the value of an input the caller left out
 from haystack.dataclasses import ByteStream
 
 from gatehouse.components.converters.bounded import time_budget
 from gatehouse.components.pipelines import pipeline_worker
+from gatehouse.components.pipelines.serialization import InitParameterSerialization
 from gatehouse.pipelines import build_pipeline
 
 
 @component
-class ChildPipeline(SuperComponent):
+class ChildPipeline(InitParameterSerialization, SuperComponent):
     """
     A pipeline (its spec, inline) as one component whose every run happens in a worker process. Its inputs and outputs
     are those of Haystack's `SuperComponent` (`input_mapping`, `output_mapping`). A run of files may take
@@ -70,16 +70,6 @@ class ChildPipeline(SuperComponent):
         self.skip_modules = skip_modules or []
         pipeline = build_pipeline(spec, origin="a ChildPipeline's spec")
         SuperComponent.__init__(self, pipeline=pipeline, input_mapping=input_mapping, output_mapping=output_mapping)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component by its init parameters, as Haystack's default does."""
-        names = [name for name in inspect.signature(type(self).__init__).parameters if name != "self"]
-        return default_to_dict(self, **{name: getattr(self, name) for name in names})
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ChildPipeline":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)
 
     def warm_up(self) -> None:
         """Start a worker (its imports take a second or more): the first run need not wait for them."""

@@ -1,10 +1,10 @@
 """A pipeline of the pipelines folder as one component that takes and gives the request state."""
 
-import inspect
 from typing import Any
 
-from haystack import Pipeline, SuperComponent, component, default_from_dict, default_to_dict
+from haystack import Pipeline, SuperComponent, component
 
+from gatehouse.components.pipelines.serialization import InitParameterSerialization
 from gatehouse.components.state import State
 from gatehouse.pipelines import build_pipeline, load_pipeline
 
@@ -25,7 +25,7 @@ def state_input_mapping(pipeline: Pipeline) -> dict[str, list[str]]:
 
 
 @component
-class StatePipeline(SuperComponent):
+class StatePipeline(InitParameterSerialization, SuperComponent):
     """
     A pipeline YAML (`search`, `answer`, or a path) as one component: a Haystack SuperComponent whose inputs are the
     pipeline's open inputs by socket name (its entry's `state`, and whatever per-request inputs its components take,
@@ -57,12 +57,3 @@ class StatePipeline(SuperComponent):
         # never on its per-request inputs alone
         component.set_input_type(self, name="state", type=State)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Serialise the component by its init parameters (the pipeline by its file), as Haystack's default does."""
-        names = [name for name in inspect.signature(type(self).__init__).parameters if name != "self"]
-        return default_to_dict(self, **{name: getattr(self, name) for name in names})
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StatePipeline":
-        """Deserialise the component."""
-        return default_from_dict(cls, data)

@@ -49,6 +49,7 @@ from typing_extensions import TypedDict
 from gatehouse.document_stores.errors import find_data_dir_error
 from gatehouse.ingest import FileOutcome, ingest_file
 from gatehouse.serving.auth import MISSING_KEY, AccessDenied, KeyRing, denied, resolve_principal
+from gatehouse.serving.data_dir_answers import data_dir_unavailable
 from gatehouse.serving.observability import record_ingest
 from gatehouse.settings import data_dir
 
@@ -408,8 +409,6 @@ def _visible_tenants(keyring: KeyRing, request: Request) -> tuple[str, ...] | No
 def _job_router(name: str, keyring: KeyRing) -> APIRouter:
     """`GET /{name}/jobs`, `GET` and `DELETE /{name}/jobs/{job_id}` over the jobs of the deployed index pipeline `name`."""
     from hayhooks.server.pipelines.registry import registry
-
-    from gatehouse.serving.wrappers import data_dir_unavailable  # a database that went away: 503
 
     router = APIRouter(prefix=f"/{name}/jobs", tags=["ingest jobs"])
 

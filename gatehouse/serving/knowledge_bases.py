@@ -23,7 +23,8 @@ from typing_extensions import TypedDict
 
 from gatehouse.knowledge_bases import KnowledgeBaseCatalogue, KnowledgeBaseNotFoundError
 from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_principal
-from gatehouse.serving.wrappers import Name, check_name, data_dir_unavailable, require_writable_data_dir
+from gatehouse.serving.data_dir_answers import data_dir_unavailable, require_writable_data_dir
+from gatehouse.serving.wrappers import Name, check_name
 
 NOT_MANAGED = {403: {"description": "The API key may not manage the tenant"}}
 UNAVAILABLE = {503: {"description": "The index pipeline is not deployed, or the data directory cannot be used "

@@ -33,13 +33,12 @@ PipelineWrapper = wrapper_class("data/serve/pipelines/ask/gatehouse.yml")   # wh
 ```
 """
 
-import contextlib
 import contextvars
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -65,24 +64,18 @@ from gatehouse.components.guardrails.passage_screen import screen_passage
 from gatehouse.components.guardrails.sanitising import citation_url
 from gatehouse.components.printable import printable_data
 from gatehouse.components.retrievers.retrieval_pipeline import RetrievalPipeline
-from gatehouse.components.routers.request_intake import RequestIntake
+from gatehouse.components.intake.request_intake import RequestIntake
 from gatehouse.components.state import advance, new_state, with_validation
 from gatehouse import runtime
 from gatehouse.ask import run_ask
-from gatehouse.document_stores.errors import (
-    DataDirError,
-    StoreUnavailableError,
-    find_data_dir_error,
-    require_writable_tree,
-)
 from gatehouse.pipelines import load_pipeline
 from gatehouse.serving.auth import AccessDenied, KeyRing, denied, resolve_principal
 from gatehouse.serving.jobs import IndexResponse, IngestJobs, QueueFull
 from gatehouse.serving.manifest import Manifest, input_guardrails_specs, load_manifest
 from gatehouse.serving.client_tasks import ClientTask, client_task
+from gatehouse.serving.data_dir_answers import data_dir_unavailable, require_writable_data_dir
 from gatehouse.serving.observability import record_ask, record_client_task, record_search_refusal
 from gatehouse.serving.streaming import chat_completion, stream_answer
-from gatehouse.settings import data_dir
 
 NAME_PATTERN = re.compile(KB_NAME_PATTERN)
 # Ask pipelines run at most this many at a time, each in a thread of its own (see `_in_background`).
@@ -184,46 +177,6 @@ def check_name(value: Any, *, field: str, kind: str) -> None:
     if not NAME_PATTERN.fullmatch(value):
         raise HTTPException(status_code=422, detail=f"{field} {value!r} is not a valid {kind} name "
                                                     "(lower-case letters, digits, '-', '_')")
-
-
-@contextlib.contextmanager
-def data_dir_unavailable() -> Iterator[None]:
-    """
-    Answer a request the data directory cannot serve (read-only, full) with a 503 and the one-line reason, instead of
-    the error of the component or store that met it; other errors pass unchanged. A store's database that cannot be
-    used is a 503 with `Retry-After` and the caller's line (`StoreUnavailableError.public`: no database user, host,
-    port or name); the full line goes to the log, once per outage.
-
-    :raises HTTPException: 503 naming the data directory's problem and what to do.
-    """
-    try:
-        yield
-    except HTTPException:
-        raise
-    except Exception as error:
-        cause = find_data_dir_error(error, data_dir())
-        if cause is None:
-            raise
-        if isinstance(cause, StoreUnavailableError):
-            from gatehouse.document_stores.postgres_errors import report_outage
-
-            report_outage(cause)
-            raise HTTPException(status_code=503, detail=cause.public,
-                                headers={"Retry-After": str(cause.retry_after_s)}) from None
-        raise HTTPException(status_code=503, detail=str(cause)) from error
-
-
-def require_writable_data_dir() -> None:
-    """
-    Refuse a write (an upload, a deletion) before it starts when the data directory cannot be written now (made
-    read-only while the server runs), rather than failing halfway.
-
-    :raises HTTPException: 503 naming the read-only data directory and what to do.
-    """
-    try:
-        require_writable_tree(data_dir())
-    except DataDirError as error:
-        raise HTTPException(status_code=503, detail=str(error)) from error
 
 
 class GatehouseWrapper(BasePipelineWrapper):

@@ -35,7 +35,7 @@ class RequestIntake:
 
     Usage:
     ```python
-    from gatehouse.components.routers.request_intake import RequestIntake
+    from gatehouse.components.intake.request_intake import RequestIntake
 
     out = RequestIntake().run(query="How do I rotate an API key?", tenant="acme", mode="full-corpus")
     out["state"]["path"]   # ["start"]

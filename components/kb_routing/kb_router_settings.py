@@ -4,7 +4,7 @@ their defaults, how they are checked, and where the settings of a YAML written b
 
 Usage:
 ```python
-from gatehouse.components.routers.kb_router_settings import check_settings
+from gatehouse.components.kb_routing.kb_router_settings import check_settings
 
 scoring, evidence, llm = check_settings({"keyword_weight": 0.5}, {"enabled": True}, None, max_kbs=2)
 scoring["embedding_weight"], evidence["lead_below"], llm["margin"]    # (0.7, 0.3, 0.1)

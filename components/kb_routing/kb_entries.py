@@ -4,7 +4,7 @@ and normalised the same way for `KBRouter`'s `knowledge_bases` and for the entri
 
 Usage:
 ```python
-from gatehouse.components.routers.kb_entries import check_entries
+from gatehouse.components.kb_routing.kb_entries import check_entries
 
 check_entries([{"name": "faq", "description": "accounts and billing", "keywords": ["refund*"]}], 0.5)
 # [{"name": "faq", "description": "accounts and billing", "threshold": 0.5, "keywords": ["refund*"],

@@ -7,7 +7,7 @@ import time
 
 from haystack import component
 
-from gatehouse.components.routers.answer_memory import CacheTicket
+from gatehouse.components.cache.answer_memory import CacheTicket
 from gatehouse.components.state import State, advance
 
 
@@ -22,7 +22,7 @@ class SemanticCacheStore:
 
     Usage example:
     ```python
-    from gatehouse.components.routers.semantic_cache_store import SemanticCacheStore
+    from gatehouse.components.cache.semantic_cache_store import SemanticCacheStore
 
     state = SemanticCacheStore().run(state=finished_state, ticket=ticket)["state"]   # state["cache"]["stored"]
     ```

@@ -105,7 +105,7 @@ class QualityGate(MovedSettings, ChatGeneratorSerialization):
     Usage:
     ```python
     from haystack import Document
-    from gatehouse.components.routers.quality_gate import QualityGate
+    from gatehouse.components.quality.quality_gate import QualityGate
     from gatehouse.components.state import new_state
 
     gate = QualityGate(default_threshold=0.6, max_retries=2)

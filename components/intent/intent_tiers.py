@@ -1,13 +1,13 @@
 """
 The intent gate's tiers before the LLM (plain Python, not a component): the knowledge-base profiles, the regular
-expressions, the keywords and the labelled examples of `gatehouse.components.routers.intent_gate.IntentGate`,
+expressions, the keywords and the labelled examples of `gatehouse.components.intent.intent_gate.IntentGate`,
 compiled once from its settings (see `intent_settings` for the groups).
 """
 
 from typing import Any
 
 from gatehouse.components.kb_profile import KBProfile, KBProfiles
-from gatehouse.components.routers.tiered_classifier import (
+from gatehouse.components.tiered_classifier import (
     Decision,
     ExampleIndex,
     KeywordMatcher,
@@ -34,7 +34,7 @@ class IntentTiers:
     that is not confident) to defer to the next.
 
     ```python
-    from gatehouse.components.routers.intent_settings import check_settings
+    from gatehouse.components.intent.intent_settings import check_settings
 
     rules, tuning, _ = check_settings(None, None, None)
     tiers = IntentTiers(rules, tuning, None, max_general_subject_terms=2, min_domain_coverage=0.75)

@@ -6,8 +6,8 @@ the caller may read, from the catalogue store's (tenant, kb) document counts, an
 Usage:
 ```python
 from gatehouse.components.retrievers.tenant_filter import TenantFilter
-from gatehouse.components.routers.kb_candidates import KBCandidates
-from gatehouse.components.routers.kb_router_settings import SCORING_DEFAULTS
+from gatehouse.components.kb_routing.kb_candidates import KBCandidates
+from gatehouse.components.kb_routing.kb_router_settings import SCORING_DEFAULTS
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 kbs = KBCandidates([{"name": "faq", "description": "accounts and billing"}], SCORING_DEFAULTS, 0.5,
@@ -23,8 +23,8 @@ from typing import Any
 
 from gatehouse.components.kb_profile import KBProfiles
 from gatehouse.components.retrievers.tenant_filter import TenantFilter
-from gatehouse.components.routers.kb_entries import check_entries
-from gatehouse.components.routers.kb_tiers import KBTiers
+from gatehouse.components.kb_routing.kb_entries import check_entries
+from gatehouse.components.kb_routing.kb_tiers import KBTiers
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 

@@ -22,7 +22,7 @@ class KBEvidence:
     Usage:
     ```python
     from haystack import Document
-    from gatehouse.components.routers.kb_evidence import KBEvidence
+    from gatehouse.components.kb_routing.kb_evidence import KBEvidence
     from gatehouse.components.state import new_state
 
     pending = {"candidates": ["faq", "ops"], "margin": 0.05, "max_kbs": 2, "thresholds": {"faq": 0.6, "ops": 0.5},

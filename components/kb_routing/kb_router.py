@@ -15,10 +15,10 @@ from gatehouse.components.setting_groups import MovedSettings
 from gatehouse.components.state import PUBLIC_TENANT, State, advance, with_validation
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 from gatehouse.components.retrievers.tenant_filter import TenantFilter
-from gatehouse.components.routers.kb_candidates import KBCandidates
-from gatehouse.components.routers.kb_router_settings import MOVED_SETTINGS, check_settings
-from gatehouse.components.routers.kb_tiers import KBTiers
-from gatehouse.components.routers.tiered_classifier import fill_prompt, normalize_text, parse_labels
+from gatehouse.components.kb_routing.kb_candidates import KBCandidates
+from gatehouse.components.kb_routing.kb_router_settings import MOVED_SETTINGS, check_settings
+from gatehouse.components.kb_routing.kb_tiers import KBTiers
+from gatehouse.components.tiered_classifier import fill_prompt, normalize_text, parse_labels
 
 @component
 class KBRouter(MovedSettings, ChatGeneratorSerialization):
@@ -58,7 +58,7 @@ class KBRouter(MovedSettings, ChatGeneratorSerialization):
 
     Usage example:
     ```python
-    from gatehouse.components.routers.kb_router import KBRouter
+    from gatehouse.components.kb_routing.kb_router import KBRouter
     from gatehouse.components.state import new_state
 
     router = KBRouter(knowledge_bases=[

@@ -1,13 +1,13 @@
 """
 The intent gate's grouped settings (plain Python, not a component): `rules`, `tuning` and `outcomes` of
-`gatehouse.components.routers.intent_gate.IntentGate`, their defaults and their checks, and where each setting of a
+`gatehouse.components.intent.intent_gate.IntentGate`, their defaults and their checks, and where each setting of a
 YAML written before the groups went.
 """
 
 from typing import Any
 
 from gatehouse.components.setting_groups import setting_group
-from gatehouse.components.routers.intent_rules import (
+from gatehouse.components.intent.intent_rules import (
     DEFAULT_CODE_REQUEST_PATTERNS,
     DEFAULT_DIRECT_PATTERNS,
     DEFAULT_DOMAIN_KEYWORDS,
@@ -22,7 +22,7 @@ from gatehouse.components.routers.intent_rules import (
     DEFAULT_RETRIEVE_PATTERNS,
     ROUTES,
 )
-from gatehouse.components.routers.tiered_classifier import compile_pattern
+from gatehouse.components.tiered_classifier import compile_pattern
 
 #: `rules`: what the tiers match. The route's pattern and keyword lists, `examples` (example queries per route), the
 #: intent's `intent_patterns`, `intent_keywords` and `intent_examples` (per intent), and `stopwords` (words that are

@@ -8,7 +8,7 @@ when its request began; beyond `max_entries` the least recently used goes first.
 
 Usage:
 ```python
-from gatehouse.components.routers.answer_memory import AnswerMemory
+from gatehouse.components.cache.answer_memory import AnswerMemory
 
 memory = AnswerMemory(max_entries=1000, ttl_s=3600, similarity_threshold=0.92, cache_partial=False, embed=embed)
 question = "How do I rotate an API key?"
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gatehouse.components.builders.response_builder import FINAL_STATUSES
-from gatehouse.components.routers.question_keys import folded_words, key_terms, meaning
+from gatehouse.components.cache.question_keys import folded_words, key_terms, meaning
 from gatehouse.components.state import PUBLIC_TENANT, State
 
 #: The state keys of a finished answer that a hit puts back (what the response is built from).

@@ -1,6 +1,6 @@
 """
 The intent gate's built-in rules (plain Python, not a component): the regular expressions, keywords and labelled
-examples that `gatehouse.components.routers.intent_gate.IntentGate` uses unless its `rules` setting replaces them.
+examples that `gatehouse.components.intent.intent_gate.IntentGate` uses unless its `rules` setting replaces them.
 No word of them names a particular knowledge base: what the knowledge bases cover is learned from their profiles.
 """
 

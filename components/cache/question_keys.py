@@ -4,7 +4,7 @@ terms (names, versions, error codes, regions) and its meaning (content words and
 
 Usage:
 ```python
-from gatehouse.components.routers.question_keys import key_terms, meaning, normalise_question
+from gatehouse.components.cache.question_keys import key_terms, meaning, normalise_question
 
 normalise_question("How do I rotate an API key?")          # "how do i rotate an api key"
 key_terms("Can I upgrade from 3.2 to 3.4 in eu-west?")     # {"3.2", "3.4", "eu-west"}

@@ -4,9 +4,9 @@ keyword, pattern and example tiers (`tiered_classifier`), and the score of every
 
 Usage:
 ```python
-from gatehouse.components.routers.kb_entries import check_entries
-from gatehouse.components.routers.kb_router_settings import SCORING_DEFAULTS
-from gatehouse.components.routers.kb_tiers import KBTiers
+from gatehouse.components.kb_routing.kb_entries import check_entries
+from gatehouse.components.kb_routing.kb_router_settings import SCORING_DEFAULTS
+from gatehouse.components.kb_routing.kb_tiers import KBTiers
 
 tiers = KBTiers.build(check_entries([{"name": "faq", "description": "accounts and billing"},
                                      {"name": "ops", "description": "deployment", "keywords": ["docker"]}], 0.5),
@@ -18,7 +18,7 @@ scores, tier = tiers.score("How do I run it with docker?")   # ops first; tier "
 from dataclasses import dataclass
 from typing import Any
 
-from gatehouse.components.routers.tiered_classifier import ExampleIndex, KeywordMatcher, PatternMatcher
+from gatehouse.components.tiered_classifier import ExampleIndex, KeywordMatcher, PatternMatcher
 
 
 @dataclass

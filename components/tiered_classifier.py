@@ -1,8 +1,8 @@
 """
 Shared building blocks for the tiered classifiers of Gatehouse (plain Python, not a component).
 
-The intent gate (`gatehouse.components.routers.intent_gate.IntentGate`) and the knowledge-base router
-(`gatehouse.components.routers.kb_router.KBRouter`) both classify a query in tiers, cheapest first:
+The intent gate (`gatehouse.components.intent.intent_gate.IntentGate`) and the knowledge-base router
+(`gatehouse.components.kb_routing.kb_router.KBRouter`) both classify a query in tiers, cheapest first:
 
 1. regular expressions (`PatternMatcher`),
 2. keyword lists (`KeywordMatcher`),

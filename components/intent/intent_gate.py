@@ -9,11 +9,11 @@ from haystack import component
 
 from gatehouse.components.chat import ChatGeneratorSerialization, ask_chat_generator
 from gatehouse.components.setting_groups import MovedSettings
-from gatehouse.components.routers.intent_rules import ROUTES
-from gatehouse.components.routers.intent_settings import MOVED_SETTINGS, check_settings
-from gatehouse.components.routers.intent_tiers import IntentTiers
+from gatehouse.components.intent.intent_rules import ROUTES
+from gatehouse.components.intent.intent_settings import MOVED_SETTINGS, check_settings
+from gatehouse.components.intent.intent_tiers import IntentTiers
 from gatehouse.components.state import State, advance, with_validation
-from gatehouse.components.routers.tiered_classifier import fill_prompt, normalize_text, parse_json_object, parse_labels
+from gatehouse.components.tiered_classifier import fill_prompt, normalize_text, parse_json_object, parse_labels
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
 # The reply format without concrete values: given {"route": "retrieve", "intent": "procedural"} as an example, a
@@ -41,7 +41,7 @@ class IntentGate(MovedSettings, ChatGeneratorSerialization):
     Classifies the query into an intent and makes the retrieval decision: retrieve, answer directly, or refuse.
 
     Both decisions are made in tiers, cheapest first; each tier decides only when it is confident, otherwise it
-    defers to the next (`gatehouse.components.routers.intent_tiers` holds tiers 0 to 3):
+    defers to the next (`gatehouse.components.intent.intent_tiers` holds tiers 0 to 3):
 
     0. `profile` (with a `profile_store`): a question whose content words a readable knowledge base uses (see
        `profile_store`) is about the documents: it is retrieved, and a request to write code about them too.
@@ -71,7 +71,7 @@ class IntentGate(MovedSettings, ChatGeneratorSerialization):
 
     Usage example:
     ```python
-    from gatehouse.components.routers.intent_gate import IntentGate
+    from gatehouse.components.intent.intent_gate import IntentGate
     from gatehouse.components.state import new_state
 
     gate = IntentGate(rules={"domain_keywords": ["gizmo*"]}, outcomes={"refusal_message": "Ask about gizmos."})

@@ -4,8 +4,8 @@ routing, retrieval and generation.
 
 Two components share one cache: `SemanticCache` (`cache_lookup`, after the condenser) answers a hit and hands a miss on,
 with a `CacheTicket`, to `SemanticCacheStore` (`cache_store`, after the output guardrails,
-`gatehouse.components.routers.semantic_cache_store`), which stores the finished answer when it is worth repeating. The
-cache lives in the lookup component's memory (`gatehouse.components.routers.answer_memory`), per loaded pipeline and
+`gatehouse.components.cache.semantic_cache_store`), which stores the finished answer when it is worth repeating. The
+cache lives in the lookup component's memory (`gatehouse.components.cache.answer_memory`), per loaded pipeline and
 process.
 """
 
@@ -17,9 +17,9 @@ import numpy as np
 from haystack import component, logging
 
 from gatehouse.components.embedders.embedding import EmbeddingBackend
-from gatehouse.components.routers.answer_memory import RESTORED_VALIDATION, AnswerMemory, CacheTicket, Partition
-from gatehouse.components.routers.question_keys import normalise_question
-from gatehouse.components.routers.tiered_classifier import normalize_text
+from gatehouse.components.cache.answer_memory import RESTORED_VALIDATION, AnswerMemory, CacheTicket, Partition
+from gatehouse.components.cache.question_keys import normalise_question
+from gatehouse.components.tiered_classifier import normalize_text
 from gatehouse.components.state import PUBLIC_TENANT, State, advance, with_validation
 from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 
@@ -63,7 +63,7 @@ class SemanticCache:
 
     Only full-corpus requests are cached: constrained-context and hybrid requests carry the caller's text and always
     miss. The key is the tenant, the knowledge bases the request names (or none: routed) and the question
-    (`gatehouse.components.routers.question_keys`): an exact match of `normalise_question` is a hit without
+    (`gatehouse.components.cache.question_keys`): an exact match of `normalise_question` is a hit without
     embedding; otherwise the question's embedding is compared with the stored ones of the same tenant and KBs, and one
     at `similarity_threshold` or above whose key terms (`key_terms`: names, versions, error codes, regions) and
     meaning (`meaning`: the same content words, the same negations, so "enable" / "disable", "with" / "without",
@@ -79,8 +79,8 @@ class SemanticCache:
 
     Usage example:
     ```python
-    from gatehouse.components.routers.semantic_cache import SemanticCache
-    from gatehouse.components.routers.semantic_cache_store import SemanticCacheStore
+    from gatehouse.components.cache.semantic_cache import SemanticCache
+    from gatehouse.components.cache.semantic_cache_store import SemanticCacheStore
     from gatehouse.components.state import new_state
     from gatehouse.document_stores.lexical_document_store import LexicalDocumentStore
 

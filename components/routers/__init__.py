@@ -1,1 +1,0 @@
-"""Gates that route the state: request intake, intent gate, KB router, quality gate, answer cache."""
