@@ -16,7 +16,9 @@ Judging (printed with the table):
   the question's file is cited;
 - clean: right, and the answer short: at most `CLEAN_WORDS` words and at most `CLEAN_ROWS` list rows (a table row
   counts its words too), unless the question asks for a list; right but not clean is buried;
-- over-long: an answered response (right or wrong, either kind) that is not short, the question not asking for a list;
+- over-long: an answered response (right or wrong, either kind) that is not short, the question not asking for a list
+  (a partial answer's notice, the status in words that `ask.yml`'s response builder adds as its last paragraph, is not
+  counted: it is the same sentence on every partial answer);
 - wrong: answered (not fallback or refused, with a citation) and not right; abstained: not answered;
 - present but abstained: abstained on an answerable question whose answer is in the passages retrieved from its file;
 - a miss (answerable, not right and clean) is the document side's when the answer is in none of the first
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +138,27 @@ def asks_list(question: str) -> bool:
     return bool(_ASKS_LIST.search(question))
 
 
+@lru_cache(maxsize=1)
+def partial_notice() -> str:
+    """The paragraph `ask.yml`'s response builder adds to a partial answer ("" when it adds none)."""
+    import yaml
+
+    from gatehouse.components.builders.response_builder import DEFAULT_PARTIAL_NOTICE
+    from gatehouse.pipelines import pipeline_path
+
+    spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
+    for component in (spec.get("components") or {}).values():
+        if str(component.get("type", "")).endswith(".ResponseBuilder"):
+            return str((component.get("init_parameters") or {}).get("partial_notice", DEFAULT_PARTIAL_NOTICE))
+    return ""
+
+
+def without_notice(answer: str) -> str:
+    """An answer without the partial notice as its last paragraph."""
+    notice, text = partial_notice(), answer.rstrip()
+    return text[: -len(notice)].rstrip() if notice and text.endswith(notice) else answer
+
+
 def is_clean(answer: str, question: str) -> bool:
     """At most `CLEAN_WORDS` words and at most `CLEAN_ROWS` list rows (markers not counted), unless the question asks
     for a list."""
@@ -145,7 +169,7 @@ def is_clean(answer: str, question: str) -> bool:
 def judge(case: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     """The verdict on one answer (see the module docstring)."""
     answered = result["status"] not in ABSTAINED and bool(result["citations"])
-    over_long = answered and not is_clean(result["answer"], case["question"])
+    over_long = answered and not is_clean(without_notice(result["answer"]), case["question"])
     if case["kind"] == "unanswerable":
         return {"answered": answered, "verdict": "abstained" if not answered else "wrong", "side": None,
                 "over_long": over_long}
@@ -300,7 +324,7 @@ def format_table(report: dict[str, Any]) -> str:
     lines += ["", f"Judging: right = the answer string or an alias (normalised: case, markup, quotes, spaces) in the "
                   f"answer as whole words and the question's file cited; clean = right and short: at most {CLEAN_WORDS} "
                   f"words and at most {CLEAN_ROWS} list rows, unless the question asks for a list; buried = right, "
-                  "not short; over-long = answered (either kind), not short; wrong = answered (not fallback/refused, with a citation), not right; abstained = not "
+                  "not short (a partial answer's notice not counted); over-long = answered (either kind), not short; wrong = answered (not fallback/refused, with a citation), not right; abstained = not "
                   f"answered. A miss is the document side's when the answer is in none of the first {PASSAGES} "
                   "passages retrieved from its file, else the answer side's. Ingest: each format's files in one "
                   "run into a fresh data folder, the sides taking turns."]

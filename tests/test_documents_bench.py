@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from gatehouse.eval.documents_bench import SET_DIR, asks_list, is_clean, judge, load_set, summarise
+from gatehouse.eval.documents_bench import SET_DIR, asks_list, is_clean, judge, load_set, partial_notice, summarise
 
 CASE = {"id": "x-1", "kind": "answerable", "format": "xlsx", "file": "files/xlsx/budget.xlsx",
         "question": "What is the Q4 marketing budget?", "answer": "$12,500", "aliases": ["12500"]}
@@ -60,6 +60,9 @@ def test_clean_needs_both_at_most_80_words_and_at_most_8_rows():
     assert judge(CASE, result(rows))["verdict"] == "buried"
     assert judge(CASE, result("\n".join(f"- Q{n}: $12,500 [S1]" for n in range(8))))["verdict"] == "clean"
     assert judge({**CASE, "kind": "unanswerable"}, result(notes))["over_long"]  # a wrong answer is over-long too
+    within = "Q4 was $12,500 " + "and more words " * 25 + "[S1]"  # 79 words, then the partial notice (not counted)
+    assert judge(CASE, result(f"{within}\n\n{partial_notice()}", status="partial"))["verdict"] == "clean"
+    assert partial_notice().startswith("Note:")  # ask.yml's response builder's
 
 
 def test_summarise_counts_per_verdict():
