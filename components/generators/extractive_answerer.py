@@ -8,7 +8,15 @@ from typing import Any, ClassVar
 
 from haystack import component
 
-from gatehouse.components.answer_units import AnswerUnit, answer_units, completed, heading, render_all, section_start
+from gatehouse.components.answer_units import (
+    AnswerUnit,
+    answer_units,
+    completed,
+    excerpt,
+    heading,
+    render_all,
+    section_start,
+)
 from gatehouse.components.answerability.evidence import EVIDENCE, weigh
 from gatehouse.components.answerability.lexicon import Lexicon
 from gatehouse.components.setting_groups import MovedSettings, setting_group
@@ -156,9 +164,11 @@ class ExtractiveAnswerer(MovedSettings):
         if not isinstance(passage, int) or not 0 <= passage < len(passages):
             return None
         marker = source[passage]
+        terms = self._lexicon.question_terms(query)
         if best.get("kind") == "section":
-            shown = section_start(passage, units, max_words=self.layout["max_words"])
-            title = _section_title(passages[passage], shown)
+            title = _section_title(passages[passage], section_start(passage, units, max_words=1))
+            shown = section_start(passage, units, max_words=self._bound(title))
+            shown[:1] = [self._excerpt(shown[0], terms, title)] if shown else []
             body = render_all(shown, marker)
             return f"### {title}\n\n{body}" if title else body
         key = by_key.get((passage, best.get("first"), best.get("last")))
@@ -166,9 +176,18 @@ class ExtractiveAnswerer(MovedSettings):
             return None
         if self.style == "span" and best.get("span"):
             return f"{best['span']} [{marker}]"
-        shown = completed(key, units, max_words=self.layout["max_words"])
         title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
+        shown = completed(key, units, max_words=self._bound(title))
+        shown[0] = self._excerpt(shown[0], terms, title)
         return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render_all(shown, marker)])
+
+    def _excerpt(self, unit: AnswerUnit, terms: list[str], title: str) -> AnswerUnit:
+        """A unit too long to read (or a record of too many fields) as its part that answers (`excerpt`)."""
+        return excerpt(unit, terms, max_words=self._bound(title), max_fields=self.layout["max_list_items"])
+
+    def _bound(self, title: str) -> int:
+        """The words an answer's units may have under a title line of `title` (`layout.max_words` in all)."""
+        return max(self.layout["max_words"] - len(title.split()), 1)
 
 
 def _section_title(passage: Any, shown: list[AnswerUnit]) -> str:
