@@ -27,8 +27,9 @@ DEFAULT_NO_ANSWER_MESSAGE = (
     "Please rephrase the question or contact support."
 )
 
-#: How an answer is laid out: at most `max_words` words (the key unit is shown whatever its length) and a list or
-#: key-value block with at most `max_list_items` items.
+#: How an answer is laid out: at most `max_words` words, its title line included (a key unit longer than that is shown
+#: as its part that answers, `answer_units.excerpt`), and a list, key-value block or record with at most
+#: `max_list_items` items or fields.
 LAYOUT: dict[str, Any] = {"max_words": 80, "max_list_items": 8}
 
 #: Settings earlier answerers took that this one does not, and why (a YAML setting them still loads, with a warning).
@@ -57,6 +58,10 @@ class ExtractiveAnswerer(MovedSettings):
       there only), then what completes it (`answer_units.completed`): an item as its list with the lead-in, then the
       units that follow it in its section (the next sentence or code block holding the value a sentence names), within
       `layout.max_words` words; one procedure per answer.
+    - A key unit too long to read is shown as its part that answers, `…` where it is cut (the citation still points at
+      the whole passage): a record of more than `layout.max_list_items` fields as its first field and the fields the
+      question asks, a long item or paragraph (a slide's speaker notes) as its best-matching sentence with its
+      neighbours, a list or block as its matching items (`answer_units.excerpt`).
     - A candidate of kind `section` (the gate could not tell the passage's units apart) is answered with the passage's
       section from its start, under its heading, within the same bound.
     - `style`: `unit` (the above), `span` (only the gate's short answer, e.g. a value or a name, with its marker; the
