@@ -325,3 +325,18 @@ def test_run_long_speaker_notes_are_shown_as_the_sentences_that_answer_within_th
     assert answer == ("Intro to Anaconda: [S1]\n\n- Speaker notes: … Point 11 of the talk is about something else "
                       "entirely. Anaconda ships with more than 1500 packages. Conda installs the rest. … [S1]")
     assert len(strip_markers(answer).split()) <= 80
+
+
+def test_run_a_record_block_of_more_fields_than_shown_shows_the_field_asked_for():
+    # A JSON record as a key-value block of 12 fields: the city asked for is the 11th, past the 8 a block shows.
+    names = ["orderID", "customerID", "employeeID", "orderDate", "requiredDate", "shippedDate", "shipVia", "freight",
+             "shipName", "shipAddress", "shipCity", "shipCountry"]
+    values = ["10653", "FRANK", "1", "1997-09-02", "1997-09-30", "1997-09-19", "1", "93.25", "Frankenversand",
+              "Berliner Platz 43", "Berlin", "Germany"]
+    order = passage("### Order 10653\n\n" + "\n".join(f"- {n}: {v}" for n, v in zip(names, values)), "S1",
+                    source="orders.json", title="orders", section=None)
+    block = next(u for u in answer_units([order]) if u.kind == "block")
+    candidates = [{"passage": 0, "first": block.first, "last": block.last, "kind": "block"}]
+    answer = ExtractiveAnswerer().answer("Which city was order 10653 shipped to?", [order], candidates)
+    assert "- shipCity: Berlin [S1]" in answer and "- orderID: 10653 [S1]\n…\n" in answer  # "…": items left out
+    assert len(re.findall(r"^- ", answer, re.MULTILINE)) == 8
