@@ -398,15 +398,24 @@ def _sentences_excerpt(text: str, terms: list[str], budget: int) -> str:
 
 
 def _cut_words(text: str, terms: list[str], budget: int) -> str:
-    """`text` itself when within `budget` words, else `budget` words of it from shortly before the first word a term
-    matches, `CUT` where words are left out."""
+    """`text` itself when within `budget` words, else `budget` words of it: the first window that holds the most of the
+    terms, moved to have the words they match in its middle; `CUT` where words are left out."""
     words = text.split()
     if len(words) <= budget:
         return text
-    hits = [i for i, word in enumerate(words) if _matches(word, terms)]
-    start = max(0, min(hits[0] - 3, len(words) - budget)) if hits else 0
+    found = [text_terms(word) for word in words]
+
+    def held(start: int) -> int:
+        return sum(any(term in said for said in found[start:start + budget]) for term in terms)
+
+    start = max(range(len(words) - budget + 1), key=lambda i: (held(i), -i))
+    hits = [i for i in range(start, start + budget) if any(term in found[i] for term in terms)]
+    if hits:  # the words the terms match in its middle: what leads to them and what follows (often the value)
+        start = min(max((hits[0] + hits[-1]) // 2 - budget // 2, 0), len(words) - budget)
     shown = " ".join(words[start:start + budget])
-    return f"{CUT} {shown} {CUT}" if start else f"{shown} {CUT}"
+    before = f"{CUT} " if start else ""
+    after = f" {CUT}" if start + budget < len(words) else ""
+    return f"{before}{shown}{after}"
 
 
 def _items_excerpt(unit: AnswerUnit, terms: list[str], budget: int, max_items: int) -> AnswerUnit:

@@ -177,3 +177,12 @@ def test_excerpt_shows_a_block_of_more_items_than_shown_with_the_item_asked_for(
     assert len(block.items) == 8 and block.more == ("- Country: value 8", "- City: value 9", "- Region: value 10")
     shown = excerpt(block, QUESTION_TERMS, max_words=80)
     assert shown.items == (*block.items[:7], "…", "- City: value 9", "…")
+
+
+def test_excerpt_of_one_long_run_on_sentence_is_the_window_holding_the_most_terms():
+    run_on = "- " + " · ".join(f"Launching campaign number {n} in a region" for n in range(20)) + \
+        " · The promotion runs 12 months with a budget of $100,000."
+    item = passage_units(Document(content=f"# Promotion plan\n\n{run_on}"), 0)[0]
+    shown = excerpt(item, ["budget", "promot", "month"], max_words=40)
+    assert shown.items[0].startswith("- … ") and shown.items[0].endswith("with a budget of $100,000.")
+    assert len(shown.items[0].split()) <= 40
