@@ -262,16 +262,18 @@ def reading_length(unit: AnswerUnit) -> int:
     return len(unit.text.split())
 
 
-def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
+def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80,
+              max_items: int = 8) -> list[AnswerUnit]:
     """
     The key unit and what completes it, in the order shown: a table row alone (its lead shows its caption), an item
     as its list (with the lead-in, when the list has a unit), then the units that follow it in its section while the
-    answer stays within `max_words` words (`reading_length`; one procedure per answer: a procedure's completion stops
-    before another one).
+    answer stays within `max_words` words (`reading_length`) and `max_items` list items or rows (one procedure per
+    answer: a procedure's completion stops before another one).
 
     :param key: The unit that answers.
     :param units: The units of the passages (`answer_units`).
     :param max_words: The answer's reading bound (the key unit is shown whatever its length).
+    :param max_items: The most list items or rows the units that complete the key add up to with it.
     :returns: The units to show, the key's first.
     """
     if is_row(key):  # a table row is its own answer: the other rows are other records, not what completes it
@@ -280,15 +282,17 @@ def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) 
     if key.kind == "item":  # its list, unless the list is shown cut before it: then the item alone, with its lead
         key = next((u for u in reading if u.kind in ("list", "block") and u.first <= key.first <= u.last
                     and key.items[0] in u.items), key)
-    shown, words = [key], reading_length(key)
+    shown, words, rows = [key], reading_length(key), len(key.items)
     for unit in reading:
         if unit.first <= shown[-1].last:
             continue
         if unit.context != key.context or words + reading_length(unit) > max_words or (is_procedure(key)
-                                                                                and is_procedure(unit)):
-            break  # a heading in between (another section), the bound, or a second procedure
+                                                                                and is_procedure(unit)) \
+                or rows + len(unit.items) > max_items:
+            break  # a heading in between (another section), the bounds, or a second procedure
         shown.append(unit)
         words += reading_length(unit)
+        rows += len(unit.items)
     return shown
 
 
@@ -399,18 +403,21 @@ def _sentences_excerpt(text: str, terms: list[str], budget: int) -> str:
 
 def _cut_words(text: str, terms: list[str], budget: int) -> str:
     """`text` itself when within `budget` words, else `budget` words of it: the first window that holds the most of the
-    terms, moved to have the words they match in its middle; `CUT` where words are left out."""
+    terms, moved to have the words of its rarest terms (in the text) in its middle; `CUT` where words are left out."""
     words = text.split()
     if len(words) <= budget:
         return text
     found = [text_terms(word) for word in words]
+    times = {term: sum(term in said for said in found) for term in terms}
 
     def held(start: int) -> int:
         return sum(any(term in said for said in found[start:start + budget]) for term in terms)
 
     start = max(range(len(words) - budget + 1), key=lambda i: (held(i), -i))
-    hits = [i for i in range(start, start + budget) if any(term in found[i] for term in terms)]
-    if hits:  # the words the terms match in its middle: what leads to them and what follows (often the value)
+    inside = [t for t in terms if any(t in said for said in found[start:start + budget])]
+    rare = [t for t in inside if times[t] == min((times[u] for u in inside), default=0)]
+    hits = [i for i in range(start, start + budget) if any(term in found[i] for term in rare)]
+    if hits:  # the words of its rarest terms in its middle: what leads to them and what follows (often the value)
         start = min(max((hits[0] + hits[-1]) // 2 - budget // 2, 0), len(words) - budget)
     shown = " ".join(words[start:start + budget])
     before = f"{CUT} " if start else ""

@@ -186,3 +186,12 @@ def test_excerpt_of_one_long_run_on_sentence_is_the_window_holding_the_most_term
     shown = excerpt(item, ["budget", "promot", "month"], max_words=40)
     assert shown.items[0].startswith("- … ") and shown.items[0].endswith("with a budget of $100,000.")
     assert len(shown.items[0].split()) <= 40
+
+
+def test_completed_adds_no_list_past_the_most_rows():
+    record = "\n".join(f"- field{n}: {n}" for n in range(7))
+    details = "\n".join(f"- item {n}; price: {n}" for n in range(2))
+    shown_units = passage_units(Document(content=f"### Order\n\n{record}\n\nDetails:\n\n{details}"), 0)
+    block = next(u for u in shown_units if u.kind == "block")
+    assert completed(block, shown_units, max_items=8) == [block]  # 7 rows, and a list of 2 would make 9
+    assert len(completed(block, shown_units, max_items=9)) == 2

@@ -182,7 +182,7 @@ class ExtractiveAnswerer(MovedSettings):
         if self.style == "span" and best.get("span"):
             return f"{best['span']} [{marker}]"
         title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
-        shown = completed(key, units, max_words=self._bound(title))
+        shown = completed(key, units, max_words=self._bound(title), max_items=self.layout["max_list_items"])
         shown[0] = self._excerpt(shown[0], terms, title)
         return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render_all(shown, marker)])
 
