@@ -407,13 +407,21 @@ def _cut_words(text: str, terms: list[str], budget: int) -> str:
     words = text.split()
     if len(words) <= budget:
         return text
-    found = [text_terms(word) for word in words]
+    found = [[term for term in terms if term in said] for said in map(text_terms, words)]
     times = {term: sum(term in said for said in found) for term in terms}
-
-    def held(start: int) -> int:
-        return sum(any(term in said for said in found[start:start + budget]) for term in terms)
-
-    start = max(range(len(words) - budget + 1), key=lambda i: (held(i), -i))
+    counts = {term: 0 for term in terms}  # each term's words in the window, the window slid one word at a time
+    for said in found[:budget]:
+        for term in said:
+            counts[term] += 1
+    start, most = 0, sum(1 for term in terms if counts[term])
+    for first in range(1, len(words) - budget + 1):
+        for term in found[first - 1]:
+            counts[term] -= 1
+        for term in found[first + budget - 1]:
+            counts[term] += 1
+        held = sum(1 for term in terms if counts[term])
+        if held > most:
+            start, most = first, held
     inside = [t for t in terms if any(t in said for said in found[start:start + budget])]
     rare = [t for t in inside if times[t] == min((times[u] for u in inside), default=0)]
     hits = [i for i in range(start, start + budget) if any(term in found[i] for term in rare)]
