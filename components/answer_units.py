@@ -32,11 +32,14 @@ render(units[-1], "S1")          # "PORT: [S1]\\n\\n- Default: 1416 [S1]\\n- Des
 ```
 """
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from gatehouse.components.citation_markers import strip_markers
+from gatehouse.components.sentences import SENTENCE_PATTERN
+from gatehouse.components.terms import text_terms
 from gatehouse.components.text_units import (
     DEFAULT_ABBREVIATIONS,
     Unit,
@@ -54,6 +57,9 @@ _KEY_VALUE = re.compile(r"^(?:\*\*|`)?[\w./`*() -]{1,40}?(?:\*\*|`)?\s*:\s+\S")
 PROCEDURE_QUESTION = re.compile(r"^\W*(?:and\s+)?(?:how (?:do|can|should|would|could|to) (?:i|we|you|one)?\b|how to\b|"
                                 r"what are the steps|walk me through)|\bsteps? (?:to|for)\b", re.IGNORECASE)
 _WORD = re.compile(r"[^\W_]")  # a unit without one ("---", a rule) says nothing
+_LEADING_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
+#: Marks where a shortened unit leaves text out (the citation still points at the whole passage).
+CUT = "…"
 SHORT_SECTION_UNITS = 4
 SHORT_SECTION_WORDS = 60
 MAX_FIELD_NAME_CHARS = 60  # a longer text before ": " is a sentence, not a field's name
@@ -72,6 +78,7 @@ class AnswerUnit:
     context: str
     lead: str = ""  # the line shown before the unit: a list's lead-in, a block's heading, a code block's lead-in
     items: tuple[str, ...] = ()  # the items of a list, block or item unit (list markers kept)
+    more: tuple[str, ...] = ()  # a list's or block's items after the most shown (`max_list_items`)
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -183,10 +190,12 @@ def _list_units(units: list[Unit], start: int, end: int, index: int, context: st
     shown = tuple(items[:max_items])
     if len(items) >= 2 and heading_above and not lead and sum(map(_is_key_value, items)) >= 0.5 * len(items):
         text = "\n".join([label, *shown]) if label else "\n".join(shown)
-        out.append(AnswerUnit("block", index, start, end, text, context, lead=label, items=shown))
+        out.append(AnswerUnit("block", index, start, end, text, context, lead=label, items=shown,
+                              more=tuple(items[max_items:])))
     elif len(items) >= 2 and (lead or all(is_ordered_item(item) for item in items)):
         text = "\n".join([lead, *shown]) if lead else "\n".join(shown)
-        out.append(AnswerUnit("list", index, first, end, text, context, lead=lead, items=shown))
+        out.append(AnswerUnit("list", index, first, end, text, context, lead=lead, items=shown,
+                              more=tuple(items[max_items:])))
     return out
 
 
@@ -253,16 +262,18 @@ def reading_length(unit: AnswerUnit) -> int:
     return len(unit.text.split())
 
 
-def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
+def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80,
+              max_items: int = 8) -> list[AnswerUnit]:
     """
     The key unit and what completes it, in the order shown: a table row alone (its lead shows its caption), an item
     as its list (with the lead-in, when the list has a unit), then the units that follow it in its section while the
-    answer stays within `max_words` words (`reading_length`; one procedure per answer: a procedure's completion stops
-    before another one).
+    answer stays within `max_words` words (`reading_length`) and `max_items` list items or rows (one procedure per
+    answer: a procedure's completion stops before another one).
 
     :param key: The unit that answers.
     :param units: The units of the passages (`answer_units`).
     :param max_words: The answer's reading bound (the key unit is shown whatever its length).
+    :param max_items: The most list items or rows the units that complete the key add up to with it.
     :returns: The units to show, the key's first.
     """
     if is_row(key):  # a table row is its own answer: the other rows are other records, not what completes it
@@ -271,16 +282,187 @@ def completed(key: AnswerUnit, units: list[AnswerUnit], *, max_words: int = 80) 
     if key.kind == "item":  # its list, unless the list is shown cut before it: then the item alone, with its lead
         key = next((u for u in reading if u.kind in ("list", "block") and u.first <= key.first <= u.last
                     and key.items[0] in u.items), key)
-    shown, words = [key], reading_length(key)
+    shown, words, rows = [key], reading_length(key), len(key.items)
     for unit in reading:
         if unit.first <= shown[-1].last:
             continue
         if unit.context != key.context or words + reading_length(unit) > max_words or (is_procedure(key)
-                                                                                and is_procedure(unit)):
-            break  # a heading in between (another section), the bound, or a second procedure
+                                                                                and is_procedure(unit)) \
+                or rows + len(unit.items) > max_items:
+            break  # a heading in between (another section), the bounds, or a second procedure
         shown.append(unit)
         words += reading_length(unit)
+        rows += len(unit.items)
     return shown
+
+
+def excerpt(unit: AnswerUnit, terms: list[str], *, max_words: int = 80, max_fields: int = 8) -> AnswerUnit:
+    """
+    The part of a unit too long to read (more than `max_words` words, or a record of more than `max_fields` fields)
+    that answers, `CUT` marking what is left out: a record (table row) as its first field, which names it, and the
+    fields that say what the question asks (`_row_excerpt`); a long item or sentence (a paragraph, a slide's speaker
+    notes) as the sentence the question's terms match best with the sentences around it; a list or block too long,
+    or of more than `max_fields` items, as its items the terms match (`_items_excerpt`). A unit within the bounds, or
+    code, is returned as it is.
+
+    :param unit: The unit to show.
+    :param terms: The question's terms (stemmed content words).
+    :param max_words: The reading bound, the unit's lead included.
+    :param max_fields: The most fields of a record shown.
+    """
+    budget = max(max_words - len(unit.lead.split()), 1)
+    row = is_row(unit)
+    if unit.kind in ("list", "block") and unit.more:
+        return _items_excerpt(unit, terms, budget, max_fields)
+    if unit.kind == "code" or (len(unit.text.split()) + len(unit.lead.split()) <= max_words
+                               and not (row and len(fields(unit)) > max_fields)):
+        return unit
+    if unit.kind in ("list", "block"):
+        return _items_excerpt(unit, terms, budget, max_fields)
+    if row:
+        line = _row_excerpt(unit, terms, budget - 1, max_fields)  # the list marker is a word too
+    else:
+        line = _sentences_excerpt(unit.items[0] if unit.items else unit.text, terms, budget)
+    marker = _LEADING_MARKER.match(unit.items[0]).group(0) if unit.items and _LEADING_MARKER.match(unit.items[0]) \
+        else ""
+    return AnswerUnit(unit.kind, unit.passage, unit.first, unit.last, line, unit.context, lead=unit.lead,
+                      items=(f"{marker}{line}",) if unit.items else ())
+
+
+def _matches(text: str, terms: list[str]) -> int:
+    words = text_terms(text)
+    return sum(term in words for term in terms)
+
+
+def _row_excerpt(unit: AnswerUnit, terms: list[str], budget: int, max_fields: int) -> str:
+    """
+    A row's first field and the fields that say what the question asks, at most `max_fields` within `budget` words,
+    in the row's order: chosen one at a time, the field whose question terms the kept ones lack weigh most, then
+    whose name's terms weigh most (the field asked for; a term weighs more the fewer fields hold it; the first of
+    equals).
+    """
+    found = fields(unit)
+    words = [text_terms(f"{name} {value}") for name, value in found]
+    names = [text_terms(name) for name, _ in found]
+    weight = {t: math.log(1.0 + len(found) / (1.0 + sum(t in w for w in words))) for t in terms}
+    kept, size, covered = [0], len(f"{found[0][0]}: {found[0][1]}".split()), set(words[0])
+    while len(kept) < max_fields:
+        gains = {i: (sum(weight[t] for t in terms if t in words[i] and t not in covered),
+                     sum(weight[t] for t in terms if t in names[i]))
+                 for i in range(1, len(found)) if i not in kept
+                 and size + len(f"{found[i][0]}: {found[i][1]}".split()) + 1 <= budget}  # the field and a cut
+        best = max(gains, key=lambda i: (*gains[i], -i), default=None)
+        if best is None or gains[best][0] <= 0:
+            break
+        kept.append(best)
+        size += len(f"{found[best][0]}: {found[best][1]}".split()) + 1
+        covered |= words[best]
+    parts, last = [], -1
+    for i in sorted(kept):
+        if i > last + 1:
+            parts.append(CUT)
+        parts.append(f"{found[i][0]}: {found[i][1]}" if found[i][0] else found[i][1])
+        last = i
+    if last < len(found) - 1:
+        parts.append(CUT)
+    return _cut_words("; ".join(parts), terms, budget)
+
+
+def _sentences_excerpt(text: str, terms: list[str], budget: int) -> str:
+    """
+    The sentence of `text` the terms match most (the first of equals) with its immediate context: the sentences next
+    to it that the terms match too, then one more on each side, while within `budget` words; a `Name: ` the text
+    starts with is kept.
+    """
+    marker = _LEADING_MARKER.match(text)
+    body = text[marker.end():] if marker else text
+    name = ""
+    if _is_key_value(body):
+        name, body = body.split(": ", 1)
+        name = f"{name}: "
+    budget = max(budget - len(name.split()) - (1 if marker else 0) - 2, 1)  # the marker and two cuts are words too
+    sentences = [part for part in re.split(SENTENCE_PATTERN, body) if part.strip()]
+    scores = [_matches(sentence, terms) for sentence in sentences]
+    best = max(range(len(sentences)), key=lambda i: (scores[i], -i))
+    first = last = best
+    words = len(sentences[best].split())
+    for matched_only in (True, False):
+        grown = True
+        while grown:
+            grown = False
+            for i in (first - 1, last + 1):
+                if 0 <= i < len(sentences) and (scores[i] or not matched_only) \
+                        and words + len(sentences[i].split()) <= budget:
+                    first, last, words, grown = min(first, i), max(last, i), words + len(sentences[i].split()), True
+            grown = grown and matched_only
+    shown = _cut_words(" ".join(sentences[first:last + 1]), terms, budget)
+    before = f"{CUT} " if first > 0 and not shown.startswith(CUT) else ""
+    after = f" {CUT}" if last < len(sentences) - 1 and not shown.endswith(CUT) else ""
+    return f"{name}{before}{shown}{after}"
+
+
+def _cut_words(text: str, terms: list[str], budget: int) -> str:
+    """`text` itself when within `budget` words, else `budget` words of it: the first window that holds the most of the
+    terms, moved to have the words of its rarest terms (in the text) in its middle; `CUT` where words are left out."""
+    words = text.split()
+    if len(words) <= budget:
+        return text
+    found = [[term for term in terms if term in said] for said in map(text_terms, words)]
+    times = {term: sum(term in said for said in found) for term in terms}
+    counts = {term: 0 for term in terms}  # each term's words in the window, the window slid one word at a time
+    for said in found[:budget]:
+        for term in said:
+            counts[term] += 1
+    start, most = 0, sum(1 for term in terms if counts[term])
+    for first in range(1, len(words) - budget + 1):
+        for term in found[first - 1]:
+            counts[term] -= 1
+        for term in found[first + budget - 1]:
+            counts[term] += 1
+        held = sum(1 for term in terms if counts[term])
+        if held > most:
+            start, most = first, held
+    inside = [t for t in terms if any(t in said for said in found[start:start + budget])]
+    rare = [t for t in inside if times[t] == min((times[u] for u in inside), default=0)]
+    hits = [i for i in range(start, start + budget) if any(term in found[i] for term in rare)]
+    if hits:  # the words of its rarest terms in its middle: what leads to them and what follows (often the value)
+        start = min(max((hits[0] + hits[-1]) // 2 - budget // 2, 0), len(words) - budget)
+    shown = " ".join(words[start:start + budget])
+    before = f"{CUT} " if start else ""
+    after = f" {CUT}" if start + budget < len(words) else ""
+    return f"{before}{shown}{after}"
+
+
+def _items_excerpt(unit: AnswerUnit, terms: list[str], budget: int, max_items: int) -> AnswerUnit:
+    """
+    A list or block, its items cut to those that answer, in order, `CUT` where items are left out: the items the
+    terms match (best first), then the first ones, at most `max_items` within `budget` words; a list cut only for its
+    length (no item matches beyond the shown ones) keeps its first items.
+    """
+    items = [*unit.items, *unit.more]
+    scores = [_matches(item, terms) for item in items]
+    order = sorted((i for i in range(len(items)) if scores[i]), key=lambda i: (-scores[i], i)) + \
+        [i for i in range(len(items)) if not scores[i]]
+    kept, words = [], 0
+    for i in order:
+        size = len(items[i].split())
+        if len(kept) < max_items and (not kept or words + size <= budget):
+            kept.append(i)
+            words += size
+    shown, last = [], -1
+    for i in sorted(kept):
+        if i > last + 1:
+            shown.append(CUT)
+        item = items[i]
+        if len(item.split()) > budget:
+            marker = _LEADING_MARKER.match(item)
+            item = (marker.group(0) if marker else "") + _sentences_excerpt(item, terms, budget)
+        shown.append(item)
+        last = i
+    if last < len(items) - 1:
+        shown.append(CUT)
+    return AnswerUnit(unit.kind, unit.passage, unit.first, unit.last, "\n".join([unit.lead, *shown]).strip(),
+                      unit.context, lead=unit.lead, items=tuple(shown))
 
 
 def section_start(passage: int, units: list[AnswerUnit], *, max_words: int = 80) -> list[AnswerUnit]:
@@ -325,7 +507,7 @@ def render(unit: AnswerUnit, source_id: str) -> str:
         code = unit.text[len(unit.lead):].strip("\n") if unit.lead else unit.text
         lead = f"{unit.lead} {marker}\n\n" if unit.lead else ""
         return f"{lead}{code}\n\n{marker}"
-    lines = [f"{item} {marker}" for item in unit.items]
+    lines = [item if item == CUT else f"{item} {marker}" for item in unit.items]
     lead = unit.lead or (heading(unit) if unit.kind == "list" else "")
     if lead:
         lead = lead if lead.endswith(":") else f"{lead}:"
@@ -342,7 +524,7 @@ def render_all(units: list[AnswerUnit], source_id: str) -> str:
     for position, unit in enumerate(units):
         previous = units[position - 1] if position else None
         if previous is not None and unit.kind == previous.kind == "item" and unit.lead == previous.lead:
-            parts[-1] += "\n" + "\n".join(f"{item} [{source_id}]" for item in unit.items)
+            parts[-1] += "\n" + "\n".join(item if item == CUT else f"{item} [{source_id}]" for item in unit.items)
         else:
             parts.append(render(unit, source_id))
     return "\n\n".join(parts)

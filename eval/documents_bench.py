@@ -14,8 +14,11 @@ through `retrieve.yml` (what the answer step was given).
 Judging (printed with the table):
 - right: the answer (or an alias), normalised (case, markup, quotes, spaces), is in the answer as whole words, and
   the question's file is cited;
-- clean: right, and the answer has at most `CLEAN_WORDS` words or at most `CLEAN_ROWS` list rows (a table row keeps
-  its column names, so a row may be long), unless the question asks for a list; right but not clean is buried;
+- clean: right, and the answer short: at most `CLEAN_WORDS` words and at most `CLEAN_ROWS` list rows (a table row
+  counts its words too), unless the question asks for a list; right but not clean is buried;
+- over-long: an answered response (right or wrong, either kind) that is not short, the question not asking for a list
+  (a partial answer's notice, the status in words that `ask.yml`'s response builder adds as its last paragraph, is not
+  counted: it is the same sentence on every partial answer);
 - wrong: answered (not fallback or refused, with a citation) and not right; abstained: not answered;
 - present but abstained: abstained on an answerable question whose answer is in the passages retrieved from its file;
 - a miss (answerable, not right and clean) is the document side's when the answer is in none of the first
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -134,35 +138,58 @@ def asks_list(question: str) -> bool:
     return bool(_ASKS_LIST.search(question))
 
 
+@lru_cache(maxsize=1)
+def partial_notice() -> str:
+    """The paragraph `ask.yml`'s response builder adds to a partial answer ("" when it adds none)."""
+    import yaml
+
+    from gatehouse.components.builders.response_builder import DEFAULT_PARTIAL_NOTICE
+    from gatehouse.pipelines import pipeline_path
+
+    spec = yaml.safe_load(pipeline_path("ask").read_text(encoding="utf-8"))
+    for component in (spec.get("components") or {}).values():
+        if str(component.get("type", "")).endswith(".ResponseBuilder"):
+            return str((component.get("init_parameters") or {}).get("partial_notice", DEFAULT_PARTIAL_NOTICE))
+    return ""
+
+
+def without_notice(answer: str) -> str:
+    """An answer without the partial notice as its last paragraph."""
+    notice, text = partial_notice(), answer.rstrip()
+    return text[: -len(notice)].rstrip() if notice and text.endswith(notice) else answer
+
+
 def is_clean(answer: str, question: str) -> bool:
-    """At most `CLEAN_WORDS` words or `CLEAN_ROWS` list rows, unless the question asks for a list."""
+    """At most `CLEAN_WORDS` words and at most `CLEAN_ROWS` list rows (markers not counted), unless the question asks
+    for a list."""
     text = _MARKERS.sub(" ", answer)
-    rows = len(_ROW.findall(text))
-    return asks_list(question) or len(text.split()) <= CLEAN_WORDS or 0 < rows <= CLEAN_ROWS
+    return asks_list(question) or (len(text.split()) <= CLEAN_WORDS and len(_ROW.findall(text)) <= CLEAN_ROWS)
 
 
 def judge(case: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     """The verdict on one answer (see the module docstring)."""
     answered = result["status"] not in ABSTAINED and bool(result["citations"])
+    over_long = answered and not is_clean(without_notice(result["answer"]), case["question"])
     if case["kind"] == "unanswerable":
-        return {"answered": answered, "verdict": "abstained" if not answered else "wrong", "side": None}
+        return {"answered": answered, "verdict": "abstained" if not answered else "wrong", "side": None,
+                "over_long": over_long}
     aliases = [str(alias) for alias in case.get("aliases") or []]
     wanted = case["file"]
     present = any(passage["source"] == wanted and contains(passage["content"], case["answer"], aliases)
                   for passage in result["passages"])
     right = answered and contains(result["answer"], case["answer"], aliases) and wanted in result["citations"]
     if right:
-        verdict = "clean" if is_clean(result["answer"], case["question"]) else "buried"
+        verdict = "buried" if over_long else "clean"
     else:
         verdict = "wrong" if answered else "abstained"
     side = None if verdict == "clean" else ("answer" if present else "document")
-    return {"answered": answered, "verdict": verdict, "present": present, "side": side}
+    return {"answered": answered, "verdict": verdict, "present": present, "side": side, "over_long": over_long}
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """
     Counts of judged rows (each a case's `kind` with its `judge` verdict): answerable (clean, buried, wrong,
-    abstained, present but abstained, misses per side), unanswerable abstained.
+    abstained, present but abstained, misses per side), unanswerable abstained, answered and over-long (either kind).
     """
     answerable = [row for row in rows if row["kind"] == "answerable"]
     unanswerable = [row for row in rows if row["kind"] == "unanswerable"]
@@ -173,7 +200,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "document_side": sum(1 for v in answerable if v["side"] == "document"),
             "answer_side": sum(1 for v in answerable if v["side"] == "answer"),
             "unanswerable": len(unanswerable),
-            "unanswerable_abstained": sum(1 for v in unanswerable if v["verdict"] == "abstained")}
+            "unanswerable_abstained": sum(1 for v in unanswerable if v["verdict"] == "abstained"),
+            "answered": sum(1 for v in rows if v["answered"]),
+            "over_long": sum(1 for v in rows if v.get("over_long"))}
 
 
 # -- running --------------------------------------------------------------------------------------------------------
@@ -283,18 +312,19 @@ def format_table(report: dict[str, Any]) -> str:
             rows = side["answers"][generator]
             lines += ["", f"{name}, {generator}:", "",
                       "| format | answerable | right and clean | right but buried | wrong | abstained | value present "
-                      "but abstained | misses: document side / answer side | unanswerable abstained |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                      "but abstained | misses: document side / answer side | unanswerable abstained | over-long / answered |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for fmt in [*report["formats"], None]:
                 s = _per_format(rows, fmt)
                 lines.append(f"| {fmt or 'all'} | {s['answerable']} | {_share(s['clean'], s['answerable'])} | "
                              f"{s['buried']} | {s['wrong']} | {s['abstained']} | {s['present_abstained']} | "
                              f"{s['document_side']} / {s['answer_side']} | "
-                             f"{_share(s['unanswerable_abstained'], s['unanswerable'])} |")
+                             f"{_share(s['unanswerable_abstained'], s['unanswerable'])} | "
+                             f"{s['over_long']} / {s['answered']} |")
     lines += ["", f"Judging: right = the answer string or an alias (normalised: case, markup, quotes, spaces) in the "
-                  f"answer as whole words and the question's file cited; clean = right with at most {CLEAN_WORDS} "
-                  f"words or at most {CLEAN_ROWS} list rows, unless the question asks for a list; buried = right, "
-                  "not clean; wrong = answered (not fallback/refused, with a citation), not right; abstained = not "
+                  f"answer as whole words and the question's file cited; clean = right and short: at most {CLEAN_WORDS} "
+                  f"words and at most {CLEAN_ROWS} list rows, unless the question asks for a list; buried = right, "
+                  "not short (a partial answer's notice not counted); over-long = answered (either kind), not short; wrong = answered (not fallback/refused, with a citation), not right; abstained = not "
                   f"answered. A miss is the document side's when the answer is in none of the first {PASSAGES} "
                   "passages retrieved from its file, else the answer side's. Ingest: each format's files in one "
                   "run into a fresh data folder, the sides taking turns."]

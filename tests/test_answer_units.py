@@ -1,7 +1,7 @@
 from haystack import Document
 
-from gatehouse.components.answer_units import (answer_units, completed, fields, flow, is_row, passage_units,
-                                               reading_length, render, section_start)
+from gatehouse.components.answer_units import (answer_units, completed, excerpt, fields, flow, is_row,
+                                               passage_units, reading_length, render, section_start)
 
 REFERENCE = """Settings are read at start-up.
 
@@ -134,3 +134,64 @@ def test_completed_shows_an_item_its_list_cut_before_it_alone():
     assert "shipCity: Lyon" in render(shown[0], "S1") and "Order 7" in render(shown[0], "S1")
     early = next(u for u in units if u.text.endswith("key2: value 2"))
     assert completed(early, units)[0].kind == "list"  # an item its list shows: the list
+
+
+QUESTION_TERMS = ["citi", "sheryl", "baxter"]  # "Which city does Sheryl Baxter live in?", as Lexicon reads it
+
+
+def test_excerpt_shows_a_wide_record_as_its_name_and_the_fields_asked_for():
+    row = "- " + "; ".join(["Name: Sheryl Baxter", "Company: Rasmussen Group",
+                            *(f"Column {n}: value number {n}" for n in range(40)), "City: East Leonard", "Zip: 4019"])
+    key = passage_units(Document(content=f"Customers:\n\n{row}"), 0)[0]
+    shown = excerpt(key, QUESTION_TERMS, max_words=80)
+    assert shown.items == ("- Name: Sheryl Baxter; …; City: East Leonard; …",) and shown.lead == key.lead
+    assert render(shown, "S1") == "Customers: [S1]\n\n- Name: Sheryl Baxter; …; City: East Leonard; … [S1]"
+    assert (shown.passage, shown.first, shown.last) == (key.passage, key.first, key.last)  # still cites the row
+
+
+def test_excerpt_shows_long_notes_as_the_matching_sentence_with_its_neighbours():
+    filler = " ".join(f"Filler sentence {n} says nothing much here." for n in range(20))
+    notes = f"- Speaker notes: {filler} The city office of Sheryl Baxter is in Leonard. Then more follows. {filler}"
+    key = passage_units(Document(content=f"# Slide\n\n{notes}"), 0)[0]
+    text = render(excerpt(key, QUESTION_TERMS, max_words=80), "S1")
+    assert "- Speaker notes: … Filler sentence 19 says nothing much here. The city office of Sheryl Baxter is in " \
+           "Leonard. Then more follows. … [S1]" in text
+    assert len(text.split()) <= 80
+
+
+def test_excerpt_keeps_a_short_unit_and_code_whole_and_cuts_a_long_list_to_its_matching_items():
+    short = units()[0]
+    assert excerpt(short, QUESTION_TERMS, max_words=80) == short
+    items = "\n".join(f"- Office {n}: {'words ' * 12}in town" for n in range(6)) + "\n- Sheryl Baxter: city desk"
+    lists = [u for u in passage_units(Document(content=f"Offices:\n\n{items}"), 0) if u.kind == "list"]
+    shown = excerpt(lists[0], QUESTION_TERMS, max_words=40)
+    assert shown.items == ("- Office 0: " + "words " * 12 + "in town", "- Office 1: " + "words " * 12 + "in town",
+                           "…", "- Sheryl Baxter: city desk") and shown.lead == "Offices:"
+    assert render(shown, "S1").endswith("in town [S1]\n…\n- Sheryl Baxter: city desk [S1]")
+
+
+def test_excerpt_shows_a_block_of_more_items_than_shown_with_the_item_asked_for():
+    fields = "\n".join(f"- {name}: value {n}" for n, name in enumerate(
+        ["Id", "Name", "Street", "Zip", "Phone", "Fax", "Email", "Web", "Country", "City", "Region"]))
+    block = next(u for u in passage_units(Document(content=f"### Office record\n\n{fields}"), 0) if u.kind == "block")
+    assert len(block.items) == 8 and block.more == ("- Country: value 8", "- City: value 9", "- Region: value 10")
+    shown = excerpt(block, QUESTION_TERMS, max_words=80)
+    assert shown.items == (*block.items[:7], "…", "- City: value 9", "…")
+
+
+def test_excerpt_of_one_long_run_on_sentence_is_the_window_holding_the_most_terms():
+    run_on = "- " + " · ".join(f"Launching campaign number {n} in a region" for n in range(20)) + \
+        " · The promotion runs 12 months with a budget of $100,000."
+    item = passage_units(Document(content=f"# Promotion plan\n\n{run_on}"), 0)[0]
+    shown = excerpt(item, ["budget", "promot", "month"], max_words=40)
+    assert shown.items[0].startswith("- … ") and shown.items[0].endswith("with a budget of $100,000.")
+    assert len(shown.items[0].split()) <= 40
+
+
+def test_completed_adds_no_list_past_the_most_rows():
+    record = "\n".join(f"- field{n}: {n}" for n in range(7))
+    details = "\n".join(f"- item {n}; price: {n}" for n in range(2))
+    shown_units = passage_units(Document(content=f"### Order\n\n{record}\n\nDetails:\n\n{details}"), 0)
+    block = next(u for u in shown_units if u.kind == "block")
+    assert completed(block, shown_units, max_items=8) == [block]  # 7 rows, and a list of 2 would make 9
+    assert len(completed(block, shown_units, max_items=9)) == 2

@@ -407,6 +407,20 @@ def test_run_a_quote_of_its_passage_is_supported_without_being_embedded(tmp_path
         "scores"][0]["score"] < 1.0
 
 
+def test_run_an_excerpt_of_its_passage_is_a_quote_each_piece_between_cuts_quoted(tmp_path):
+    """The extractive answerer's excerpt of a wide record or long notes ("…" where it cut) quotes its passage piece by
+    piece: supported as a quote; a piece the passage does not hold, or of one word, makes it no quote."""
+    verifier = CitationVerifier(scoring={"cache_dir": str(tmp_path / "cache")})
+    row = passage("- hospital_name: West Mercy; version: 3.0.0; " + "; ".join(f"note {n}: text {n}" for n in range(30))
+                  + "; attester_name: Leigh Attester; attester_title: CFO", "S1")
+    excerpt = "- hospital_name: West Mercy; …; attester_name: Leigh Attester; … [S1]"
+    out = verify(verifier, excerpt, passages=[row])
+    assert out["answer"] == excerpt and out["support"]["scores"][0]["score"] == 1.0
+    for not_quoted in ("- hospital_name: West Mercy; …; attester_name: Ann Other; … [S1]",
+                       "- hospital_name: West Mercy; …; CFO [S1]"):
+        assert verify(verifier, not_quoted, passages=[row])["support"]["scores"][0]["score"] < 1.0
+
+
 EXPIRY = passage(
     "## Expiry\n\nAPI keys expire after 90 days. Audit logs are always enabled on the Business plan. "
     "Single sign-on is included in the Enterprise plan. Usage rises when a key is rotated.",

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from gatehouse.eval.documents_bench import SET_DIR, asks_list, is_clean, judge, load_set, summarise
+from gatehouse.eval.documents_bench import SET_DIR, asks_list, is_clean, judge, load_set, partial_notice, summarise
 
 CASE = {"id": "x-1", "kind": "answerable", "format": "xlsx", "file": "files/xlsx/budget.xlsx",
         "question": "What is the Q4 marketing budget?", "answer": "$12,500", "aliases": ["12500"]}
@@ -51,6 +51,20 @@ def test_a_list_question_lifts_the_length_limit():
     assert not is_clean(" ".join(["word"] * 120), "What is the budget?")
 
 
+def test_clean_needs_both_at_most_80_words_and_at_most_8_rows():
+    notes = "- " + " ".join(["speaker notes word"] * 75) + " $12,500 [S1]"  # one bullet of 226 words
+    assert judge(CASE, result(notes))["verdict"] == "buried"
+    wide = "- " + "; ".join(f"Column {n}: value {n}" for n in range(56)) + "; Q4: $12,500 [S1]"  # one row, 56 columns
+    assert judge(CASE, result(wide))["verdict"] == "buried" and judge(CASE, result(wide))["over_long"]
+    rows = "\n".join(f"- Q{n}: $12,500 [S1]" for n in range(9))  # 9 short rows, 27 words
+    assert judge(CASE, result(rows))["verdict"] == "buried"
+    assert judge(CASE, result("\n".join(f"- Q{n}: $12,500 [S1]" for n in range(8))))["verdict"] == "clean"
+    assert judge({**CASE, "kind": "unanswerable"}, result(notes))["over_long"]  # a wrong answer is over-long too
+    within = "Q4 was $12,500 " + "and more words " * 25 + "[S1]"  # 79 words, then the partial notice (not counted)
+    assert judge(CASE, result(f"{within}\n\n{partial_notice()}", status="partial"))["verdict"] == "clean"
+    assert partial_notice().startswith("Note:")  # ask.yml's response builder's
+
+
 def test_summarise_counts_per_verdict():
     rows = [{**CASE, **judge(CASE, result(answer, status))} for answer, status in
             [("$12,500 [S1]", "success"), ("No idea", "fallback"), ("$1 [S1]", "partial")]]
@@ -58,3 +72,4 @@ def test_summarise_counts_per_verdict():
     summary = summarise(rows)
     assert (summary["answerable"], summary["clean"], summary["abstained"], summary["wrong"]) == (3, 1, 1, 1)
     assert (summary["present_abstained"], summary["answer_side"], summary["unanswerable_abstained"]) == (1, 2, 1)
+    assert (summary["answered"], summary["over_long"]) == (2, 0)

@@ -299,3 +299,44 @@ def test_run_an_item_is_shown_as_its_list_with_the_lead_in():
     assert answer == ("In general, a request through a proxy goes like this: [S1]\n\n"
                       "1. The client connects to the proxy. [S1]\n2. The proxy connects to the server. [S1]\n"
                       "3. The proxy relays the reply. [S1]")
+
+
+def test_run_a_wide_record_is_shown_as_its_name_and_the_fields_asked_for_marked_cut():
+    # A record of 14 fields (a legislators file's row): the first field names it, the asked one answers, "…" marks
+    # what is left out; the citation still points at the whole row.
+    cells = ["last_name: Rivera", "first_name: Ana", "birthday: 1970-01-02", "gender: F", "state: NM",
+             "party: Independent", "url: https://rivera.example.gov", "address: 12 Hart Building Washington DC",
+             "phone: 202-555-0101", "twitter: SenRivera", "twitter_id: 1058520120", "youtube: RepRivera",
+             "bioguide_id: R000601", "wikipedia_id: Ana Rivera"]
+    people = passage("- " + "; ".join(cells), "S1", source="legislators.csv", title="legislators", section=None)
+    row = answer_units([people])[0]
+    candidates = [{"passage": 0, "first": row.first, "last": row.last, "kind": "item"}]
+    answer = ExtractiveAnswerer().answer("What is Ana Rivera's phone number?", [people], candidates)
+    assert answer == "- last_name: Rivera; first_name: Ana; …; phone: 202-555-0101; … [S1]"
+
+
+def test_run_long_speaker_notes_are_shown_as_the_sentences_that_answer_within_the_bound():
+    filler = " ".join(f"Point {n} of the talk is about something else entirely." for n in range(12))
+    notes = passage(f"- Speaker notes: {filler} Anaconda ships with more than 1500 packages. Conda installs the "
+                    f"rest. {filler}", "S1", section="Intro to Anaconda", heading_path=["Intro to Anaconda"])
+    item = answer_units([notes])[0]
+    candidates = [{"passage": 0, "first": item.first, "last": item.last, "kind": "item"}]
+    answer = ExtractiveAnswerer().answer("How many packages does Anaconda include?", [notes], candidates)
+    assert answer == ("Intro to Anaconda: [S1]\n\n- Speaker notes: … Point 11 of the talk is about something else "
+                      "entirely. Anaconda ships with more than 1500 packages. Conda installs the rest. … [S1]")
+    assert len(strip_markers(answer).split()) <= 80
+
+
+def test_run_a_record_block_of_more_fields_than_shown_shows_the_field_asked_for():
+    # A JSON record as a key-value block of 12 fields: the city asked for is the 11th, past the 8 a block shows.
+    names = ["orderID", "customerID", "employeeID", "orderDate", "requiredDate", "shippedDate", "shipVia", "freight",
+             "shipName", "shipAddress", "shipCity", "shipCountry"]
+    values = ["10653", "FRANK", "1", "1997-09-02", "1997-09-30", "1997-09-19", "1", "93.25", "Frankenversand",
+              "Berliner Platz 43", "Berlin", "Germany"]
+    order = passage("### Order 10653\n\n" + "\n".join(f"- {n}: {v}" for n, v in zip(names, values)), "S1",
+                    source="orders.json", title="orders", section=None)
+    block = next(u for u in answer_units([order]) if u.kind == "block")
+    candidates = [{"passage": 0, "first": block.first, "last": block.last, "kind": "block"}]
+    answer = ExtractiveAnswerer().answer("Which city was order 10653 shipped to?", [order], candidates)
+    assert "- shipCity: Berlin [S1]" in answer and "- orderID: 10653 [S1]\n…\n" in answer  # "…": items left out
+    assert len(re.findall(r"^- ", answer, re.MULTILINE)) == 8

@@ -8,7 +8,15 @@ from typing import Any, ClassVar
 
 from haystack import component
 
-from gatehouse.components.answer_units import AnswerUnit, answer_units, completed, heading, render_all, section_start
+from gatehouse.components.answer_units import (
+    AnswerUnit,
+    answer_units,
+    completed,
+    excerpt,
+    heading,
+    render_all,
+    section_start,
+)
 from gatehouse.components.answerability.evidence import EVIDENCE, weigh
 from gatehouse.components.answerability.lexicon import Lexicon
 from gatehouse.components.setting_groups import MovedSettings, setting_group
@@ -19,8 +27,9 @@ DEFAULT_NO_ANSWER_MESSAGE = (
     "Please rephrase the question or contact support."
 )
 
-#: How an answer is laid out: at most `max_words` words (the key unit is shown whatever its length) and a list or
-#: key-value block with at most `max_list_items` items.
+#: How an answer is laid out: at most `max_words` words, its title line included (a key unit longer than that is shown
+#: as its part that answers, `answer_units.excerpt`), and a list, key-value block or record with at most
+#: `max_list_items` items or fields.
 LAYOUT: dict[str, Any] = {"max_words": 80, "max_list_items": 8}
 
 #: Settings earlier answerers took that this one does not, and why (a YAML setting them still loads, with a warning).
@@ -49,6 +58,10 @@ class ExtractiveAnswerer(MovedSettings):
       there only), then what completes it (`answer_units.completed`): an item as its list with the lead-in, then the
       units that follow it in its section (the next sentence or code block holding the value a sentence names), within
       `layout.max_words` words; one procedure per answer.
+    - A key unit too long to read is shown as its part that answers, `…` where it is cut (the citation still points at
+      the whole passage): a record of more than `layout.max_list_items` fields as its first field and the fields the
+      question asks, a long item or paragraph (a slide's speaker notes) as its best-matching sentence with its
+      neighbours, a list or block as its matching items (`answer_units.excerpt`).
     - A candidate of kind `section` (the gate could not tell the passage's units apart) is answered with the passage's
       section from its start, under its heading, within the same bound.
     - `style`: `unit` (the above), `span` (only the gate's short answer, e.g. a value or a name, with its marker; the
@@ -156,9 +169,11 @@ class ExtractiveAnswerer(MovedSettings):
         if not isinstance(passage, int) or not 0 <= passage < len(passages):
             return None
         marker = source[passage]
+        terms = self._lexicon.question_terms(query)
         if best.get("kind") == "section":
-            shown = section_start(passage, units, max_words=self.layout["max_words"])
-            title = _section_title(passages[passage], shown)
+            title = _section_title(passages[passage], section_start(passage, units, max_words=1))
+            shown = section_start(passage, units, max_words=self._bound(title))
+            shown[:1] = [self._excerpt(shown[0], terms, title)] if shown else []
             body = render_all(shown, marker)
             return f"### {title}\n\n{body}" if title else body
         key = by_key.get((passage, best.get("first"), best.get("last")))
@@ -166,9 +181,18 @@ class ExtractiveAnswerer(MovedSettings):
             return None
         if self.style == "span" and best.get("span"):
             return f"{best['span']} [{marker}]"
-        shown = completed(key, units, max_words=self.layout["max_words"])
         title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
+        shown = completed(key, units, max_words=self._bound(title), max_items=self.layout["max_list_items"])
+        shown[0] = self._excerpt(shown[0], terms, title)
         return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render_all(shown, marker)])
+
+    def _excerpt(self, unit: AnswerUnit, terms: list[str], title: str) -> AnswerUnit:
+        """A unit too long to read (or a record of too many fields) as its part that answers (`excerpt`)."""
+        return excerpt(unit, terms, max_words=self._bound(title), max_fields=self.layout["max_list_items"])
+
+    def _bound(self, title: str) -> int:
+        """The words an answer's units may have under a title line of `title` (`layout.max_words` in all)."""
+        return max(self.layout["max_words"] - len(title.split()), 1)
 
 
 def _section_title(passage: Any, shown: list[AnswerUnit]) -> str:

@@ -8,7 +8,8 @@ of the claim's content words (stemmed, stopwords removed) found in the passage s
 scores 1.0; a claim citing an unrelated passage scores near 0. When the claim states a number that the cited
 passages do not contain, or writes a `code name` they never write, its score is multiplied by
 `unmatched_number_penalty`. A claim its cited passage holds word for word (a quote, as the extractive answerer
-writes: a sentence, an item, a code block, a heading) scores 1.0 and contradicts nothing, without being embedded.
+writes: a sentence, an item, a code block, a heading, or an excerpt whose pieces between `…` it holds) scores 1.0
+and contradicts nothing, without being embedded.
 
 Usage:
 ```python
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 from haystack import Document
 
+from gatehouse.components.answer_units import CUT as EXCERPT_CUT
 from gatehouse.components.citation_markers import strip_markers
 from gatehouse.components.terms import content_words, numbers, overlap
 from gatehouse.components.text_units import (
@@ -125,14 +127,22 @@ class ClaimAligner:
             claim["score"] = min(1.0, best)
 
     def _quotes(self, claim: str, passage: Document) -> bool:
-        """Whether the passage holds the claim word for word (its text, or one of the headings it sits under)."""
+        """
+        Whether the passage holds the claim word for word (its text, or one of the headings it sits under); an excerpt
+        ("A; …; B", "… A. B …": what is cut marked `…`) when it holds each piece, every piece of two words or more.
+        """
         said = normalize_space(claim).rstrip(":").strip()
         if not said:
             return False
         meta = passage.meta or {}
         headings = [normalize_space(str(h)) for h in (meta.get("heading_path") or [meta.get("section")]) if h]
         text = normalize_space(strip_markers(passage.content or "", self.citation_pattern))
-        return said in headings or re.search(rf"(?<!\w){re.escape(said)}(?!\w)", text) is not None
+        if said in headings or re.search(rf"(?<!\w){re.escape(said)}(?!\w)", text) is not None:
+            return True
+        pieces = [piece.strip(" ;") for piece in said.split(EXCERPT_CUT)] if EXCERPT_CUT in said else []
+        pieces = [piece for piece in pieces if piece]
+        return bool(pieces) and all(len(piece.split()) >= 2 and re.search(rf"(?<!\w){re.escape(piece)}(?!\w)", text)
+                                    for piece in pieces)
 
     def _evidence(self, passage: Document) -> list[str]:
         """The passage's sentences and the headings it sits under ("PORT" over "- Default: 1416"), then the whole
