@@ -326,7 +326,10 @@ def format_table(report: dict[str, Any]) -> str:
         for name, side in sides.items())]
     if len(sides) == 2:
         this, base = (sum(side["ingest"][f]["seconds"] for f in report["formats"]) for side in sides.values())
-        lines += ["", f"ingest seconds, this checkout / baseline: {this / base:.2f}"]
+        this_cpu, base_cpu = (sum(side["ingest"][f]["cpu"] - side["start"]["cpu"] for f in report["formats"])
+                              for side in sides.values())
+        cpu_ratio = f"{this_cpu / base_cpu:.2f}" if base_cpu > 0 else "-"
+        lines += ["", f"ingest seconds, this checkout / baseline: {this / base:.2f}; CPU net of the start: {cpu_ratio}"]
     for generator in report["generators"]:
         for name, side in sides.items():
             rows = side["answers"][generator]

@@ -73,3 +73,4 @@ def test_the_ingest_table_gives_cpu_per_mb_net_of_each_sides_start_and_the_load(
     table = format_table(report)
     assert "| md | 0.50 | 6.0 | 2.0 | 4.5 | 5.0 | 4.0 | 4.5 | - |" in table
     assert "start (a one-line markdown file): this checkout 2.0 s, CPU 10.0 s (load 3.0); baseline 2.0 s" in table
+    assert "ingest seconds, this checkout / baseline: 1.20; CPU net of the start: 0.50" in table
