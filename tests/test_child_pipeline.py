@@ -203,11 +203,13 @@ def test_a_worker_builds_its_spec_once_and_again_only_when_the_spec_sent_changes
     data = {"file_router": {"sources": [upload("notes.md", NOTES)]}}
     for _ in range(2):  # the spec as the parent sends it: its built pipeline's
         to_worker.send((chunker.pipeline.to_dict(), data, {"splitter"}, logging.WARNING))
+        assert from_worker.poll(120)  # a hang guard
         assert from_worker.recv()[1][1]["splitter"]["documents"][0].content == "Keys rotate monthly."
     assert len(built) == 1
     changed = chunker.pipeline.to_dict()
     component_spec(changed, "splitter")["init_parameters"].update(max_words=2, overlap_words=0)
     to_worker.send((changed, data, {"splitter"}, logging.WARNING))
+    assert from_worker.poll(120)
     outcome = from_worker.recv()[1]
     assert outcome[0] == "done", outcome
     assert outcome[1]["splitter"]["documents"][0].content == "Keys rotate"
