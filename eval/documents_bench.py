@@ -3,6 +3,12 @@
 written before any answer was seen, judged per format; ingest seconds per MB per format beside another checkout's
 Gatehouse (a baseline) in the same run.
 
+Ingest figures per format and side: wall seconds per MB of the `ingest` call (pipeline load included), and CPU seconds
+per MB net of the start: the CPU of the side's whole process tree (its interpreter, model, pipeline, chunker worker
+and converter processes) less that of the same side's ingest of a one-line markdown file (`START_FILE`, measured
+first). A set of a few kilobytes measures mostly the start (the start line shows it); CPU time moves little with the
+machine's load, which each figure's line prints beside it.
+
 A set is a folder (default `eval/sets/documents/`) with `manifest.yml` (each file's path, format, repository, commit
 and licence), `questions.yml` (`cases`: id, kind `answerable` or `unanswerable`, format, file, question, answer,
 aliases) and the files. Each side (this checkout, and the baseline's interpreter with `--baseline-python`) runs in
@@ -48,6 +54,7 @@ KB = "documents"
 CLEAN_WORDS = 80
 CLEAN_ROWS = 8
 PASSAGES = 6  # the passages the answer step reads (answer.yml's assembler.top_k)
+START_FILE = "# Start\n\nOne line.\n"  # the ingest whose cost every side pays before its first byte
 ABSTAINED = ("fallback", "refused")
 _ASKS_LIST = re.compile(r"^\W*(?:list|name (?:all|every|each))\b|\b(?:all|every|each of)\b", re.IGNORECASE)
 _MARKERS = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]", re.IGNORECASE)
@@ -60,11 +67,12 @@ def _ingest(files: list[str], root: str) -> dict[str, Any]:
     from gatehouse.ingest import IngestGroup, ingest
 
     EmbeddingBackend.get().embed(["warm up"], batch_size=1)
+    load = os.getloadavg()[0]
     started = time.perf_counter()
     summary = ingest([IngestGroup(kb=KB, tenant=None, root=Path(root), files=[Path(f) for f in files])],
                      progress=False)
     return {"seconds": time.perf_counter() - started, "documents": summary.documents_written,
-            "chunks": summary.chunks_written, "failed": summary.failed}
+            "chunks": summary.chunks_written, "failed": summary.failed, "load": load}
 
 
 def _ask(cases: list[dict[str, Any]], generator: str | None) -> list[dict[str, Any]]:
@@ -106,17 +114,32 @@ def _worker(request: dict[str, Any]) -> Any:
 
 
 def _run_side(python: str, data: Path, request: dict[str, Any]) -> Any:
-    """One worker run of the interpreter `python` over the data folder `data`."""
+    """
+    One worker run of the interpreter `python` over the data folder `data`; an ingest's result gains `cpu`, the CPU
+    seconds of the run's whole process tree.
+    """
     environment = {**{k: v for k, v in os.environ.items() if k not in ("GATEHOUSE_PIPELINES_DIR",
                                                                          "GATEHOUSE_EMBEDDING_CACHE")},
                    "GATEHOUSE_DATA_DIR": str(data), "HAYSTACK_TELEMETRY_ENABLED": "False", "HF_HUB_OFFLINE": "1",
                    "PYTHONWARNINGS": "ignore"}
+    before = _children_cpu()
     with tempfile.TemporaryDirectory() as elsewhere:  # not a project folder: each side reads the pipelines it ships
         done = subprocess.run([python, str(Path(__file__).resolve()), "--worker", json.dumps(request)],
                               env=environment, capture_output=True, text=True, check=False, cwd=elsewhere)
     if done.returncode != 0:
         raise RuntimeError(f"{python}: the documents worker failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if request["job"] == "ingest":
+        result["cpu"] = _children_cpu() - before
+    return result
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this process's ended children and of the processes they waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # -- judging --------------------------------------------------------------------------------------------------------
@@ -255,9 +278,13 @@ def run_benchmark(*, set_dir: str | Path | None = None, baseline_python: str | N
     formats = sorted({item["format"] for item in files})
     report: dict[str, Any] = {"set": str(root), "workdir": str(work), "generators": generators or ["extractive"],
                               "formats": formats, "sides": {}}
-    for name in sides:
+    for name, python in sides.items():
         shutil.rmtree(work / name.replace(" ", "-"), ignore_errors=True)
-        report["sides"][name] = {"ingest": {}, "answers": {}}
+        start = _start(python, work / f"{name} start".replace(" ", "-"))
+        report["sides"][name] = {"ingest": {}, "answers": {}, "start": start}
+        if progress:
+            print(f"[{name}] start: {start['seconds']:.1f} s, CPU {start['cpu']:.1f} s (load {start['load']:.1f})",
+                  file=sys.stderr, flush=True)
     for fmt in formats:
         chosen = [str(root / item["path"]) for item in files if item["format"] == fmt]
         size = sum((root / item["path"]).stat().st_size for item in files if item["format"] == fmt)
@@ -267,8 +294,9 @@ def run_benchmark(*, set_dir: str | Path | None = None, baseline_python: str | N
             done["megabytes"] = size / 1e6
             report["sides"][name]["ingest"][fmt] = done
             if progress:
-                print(f"[{name}] {fmt}: {len(chosen)} files, {size / 1e6:.2f} MB in {done['seconds']:.1f} s, "
-                      f"{done['chunks']} chunks, {len(done['failed'])} failed", file=sys.stderr, flush=True)
+                print(f"[{name}] {fmt}: {len(chosen)} files, {size / 1e6:.2f} MB in {done['seconds']:.1f} s, CPU "
+                      f"{done['cpu']:.1f} s, {done['chunks']} chunks, {len(done['failed'])} failed (load "
+                      f"{done['load']:.1f})", file=sys.stderr, flush=True)
     for generator in report["generators"]:
         for name, python in sides.items():
             results = _run_side(python, work / name.replace(" ", "-"), {
@@ -284,6 +312,22 @@ def run_benchmark(*, set_dir: str | Path | None = None, baseline_python: str | N
     return report
 
 
+def _start(python: str, work: Path) -> dict[str, Any]:
+    """A side's ingest of `START_FILE` alone into a data folder of its own: what every ingest pays before its files."""
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "files").mkdir(parents=True)
+    (work / "files" / "start.md").write_text(START_FILE, encoding="utf-8")
+    return _run_side(python, work / "data", {"job": "ingest", "files": [str(work / "files" / "start.md")],
+                                             "root": str(work / "files")})
+
+
+def net_cpu_per_mb(done: dict[str, Any], start: dict[str, Any]) -> float:
+    """CPU seconds per MB of a format's ingest less the side's start (see the module docstring)."""
+    return (done["cpu"] - start["cpu"]) / max(done["megabytes"], 1e-9)
+
+
 def _per_format(rows: list[dict[str, Any]], fmt: str | None) -> dict[str, Any]:
     return summarise([row for row in rows if fmt is None or row["format"] == fmt])
 
@@ -296,17 +340,25 @@ def format_table(report: dict[str, Any]) -> str:
     """The report as markdown tables (per format, each side and generator) with the judging rule."""
     sides = report["sides"]
     lines = ["Documents benchmark (real files; questions written before any answer was seen)", ""]
-    lines += ["| format | files MB | " + " | ".join(f"ingest s/MB ({name})" for name in sides) + " | failed |",
-              "| --- | --- | " + " | ".join("---" for _ in sides) + " | --- |"]
+    lines += ["| format | files MB | " + " | ".join(f"ingest s/MB ({name}) | CPU s/MB net of start ({name}) | load"
+                                                  for name in sides) + " | failed |",
+              "| --- | --- | " + " | ".join("--- | --- | ---" for _ in sides) + " | --- |"]
     for fmt in report["formats"]:
         first = next(iter(sides.values()))["ingest"][fmt]
-        speeds = [f"{side['ingest'][fmt]['seconds'] / max(side['ingest'][fmt]['megabytes'], 1e-9):.1f}"
+        speeds = [f"{side['ingest'][fmt]['seconds'] / max(side['ingest'][fmt]['megabytes'], 1e-9):.1f} | "
+                  f"{net_cpu_per_mb(side['ingest'][fmt], side['start']):.1f} | {side['ingest'][fmt]['load']:.1f}"
                   for side in sides.values()]
         failed = "; ".join(f"{item['source']}: {item['reason']}" for item in first["failed"]) or "-"
         lines.append(f"| {fmt} | {first['megabytes']:.2f} | {' | '.join(speeds)} | {failed} |")
+    lines += ["", "start (a one-line markdown file): " + "; ".join(
+        f"{name} {side['start']['seconds']:.1f} s, CPU {side['start']['cpu']:.1f} s (load {side['start']['load']:.1f})"
+        for name, side in sides.items())]
     if len(sides) == 2:
         this, base = (sum(side["ingest"][f]["seconds"] for f in report["formats"]) for side in sides.values())
-        lines += ["", f"ingest seconds, this checkout / baseline: {this / base:.2f}"]
+        this_cpu, base_cpu = (sum(side["ingest"][f]["cpu"] - side["start"]["cpu"] for f in report["formats"])
+                              for side in sides.values())
+        cpu_ratio = f"{this_cpu / base_cpu:.2f}" if base_cpu > 0 else "-"
+        lines += ["", f"ingest seconds, this checkout / baseline: {this / base:.2f}; CPU net of the start: {cpu_ratio}"]
     for generator in report["generators"]:
         for name, side in sides.items():
             rows = side["answers"][generator]

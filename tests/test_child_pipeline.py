@@ -181,3 +181,38 @@ def test_start_workers_starts_the_chunkers_worker_before_the_index_pipeline_is_b
         chunker.run(sources=[upload("scan.pdf", b"%PDF-1.4 not really")])
     assert len(started) == 1
     assert [record.process for record in caplog.records if "Could not convert scan" in record.getMessage()] == started
+
+
+def test_a_worker_builds_its_spec_once_and_again_only_when_the_spec_sent_changes(chunker, monkeypatch):
+    """The worker's loop (`_serve`) in a thread, over pipes: the spec it was started with is built before any run."""
+    from multiprocessing import Pipe
+
+    from gatehouse import pipelines
+    from gatehouse.components.pipelines import pipeline_worker
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", root.handlers)  # the loop sets the root logger's: put back afterwards
+    monkeypatch.setattr(root, "level", root.level)
+    built: list[dict] = []
+    build = pipelines.build_pipeline
+    monkeypatch.setattr(pipelines, "build_pipeline", lambda spec, **kw: built.append(spec) or build(spec, **kw))
+    (worker_in, to_worker), (from_worker, worker_out) = Pipe(duplex=False), Pipe(duplex=False)
+    serving = threading.Thread(target=pipeline_worker._serve, args=(worker_in, worker_out), daemon=True)
+    serving.start()
+    to_worker.send(([], [], chunker_parameters()["spec"]))
+    data = {"file_router": {"sources": [upload("notes.md", NOTES)]}}
+    for _ in range(2):  # the spec as the parent sends it: its built pipeline's
+        to_worker.send((chunker.pipeline.to_dict(), data, {"splitter"}, logging.WARNING))
+        assert from_worker.poll(120)  # a hang guard
+        assert from_worker.recv()[1][1]["splitter"]["documents"][0].content == "Keys rotate monthly."
+    assert len(built) == 1
+    changed = chunker.pipeline.to_dict()
+    component_spec(changed, "splitter")["init_parameters"].update(max_words=2, overlap_words=0)
+    to_worker.send((changed, data, {"splitter"}, logging.WARNING))
+    assert from_worker.poll(120)
+    outcome = from_worker.recv()[1]
+    assert outcome[0] == "done", outcome
+    assert outcome[1]["splitter"]["documents"][0].content == "Keys rotate"
+    assert len(built) == 2
+    to_worker.close()
+    serving.join(timeout=60)

@@ -73,3 +73,19 @@ def test_summarise_counts_per_verdict():
     assert (summary["answerable"], summary["clean"], summary["abstained"], summary["wrong"]) == (3, 1, 1, 1)
     assert (summary["present_abstained"], summary["answer_side"], summary["unanswerable_abstained"]) == (1, 2, 1)
     assert (summary["answered"], summary["over_long"]) == (2, 0)
+
+
+def test_the_ingest_table_gives_cpu_per_mb_net_of_each_sides_start_and_the_load():
+    from gatehouse.eval.documents_bench import format_table
+
+    def side(start_cpu: float, cpu: float, seconds: float) -> dict:
+        return {"start": {"seconds": 2.0, "cpu": start_cpu, "load": 3.0}, "answers": {},
+                "ingest": {"md": {"seconds": seconds, "cpu": cpu, "megabytes": 0.5, "load": 4.5, "failed": [],
+                                  "chunks": 3, "documents": 1}}}
+
+    report = {"formats": ["md"], "generators": [],
+              "sides": {"this checkout": side(10.0, 11.0, 3.0), "baseline": side(8.0, 10.0, 2.5)}}
+    table = format_table(report)
+    assert "| md | 0.50 | 6.0 | 2.0 | 4.5 | 5.0 | 4.0 | 4.5 | - |" in table
+    assert "start (a one-line markdown file): this checkout 2.0 s, CPU 10.0 s (load 3.0); baseline 2.0 s" in table
+    assert "ingest seconds, this checkout / baseline: 1.20; CPU net of the start: 0.50" in table

@@ -73,7 +73,7 @@ class ChildPipeline(InitParameterSerialization, SuperComponent):
 
     def warm_up(self) -> None:
         """Start a worker (its imports take a second or more): the first run need not wait for them."""
-        pipeline_worker.start(self.skip_modules, _modules(self.spec))
+        pipeline_worker.start(self.skip_modules, _modules(self.spec), self.spec)
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """
@@ -111,12 +111,13 @@ class ChildPipeline(InitParameterSerialization, SuperComponent):
 def start_workers(spec: dict[str, Any]) -> None:
     """
     Start a worker for each `ChildPipeline` of a pipeline spec before the pipeline is built: the workers import their
-    components while it loads (`warm_up` would start them only when it first runs).
+    components and build their pipelines while it loads (`warm_up` would start them only when it first runs).
     """
     for part in (spec.get("components") or {}).values():
         if part.get("type") == f"{__name__}.ChildPipeline":
             parameters = part.get("init_parameters") or {}
-            pipeline_worker.start(parameters.get("skip_modules") or [], _modules(parameters.get("spec") or {}))
+            pipeline_worker.start(parameters.get("skip_modules") or [], _modules(parameters.get("spec") or {}),
+                                  parameters.get("spec"))
 
 
 def _modules(spec: dict[str, Any]) -> list[str]:

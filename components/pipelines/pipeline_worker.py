@@ -1,9 +1,11 @@
 """
 The processes a `ChildPipeline` runs in: a worker (`python -m gatehouse.components.pipelines.pipeline_worker`) imports
-Haystack and the component modules it is given once, then runs a fresh pipeline built from the spec each request
-sends, until its parent closes the pipe. Workers are kept between runs (`take`, `give_back`): a run costs two
-messages, not an interpreter start; `start` begins one early, so that it imports while its caller loads. A worker whose run goes over its time is killed with every process it started (its process group)
-and a crashed one is gone; the next run starts a new worker.
+Haystack and the component modules it is given once, then runs the pipeline of the spec each request sends, until
+its parent closes the pipe. Workers are kept between runs (`take`, `give_back`): a run costs two
+messages, not an interpreter start; `start` begins one early, so that it imports and builds the pipeline while its
+caller loads. A worker keeps the pipeline it built last and runs it again while the spec it is sent is the same (a
+pipeline built from a spec costs more than its run over a small file). A worker whose run goes over its time is killed
+with every process it started (its process group) and a crashed one is gone; the next run starts a new worker.
 
 A worker never imports the modules it is told to skip (`skip_modules`): Haystack imports PyTorch when it is installed,
 only to name devices, which triples a worker's start time and memory; the chunker converts and splits text and runs
@@ -43,8 +45,10 @@ _LOCK = threading.Lock()
 class PipelineWorker:
     """One worker process, started in a process group of its own; `run` sends it one request."""
 
-    def __init__(self, skip_modules: list[str], modules: list[str] | None = None) -> None:
-        """Start the worker: it imports Haystack and `modules` while the caller goes on."""
+    def __init__(self, skip_modules: list[str], modules: list[str] | None = None,
+                 spec: dict[str, Any] | None = None) -> None:
+        """Start the worker: it imports Haystack and `modules`, and builds the pipeline of `spec`, while the caller goes
+        on."""
         self.key = tuple(sorted(skip_modules))
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
@@ -55,7 +59,7 @@ class PipelineWorker:
         os.close(from_child)
         self._sending = Connection(self._to_child, readable=False)
         self._receiving = Connection(self._from_child, writable=False)
-        self._sending.send((list(skip_modules), list(modules or [])))
+        self._sending.send((list(skip_modules), list(modules or []), spec))
 
     def run(self, spec: dict[str, Any], data: dict[str, Any], include: set[str], budget: float) -> tuple:
         """
@@ -110,16 +114,16 @@ def give_back(worker: PipelineWorker) -> None:
         stale.kill()
 
 
-def start(skip_modules: list[str], modules: list[str]) -> None:
+def start(skip_modules: list[str], modules: list[str], spec: dict[str, Any] | None = None) -> None:
     """
-    Start a worker that imports `modules` unless one without `skip_modules` is idle already: the next run need not wait
-    for its imports.
+    Start a worker that imports `modules` and builds the pipeline of `spec` unless one without `skip_modules` is idle
+    already: the next run need not wait for its imports, nor, when it sends the same spec, for the build.
     """
     key = tuple(sorted(skip_modules))
     with _LOCK:
         if any(worker.key == key for worker in _IDLE):
             return
-    give_back(PipelineWorker(skip_modules, modules))
+    give_back(PipelineWorker(skip_modules, modules, spec))
 
 
 @atexit.register
@@ -163,8 +167,11 @@ def _sendable(error: BaseException) -> BaseException:
 
 
 def _serve(receiving: Connection, sending: Connection) -> None:
-    """Import Haystack and the modules named, then run each request until the parent closes the pipe."""
-    skip_modules, modules = receiving.recv()
+    """
+    Import Haystack and the modules named and build the spec given, then run each request until the parent closes the
+    pipe: a request whose spec is that of the pipeline built last runs it again.
+    """
+    skip_modules, modules, first_spec = receiving.recv()
     for name in skip_modules:
         sys.modules[name] = None  # an import of it raises ImportError, which Haystack's optional imports allow
     from haystack.core.errors import PipelineRuntimeError
@@ -176,6 +183,14 @@ def _serve(receiving: Connection, sending: Connection) -> None:
             importlib.import_module(module)
         except Exception:  # noqa: S112 - the run that builds a pipeline of it reports it
             continue
+    built: tuple[dict[str, Any], Any] | None = None  # the spec (as a built pipeline gives it) and its pipeline
+    if first_spec is not None:
+        logging.getLogger().handlers = [_Records()]  # dropped: the parent logs the same when it builds the spec
+        try:
+            pipeline = build_pipeline(first_spec, origin="a ChildPipeline's spec")
+            built = (pipeline.to_dict(), pipeline)
+        except Exception:  # noqa: S110 - the run that builds it reports it
+            pass
     while True:
         try:
             spec, data, include, level = receiving.recv()
@@ -185,8 +200,9 @@ def _serve(receiving: Connection, sending: Connection) -> None:
         root = logging.getLogger()
         root.handlers, root.level = [records], level
         try:
-            outcome: tuple = ("done", build_pipeline(spec, origin="a ChildPipeline's spec").run(
-                data=data, include_outputs_from=include))
+            if built is None or built[0] != spec:
+                built = (spec, build_pipeline(spec, origin="a ChildPipeline's spec"))
+            outcome: tuple = ("done", built[1].run(data=data, include_outputs_from=include))
         except PipelineRuntimeError as error:
             outcome = ("failed", error.component_name, error.component_type, _sendable(error.__cause__ or error))
         except Exception as error:  # the pipeline could not be built or run: raised again in the parent
