@@ -435,20 +435,27 @@ def _cut_words(text: str, terms: list[str], budget: int) -> str:
 
 def _items_excerpt(unit: AnswerUnit, terms: list[str], budget: int, max_items: int) -> AnswerUnit:
     """
-    A list or block, its items cut to those that answer, in order, `CUT` where items are left out: the items the
-    terms match (best first), then the first ones, at most `max_items` within `budget` words; a list cut only for its
+    A list or block, its items cut to those that answer, in order, `CUT` where items are left out, at most `max_items`
+    within `budget` words: chosen one at a time, the item whose question terms the kept ones lack weigh most (a term
+    weighs more the fewer items hold it: the one item naming the code asked about is kept beside the item that
+    shares the question's other words), then the item the terms match most, then the first; a list cut only for its
     length (no item matches beyond the shown ones) keeps its first items.
     """
     items = [*unit.items, *unit.more]
-    scores = [_matches(item, terms) for item in items]
-    order = sorted((i for i in range(len(items)) if scores[i]), key=lambda i: (-scores[i], i)) + \
-        [i for i in range(len(items)) if not scores[i]]
-    kept, words = [], 0
-    for i in order:
-        size = len(items[i].split())
-        if len(kept) < max_items and (not kept or words + size <= budget):
-            kept.append(i)
-            words += size
+    said = [text_terms(item) for item in items]
+    weight = {t: math.log(1.0 + len(items) / (1.0 + sum(t in words for words in said))) for t in terms}
+    size = [len(item.split()) for item in items]
+    kept: list[int] = []
+    words, covered = 0, set()
+    while len(kept) < max_items:
+        fits = [i for i in range(len(items)) if i not in kept and (not kept or words + size[i] <= budget)]
+        if not fits:
+            break
+        best = max(fits, key=lambda i: (sum(weight[t] for t in terms if t in said[i] and t not in covered),
+                                        sum(weight[t] for t in terms if t in said[i]), -i))
+        kept.append(best)
+        words += size[best]
+        covered |= said[best]
     shown, last = [], -1
     for i in sorted(kept):
         if i > last + 1:

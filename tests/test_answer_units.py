@@ -195,3 +195,16 @@ def test_completed_adds_no_list_past_the_most_rows():
     block = next(u for u in shown_units if u.kind == "block")
     assert completed(block, shown_units, max_items=8) == [block]  # 7 rows, and a list of 2 would make 9
     assert len(completed(block, shown_units, max_items=9)) == 2
+
+
+def test_excerpt_of_a_long_list_keeps_the_item_naming_the_code_asked_about():
+    codes = "\n".join([
+        "- `GW-101` bad key: the key is unknown; register a new key in settings and restart the gateway.",
+        "- `GW-102` missing scope: the key cannot register this gateway with the service at all.",
+        "- `GW-103` clock drift: the node clock differs from the service by more than thirty seconds.",
+        "- `GW-104` node limit: too many nodes are registered already for the plan you are on.",
+        "- `GW-105` licence expired: the gateway keeps running for a while and logs this error hourly."])
+    lists = [u for u in passage_units(Document(content=f"Registration errors:\n\n{codes}"), 0) if u.kind == "list"]
+    question = ["gateway", "keep", "log", "gw", "103", "regist", "error"]  # "The gateway keeps logging GW-103 ..."
+    shown = excerpt(lists[0], question, max_words=40)
+    assert shown.items == ("…", codes.splitlines()[2], "…", codes.splitlines()[4])
