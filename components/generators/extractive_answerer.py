@@ -27,9 +27,9 @@ DEFAULT_NO_ANSWER_MESSAGE = (
     "Please rephrase the question or contact support."
 )
 
-#: How an answer is laid out: at most `max_words` words, its title line included (a key unit longer than that is shown
-#: as its part that answers, `answer_units.excerpt`), and a list, key-value block or record with at most
-#: `max_list_items` items or fields.
+#: How an answer is laid out: at most `max_words` words under its title line (a key unit longer than that is shown as
+#: its part that answers, `answer_units.excerpt`), and a list, key-value block or record with at most `max_list_items`
+#: items or fields.
 LAYOUT: dict[str, Any] = {"max_words": 80, "max_list_items": 8}
 
 #: Settings earlier answerers took that this one does not, and why (a YAML setting them still loads, with a warning).
@@ -171,9 +171,9 @@ class ExtractiveAnswerer(MovedSettings):
         marker = source[passage]
         terms = self._lexicon.question_terms(query)
         if best.get("kind") == "section":
-            title = _section_title(passages[passage], section_start(passage, units, max_words=1))
-            shown = section_start(passage, units, max_words=self._bound(title))
-            shown[:1] = [self._excerpt(shown[0], terms, title)] if shown else []
+            shown = section_start(passage, units, max_words=self.layout["max_words"])
+            title = _section_title(passages[passage], shown)
+            shown[:1] = [self._excerpt(shown[0], terms)] if shown else []
             body = render_all(shown, marker)
             return f"### {title}\n\n{body}" if title else body
         key = by_key.get((passage, best.get("first"), best.get("last")))
@@ -182,17 +182,13 @@ class ExtractiveAnswerer(MovedSettings):
         if self.style == "span" and best.get("span"):
             return f"{best['span']} [{marker}]"
         title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
-        shown = completed(key, units, max_words=self._bound(title), max_items=self.layout["max_list_items"])
-        shown[0] = self._excerpt(shown[0], terms, title)
+        shown = completed(key, units, max_words=self.layout["max_words"], max_items=self.layout["max_list_items"])
+        shown[0] = self._excerpt(shown[0], terms)
         return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render_all(shown, marker)])
 
-    def _excerpt(self, unit: AnswerUnit, terms: list[str], title: str) -> AnswerUnit:
+    def _excerpt(self, unit: AnswerUnit, terms: list[str]) -> AnswerUnit:
         """A unit too long to read (or a record of too many fields) as its part that answers (`excerpt`)."""
-        return excerpt(unit, terms, max_words=self._bound(title), max_fields=self.layout["max_list_items"])
-
-    def _bound(self, title: str) -> int:
-        """The words an answer's units may have under a title line of `title` (`layout.max_words` in all)."""
-        return max(self.layout["max_words"] - len(title.split()), 1)
+        return excerpt(unit, terms, max_words=self.layout["max_words"], max_fields=self.layout["max_list_items"])
 
 
 def _section_title(passage: Any, shown: list[AnswerUnit]) -> str:
