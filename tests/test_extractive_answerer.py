@@ -340,3 +340,17 @@ def test_run_a_record_block_of_more_fields_than_shown_shows_the_field_asked_for(
     answer = ExtractiveAnswerer().answer("Which city was order 10653 shipped to?", [order], candidates)
     assert "- shipCity: Berlin [S1]" in answer and "- orderID: 10653 [S1]\n…\n" in answer  # "…": items left out
     assert len(re.findall(r"^- ", answer, re.MULTILINE)) == 8
+
+
+def test_run_the_steps_a_how_do_i_question_asks_for_are_shown_whole_however_long():
+    steps = "\n".join(f"{n}. Step {n} of the procedure: {'do the careful thing here ' * 3}and check it." for n in
+                      range(1, 7))
+    guide = passage(f"To renew a certificate:\n\n{steps}", "S1", section="Renew a certificate",
+                    heading_path=["Renew a certificate"])
+    procedure = next(u for u in answer_units([guide]) if u.kind == "list")
+    candidates = [{"passage": 0, "first": procedure.first, "last": procedure.last, "kind": "list"}]
+    answer = ExtractiveAnswerer().answer("How do I renew a certificate?", [guide], candidates)
+    assert len(strip_markers(answer).split()) > 80 and "…" not in answer
+    assert [line[:2] for line in answer.splitlines() if line[:1].isdigit()] == ["1.", "2.", "3.", "4.", "5.", "6."]
+    asked = ExtractiveAnswerer().answer("What does step 4 of the procedure check?", [guide], candidates)
+    assert "…" in asked and "4. Step 4" in asked  # not asked for the steps: the part that answers

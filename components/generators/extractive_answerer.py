@@ -9,11 +9,13 @@ from typing import Any, ClassVar
 from haystack import component
 
 from gatehouse.components.answer_units import (
+    PROCEDURE_QUESTION,
     AnswerUnit,
     answer_units,
     completed,
     excerpt,
     heading,
+    is_procedure,
     render_all,
     section_start,
 )
@@ -61,7 +63,8 @@ class ExtractiveAnswerer(MovedSettings):
     - A key unit too long to read is shown as its part that answers, `…` where it is cut (the citation still points at
       the whole passage): a record of more than `layout.max_list_items` fields as its first field and the fields the
       question asks, a long item or paragraph (a slide's speaker notes) as its best-matching sentence with its
-      neighbours, a list or block as its matching items (`answer_units.excerpt`).
+      neighbours, a list or block as its matching items (`answer_units.excerpt`); the steps of a procedure a "how do
+      I …" question asks for are shown whole (up to `layout.max_list_items`).
     - A candidate of kind `section` (the gate could not tell the passage's units apart) is answered with the passage's
       section from its start, under its heading, within the same bound.
     - `style`: `unit` (the above), `span` (only the gate's short answer, e.g. a value or a name, with its marker; the
@@ -173,7 +176,7 @@ class ExtractiveAnswerer(MovedSettings):
         if best.get("kind") == "section":
             shown = section_start(passage, units, max_words=self.layout["max_words"])
             title = _section_title(passages[passage], shown)
-            shown[:1] = [self._excerpt(shown[0], terms)] if shown else []
+            shown[:1] = [self._excerpt(shown[0], query, terms)] if shown else []
             body = render_all(shown, marker)
             return f"### {title}\n\n{body}" if title else body
         key = by_key.get((passage, best.get("first"), best.get("last")))
@@ -183,11 +186,16 @@ class ExtractiveAnswerer(MovedSettings):
             return f"{best['span']} [{marker}]"
         title = heading(key) if key.kind in ("sentence", "code") else ""  # a list or block shows its own lead
         shown = completed(key, units, max_words=self.layout["max_words"], max_items=self.layout["max_list_items"])
-        shown[0] = self._excerpt(shown[0], terms)
+        shown[0] = self._excerpt(shown[0], query, terms)
         return "\n\n".join([f"{title}: [{marker}]"] * bool(title) + [render_all(shown, marker)])
 
-    def _excerpt(self, unit: AnswerUnit, terms: list[str]) -> AnswerUnit:
-        """A unit too long to read (or a record of too many fields) as its part that answers (`excerpt`)."""
+    def _excerpt(self, unit: AnswerUnit, query: str, terms: list[str]) -> AnswerUnit:
+        """
+        A unit too long to read (or a record of too many fields) as its part that answers (`excerpt`); the steps of a
+        procedure asked for ("how do I …") are shown whole, as a person follows them.
+        """
+        if is_procedure(unit) and PROCEDURE_QUESTION.search(query):
+            return unit
         return excerpt(unit, terms, max_words=self.layout["max_words"], max_fields=self.layout["max_list_items"])
 
 
