@@ -334,6 +334,11 @@ def _matches(text: str, terms: list[str]) -> int:
     return sum(term in words for term in terms)
 
 
+def _rarity(terms: list[str], parts: list[set[str]]) -> dict[str, float]:
+    """Each term's weight among `parts` (the terms of each field or item): the fewer parts hold it, the more."""
+    return {t: math.log(1.0 + len(parts) / (1.0 + sum(t in part for part in parts))) for t in terms}
+
+
 def _row_excerpt(unit: AnswerUnit, terms: list[str], budget: int, max_fields: int) -> str:
     """
     A row's first field and the fields that say what the question asks, at most `max_fields` within `budget` words,
@@ -344,7 +349,7 @@ def _row_excerpt(unit: AnswerUnit, terms: list[str], budget: int, max_fields: in
     found = fields(unit)
     words = [text_terms(f"{name} {value}") for name, value in found]
     names = [text_terms(name) for name, _ in found]
-    weight = {t: math.log(1.0 + len(found) / (1.0 + sum(t in w for w in words))) for t in terms}
+    weight = _rarity(terms, words)
     kept, size, covered = [0], len(f"{found[0][0]}: {found[0][1]}".split()), set(words[0])
     while len(kept) < max_fields:
         gains = {i: (sum(weight[t] for t in terms if t in words[i] and t not in covered),
@@ -443,7 +448,7 @@ def _items_excerpt(unit: AnswerUnit, terms: list[str], budget: int, max_items: i
     """
     items = [*unit.items, *unit.more]
     said = [text_terms(item) for item in items]
-    weight = {t: math.log(1.0 + len(items) / (1.0 + sum(t in words for words in said))) for t in terms}
+    weight = _rarity(terms, said)
     size = [len(item.split()) for item in items]
     kept: list[int] = []
     words, covered = 0, set()
